@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// Version is set at build time with -ldflags "-X …/cli.Version=…".
+var Version = "dev"
+
+// Exit statuses (documented in the README).
+const (
+	ExitRefused  = 125 // cordon refused or failed
+	ExitNoExec   = 126 // the program could not be executed
+	ExitNotFound = 127 // the program was not found
+	ExitTimeout  = 124
+)
+
+type globals struct {
+	stateDir   string
+	leaseSlots uint32
+	testSkip   []string
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// exitError carries an exit status out of a command.
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
+
+// Main runs the CLI and returns the process exit status.
+func Main(args []string) int {
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	root := &cobra.Command{
+		Use:   "cordon",
+		Short: "Run an untrusted program or AI agent inside an evidenced Linux boundary",
+		Long: `cordon runs any Linux program — an AI agent, a build, a script — inside an
+OS-enforced boundary (user, PID, mount, network, IPC, UTS and cgroup namespaces
+on a leased UID/GID range; no capabilities; no_new_privs; seccomp; Landlock;
+cgroup limits) and admits it at an isolation level only from evidence that the
+trusted side reads off the live sandbox before the program's first instruction.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	def := os.Getenv("CORDON_STATE_DIR")
+	if def == "" {
+		def = "/var/lib/cordon"
+	}
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", def, "state directory: store, leases (env CORDON_STATE_DIR)")
+	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
+	_ = root.PersistentFlags().MarkHidden("lease-slots")
+	addTestFlags(root, g)
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), versionCmd(g))
+	err := root.Execute()
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(g.stderr, "cordon: %s\n", describe(err))
+		return ExitRefused
+	}
+}
+
+// describe renders an error with its failure kind.
+func describe(err error) string {
+	var se *sandbox.Error
+	if errors.As(err, &se) {
+		return se.Error()
+	}
+	return fmt.Sprintf("%s: %v", sandbox.KindUsage, err)
+}
+
+func (g *globals) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// requireRoot fails closed with what is needed.
+func requireRoot(op string) error {
+	if os.Geteuid() != 0 {
+		return sandbox.Failf(sandbox.KindPrivilege, op, "cordon builds sandboxes as root (it creates user namespaces with a leased UID/GID range, cgroups and idmapped mounts); run it with sudo, or as root. There is no rootless mode yet")
+	}
+	return nil
+}
+
+func (g *globals) openStore() (*store.Store, error) {
+	if !filepath.IsAbs(g.stateDir) {
+		return nil, sandbox.Failf(sandbox.KindUsage, "state dir", "%s: must be an absolute path", g.stateDir)
+	}
+	pool := store.DefaultPool
+	pool.Slots = g.leaseSlots
+	s, err := store.Open(g.stateDir, pool)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindStore, "open store", err)
+	}
+	return s, nil
+}
+
+// binaryDigest returns the SHA-256 of the running binary, cached in the
+// state dir by (device, inode, size, mtime) so it is hashed once.
+func binaryDigest(stateDir string) string {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return ""
+	}
+	key := fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	cache := filepath.Join(stateDir, "binary-digest.json")
+	var c struct{ Key, SHA256 string }
+	if b, err := os.ReadFile(cache); err == nil && json.Unmarshal(b, &c) == nil && c.Key == key {
+		return c.SHA256
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	c.Key, c.SHA256 = key, hex.EncodeToString(h.Sum(nil))
+	if b, err := json.Marshal(c); err == nil {
+		tmp := cache + ".tmp"
+		if os.WriteFile(tmp, b, 0o600) == nil {
+			_ = os.Rename(tmp, cache)
+		}
+	}
+	return c.SHA256
+}
+
+func versionCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print cordon's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(g.stdout, "cordon %s\n", Version)
+			return nil
+		},
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func background() context.Context { return context.Background() }

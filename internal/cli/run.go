@@ -1,0 +1,357 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
+)
+
+type runFlags struct {
+	level        string
+	workspace    string
+	ro, rw       []string
+	rootfs       string
+	memory, tmp  string
+	pids         int64
+	cpus         float64
+	timeout      time.Duration
+	env          []string
+	evidenceFile string
+	json         bool
+	unsafeRoot   bool
+	workload     string
+}
+
+func runCmd(g *globals) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- PROGRAM [ARGS...]",
+		Short: "Run a program inside a new sandbox, admitted from evidence",
+		Long: `Run PROGRAM (argv, never a shell string) inside a new sandbox.
+
+The full boundary is always built. --level is the claim that must be evidenced:
+before the program's first instruction cordon reads the live sandbox from
+outside (namespaces, credentials, capabilities, seccomp, mounts, cgroups and
+their limits, network interfaces and routes, a Landlock probe) and admits the
+highest level the evidence supports. Below --level the program does not run.
+
+Exit status: the program's own; 125 when cordon refuses or fails (the failure
+kind and reason are printed on stderr); 126 the program cannot be executed;
+127 it was not found; 124 timeout; 128+n killed by signal n.`,
+		Example: `  cordon run -- /bin/echo hello
+  cordon run --workspace "$PWD" --memory 2G --pids 512 --timeout 10m -- make test
+  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 {
+				return sandbox.Failf(sandbox.KindUsage, "run", "put the program after --: cordon run [flags] -- PROGRAM [ARGS...]")
+			}
+			return g.run(cmd.Context(), f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.level, "level", sandbox.DedicatedContainer.String(), "isolation level that must be evidenced: SHARED, DOMAIN_ISOLATED, DEDICATED_RUNTIME, DEDICATED_CONTAINER, DEDICATED_VM")
+	fl.StringVar(&f.workspace, "workspace", "", "host directory bound read-write at /workspace (the working directory); files keep its owner's uid")
+	fl.StringArrayVar(&f.ro, "ro", nil, "read-only bind HOST[:SANDBOX] (repeatable)")
+	fl.StringArrayVar(&f.rw, "rw", nil, "read-write bind HOST[:SANDBOX] (repeatable; idmapped to the owner like --workspace)")
+	fl.StringVar(&f.rootfs, "rootfs", "", "explicit read-only root directory instead of the host's /usr layout")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, swap included (1024-based units: 512M, 2G, 2GiB; default 4GiB)")
+	fl.Int64Var(&f.pids, "pids", 0, "maximum number of processes and threads (default 4096)")
+	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 0.5 (default: all)")
+	fl.StringVar(&f.tmp, "tmp-size", "", "size of the /tmp and HOME scratch tmpfs each (default 1GiB)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "kill the program after this long (e.g. 30s, 10m); exit 124")
+	fl.StringArrayVar(&f.env, "env", nil, "K=V for the program's environment (repeatable); the host environment is not inherited")
+	fl.StringVar(&f.evidenceFile, "evidence", "", "write the evidence record (cordon.evidence/v1 JSON) to this file")
+	fl.BoolVar(&f.json, "json", false, "print a machine-readable outcome as the last line of stdout")
+	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE: allow a writable bind of a directory owned by root or a system account")
+	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to")
+	return cmd
+}
+
+// Outcome is the --json output of cordon run.
+type Outcome struct {
+	SandboxID       string        `json:"sandbox_id,omitempty"`
+	LevelRequested  sandbox.Level `json:"level_requested"`
+	LevelAdmitted   sandbox.Level `json:"level_admitted,omitempty"`
+	EnforcementMode string        `json:"enforcement_mode,omitempty"`
+	ExitCode        int           `json:"exit_code"`
+	Signal          int           `json:"signal,omitempty"`
+	OOM             bool          `json:"oom,omitempty"`
+	TimedOut        bool          `json:"timed_out,omitempty"`
+	FailureKind     sandbox.Kind  `json:"failure_kind,omitempty"`
+	Error           string        `json:"error,omitempty"`
+	Unverified      []string      `json:"unverified_boundaries,omitempty"`
+	DurationMS      int64         `json:"duration_ms"`
+}
+
+// parseSpec validates every flag before anything is created.
+func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
+	fail := func(format string, a ...any) (sandbox.Spec, error) {
+		return sandbox.Spec{}, sandbox.Failf(sandbox.KindUsage, "run", format, a...)
+	}
+	level, err := sandbox.ParseLevel(f.level)
+	if err != nil {
+		return fail("--level: %v", err)
+	}
+	spec := sandbox.Spec{Argv: argv, Level: level, Workload: f.workload, UnsafeRootWorkspace: f.unsafeRoot}
+	if f.workspace != "" {
+		if !filepath.IsAbs(f.workspace) {
+			return fail("--workspace %s: must be an absolute path", f.workspace)
+		}
+		spec.Workspace = f.workspace
+	}
+	for _, p := range []struct {
+		vals []string
+		rw   bool
+		name string
+	}{{f.ro, false, "--ro"}, {f.rw, true, "--rw"}} {
+		for _, v := range p.vals {
+			host, target, ok := strings.Cut(v, ":")
+			if !ok {
+				target = host
+			}
+			if !filepath.IsAbs(host) || !filepath.IsAbs(target) {
+				return fail("%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
+			}
+			if _, err := os.Lstat(host); err != nil {
+				return fail("%s %s: %v", p.name, v, err)
+			}
+			spec.Binds = append(spec.Binds, sandbox.Bind{Source: host, Target: target, Writable: p.rw})
+		}
+	}
+	if f.rootfs != "" {
+		if !filepath.IsAbs(f.rootfs) {
+			return fail("--rootfs %s: must be an absolute path", f.rootfs)
+		}
+		spec.Rootfs = f.rootfs
+	}
+	if f.memory != "" {
+		if spec.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil {
+			return fail("--memory: %v", err)
+		}
+		if spec.Limits.MemoryBytes < 8<<20 {
+			return fail("--memory %s is too small to start a sandbox (the minimum is 8MiB)", f.memory)
+		}
+		if spec.Limits.MemoryBytes > 1<<50 {
+			return fail("--memory %s is absurdly large", f.memory)
+		}
+	}
+	if f.tmp != "" {
+		if spec.Limits.TmpBytes, err = ParseSize(f.tmp); err != nil {
+			return fail("--tmp-size: %v", err)
+		}
+		if spec.Limits.TmpBytes < 1<<20 {
+			return fail("--tmp-size %s is below the 1MiB minimum", f.tmp)
+		}
+	}
+	switch {
+	case f.pids < 0:
+		return fail("--pids %d: must be positive", f.pids)
+	case f.pids > 0 && f.pids < 8:
+		return fail("--pids %d is too small to start a sandbox (the minimum is 8)", f.pids)
+	case f.pids > 1<<22:
+		return fail("--pids %d is absurdly large", f.pids)
+	}
+	spec.Limits.Pids = f.pids
+	if math.IsNaN(f.cpus) || f.cpus < 0 || f.cpus > 4096 || (f.cpus > 0 && f.cpus < 0.01) {
+		return fail("--cpus %v: want a number of cores between 0.01 and 4096", f.cpus)
+	}
+	spec.Limits.CPUs = f.cpus
+	if f.timeout < 0 {
+		return fail("--timeout %s: must be positive", f.timeout)
+	}
+	spec.Limits.Timeout = f.timeout
+	for _, kv := range f.env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") || strings.Contains(kv, "\x00") {
+			return fail("--env %q: want K=V", kv)
+		}
+		spec.Env = append(spec.Env, kv)
+	}
+	if f.evidenceFile != "" && !filepath.IsAbs(f.evidenceFile) {
+		abs, err := filepath.Abs(f.evidenceFile)
+		if err != nil {
+			return fail("--evidence: %v", err)
+		}
+		f.evidenceFile = abs
+	}
+	return spec, nil
+}
+
+func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
+	began := time.Now()
+	out := Outcome{LevelRequested: sandbox.DedicatedContainer}
+	finish := func(code int, err error) error {
+		out.DurationMS = time.Since(began).Milliseconds()
+		if err != nil {
+			out.FailureKind, out.Error = sandbox.KindOf(err), err.Error()
+			var xe *linux.ExecError
+			if errors.As(err, &xe) {
+				out.FailureKind = sandbox.KindExec
+			}
+			fmt.Fprintf(g.stderr, "cordon: %s\n", describe(err))
+		}
+		out.ExitCode = code
+		if f.json {
+			_ = writeJSON(g.stdout, out)
+		}
+		return &exitError{code: code}
+	}
+	spec, err := f.parseSpec(argv)
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
+	out.LevelRequested = spec.Level
+	if spec.Level == sandbox.DedicatedVM {
+		return finish(ExitRefused, sandbox.Failf(sandbox.KindPolicyRejected, "run", "no provider on this host can evidence DEDICATED_VM (the native Linux provider reaches DEDICATED_CONTAINER); nothing was started"))
+	}
+	if err := requireRoot("run"); err != nil {
+		return finish(ExitRefused, err)
+	}
+	st, err := g.openStore()
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
+	defer st.Close()
+	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip})
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
+	// Residue of standalone runs whose owner is provably gone.
+	if _, err := linux.Reclaim(ctx, st, prov.Layout()); err != nil {
+		g.logger().Warn("reclaim residue", "err", err)
+	}
+	capab, err := prov.Probe(ctx)
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
+	if _, err := sandbox.Select(spec.Level, []sandbox.Candidate{{Provider: prov, Capability: capab}}); err != nil {
+		return finish(ExitRefused, sandbox.Failf(sandbox.KindUnsupported, "run", "this host cannot build the boundary for %s: missing %s", spec.Level, strings.Join(capab.Missing, "; ")))
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sb, err := prov.Provision(ctx, spec)
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
+	defer sb.Deprovision(context.WithoutCancel(ctx))
+	out.SandboxID = sb.ID()
+
+	// SIGINT/SIGTERM/SIGHUP to cordon: forward to the program, and end the
+	// whole tree if it has not ended within the grace period.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	ls := sb.(interface{ Signal(syscall.Signal) })
+	go func() {
+		for s := range sigs {
+			ls.Signal(s.(syscall.Signal))
+			go func() {
+				time.Sleep(2 * time.Second)
+				_ = sb.Stop(context.Background())
+			}()
+		}
+	}()
+
+	adm, err := sb.Start(ctx)
+	rec, _ := adm.Record.(*evidence.Record)
+	if rec != nil {
+		rec.LevelRequested = spec.Level
+		out.LevelAdmitted, out.EnforcementMode = rec.LevelAdmitted, rec.EnforcementMode
+		for _, name := range evidence.Boundaries() {
+			if !rec.Boundaries[name].Verified {
+				out.Unverified = append(out.Unverified, name)
+			}
+		}
+	}
+	writeEvidence := func() {
+		if f.evidenceFile != "" && rec != nil {
+			if werr := writeFileAtomic(f.evidenceFile, rec); werr != nil {
+				fmt.Fprintf(g.stderr, "cordon: write evidence: %v\n", werr)
+			}
+		}
+	}
+	if err != nil {
+		writeEvidence()
+		return finish(ExitRefused, err)
+	}
+	if adm.Level < spec.Level {
+		writeEvidence()
+		return finish(ExitRefused, sandbox.Failf(sandbox.KindEvidence, "admission",
+			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
+			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
+	}
+	if err := sb.Exec(ctx); err != nil {
+		writeEvidence()
+		var xe *linux.ExecError
+		if errors.As(err, &xe) {
+			if xe.NotFound() {
+				return finish(ExitNotFound, fmt.Errorf("%s: %s", argv[0], xe.Msg))
+			}
+			return finish(ExitNoExec, fmt.Errorf("%s: %s", argv[0], xe.Msg))
+		}
+		return finish(ExitRefused, err)
+	}
+	ex, err := sb.Wait(ctx)
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
+	now := time.Now().UTC()
+	if rec != nil {
+		rec.FinishedAt = &now
+		rec.Outcome = &evidence.Outcome{ExitCode: ex.Code, Signal: ex.Signal, OOM: ex.OOM, TimedOut: ex.TimedOut}
+	}
+	writeEvidence()
+	out.Signal, out.OOM, out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
+	code := ex.Code
+	switch {
+	case ex.TimedOut:
+		code = ExitTimeout
+		fmt.Fprintf(g.stderr, "cordon: %s: the program ran longer than --timeout %s and was killed\n", sandbox.KindTimeout, f.timeout)
+	case ex.Signal != 0:
+		code = 128 + ex.Signal
+		if ex.OOM {
+			fmt.Fprintf(g.stderr, "cordon: the program was killed by the out-of-memory killer (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
+		}
+	case ex.OOM:
+		fmt.Fprintf(g.stderr, "cordon: the out-of-memory killer acted in the sandbox (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
+	}
+	return finish(code, nil)
+}
+
+func writeFileAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,487 @@
+package evidence
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Inputs tell the collector what to expect. Everything it judges it reads
+// itself from the host's /proc; Inputs never carry the sandbox's own word.
+type Inputs struct {
+	Pid                 int // host pid of the sandbox init
+	LeaseUID, LeaseGID  uint32
+	LeaseSize           uint32
+	UID, GID            int               // the program's uid/gid inside the namespace
+	CgroupPaths         map[string]string // controller ("" for v2) -> path the init must be in
+	Resource            []Check           // limits read back from the cgroup filesystem by the trusted side
+	MountTargets        []string          // every mount point the sandbox may have (sandbox view)
+	WritableTargets     []string          // mount points that may be writable
+	NoFile, FSize       uint64
+	ProbeDir            string // sandbox path of the Landlock probe dir
+	ProbeControl, Probe string // file names in ProbeDir
+	Hostname            string
+}
+
+var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
+
+// Collect reads the live sandbox and judges the six boundaries.
+func Collect(in Inputs) map[string]Boundary {
+	proc := fmt.Sprintf("/proc/%d", in.Pid)
+	ns := nsChecks(proc)
+	b := map[string]Boundary{}
+	b[Process] = judge(append(pick(ns, "pid"), processChecks(proc)...))
+	b[Credential] = judge(append(pick(ns, "user"), credentialChecks(proc, in)...))
+	b[Filesystem] = judge(append(pick(ns, "mnt"), filesystemChecks(proc, in)...))
+	b[IPC] = judge(append(pick(ns, "ipc", "uts"), ipcChecks(proc, in)...))
+	b[Network] = judge(append(pick(ns, "net"), networkChecks(proc)...))
+	b[Resource] = judge(append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...))
+	return b
+}
+
+func judge(cs []Check) Boundary {
+	ok := len(cs) > 0
+	for _, c := range cs {
+		ok = ok && c.OK
+	}
+	return Boundary{Verified: ok, Facts: cs}
+}
+
+func pick(cs []Check, names ...string) []Check {
+	var out []Check
+	for _, c := range cs {
+		for _, n := range names {
+			if c.Name == n+"_namespace" {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// nsChecks compares each namespace of the sandbox with the trusted
+// process's own (the host's).
+func nsChecks(proc string) []Check {
+	var out []Check
+	for _, n := range nsNames {
+		mine, err1 := os.Readlink("/proc/self/ns/" + n)
+		theirs, err2 := os.Readlink(proc + "/ns/" + n)
+		c := Check{Name: n + "_namespace", Want: "differs from host " + mine, Got: theirs, Source: proc + "/ns/" + n}
+		if err1 != nil || err2 != nil {
+			c.Got = fmt.Sprint("unreadable: ", errors.Join(err1, err2))
+		} else {
+			c.OK = mine != theirs
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// taskStatuses returns /proc/PID/task/*/status for every thread.
+func taskStatuses(proc string) (map[string]map[string]string, error) {
+	tasks, err := os.ReadDir(proc + "/task")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	for _, t := range tasks {
+		st, err := readStatus(filepath.Join(proc, "task", t.Name(), "status"))
+		if err != nil {
+			return nil, err
+		}
+		out[t.Name()] = st
+	}
+	return out, nil
+}
+
+func readStatus(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m, nil
+}
+
+// allTasks checks one status field on every thread.
+func allTasks(proc, field, want string, ok func(string) bool) Check {
+	c := Check{Name: strings.ToLower(field), Want: want, Source: proc + "/task/*/status"}
+	sts, err := taskStatuses(proc)
+	if err != nil || len(sts) == 0 {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	var bad, vals []string
+	for tid, st := range sts {
+		v, present := st[field]
+		if !present || !ok(v) {
+			bad = append(bad, tid+"="+v)
+		}
+		if !slices.Contains(vals, v) {
+			vals = append(vals, v)
+		}
+	}
+	slices.Sort(vals)
+	c.Got = strings.Join(vals, " | ")
+	if len(bad) > 0 {
+		c.Got += " (bad threads: " + strings.Join(bad, ", ") + ")"
+	}
+	c.OK = len(bad) == 0
+	c.Got = fmt.Sprintf("%s [%d threads]", c.Got, len(sts))
+	return c
+}
+
+func zeroCaps(v string) bool { return strings.Trim(v, "0") == "" }
+
+func processChecks(proc string) []Check {
+	out := []Check{
+		allTasks(proc, "NoNewPrivs", "1", func(v string) bool { return v == "1" }),
+		allTasks(proc, "Seccomp", "2 (filter)", func(v string) bool { return v == "2" }),
+		allTasks(proc, "Seccomp_filters", ">= 1", func(v string) bool { n, err := strconv.Atoi(v); return err == nil && n >= 1 }),
+	}
+	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		out = append(out, allTasks(proc, f, "0000000000000000", zeroCaps))
+	}
+	// A non-dumpable process's /proc files belong to its namespace's root,
+	// not to its own uid, so a same-uid process cannot open /proc/1/mem.
+	c := Check{Name: "init_non_dumpable", Want: "owner of /proc/PID/mem is the namespace root, not the program uid", Source: proc + "/mem"}
+	var st, sst unix.Stat_t
+	err1 := unix.Stat(proc+"/mem", &st)
+	err2 := unix.Stat(proc+"/status", &sst)
+	if err1 != nil || err2 != nil {
+		c.Got = fmt.Sprint("unreadable: ", errors.Join(err1, err2))
+	} else {
+		euid := statusUID(proc)
+		c.Got = fmt.Sprintf("mem owner %d, process euid %d", st.Uid, euid)
+		c.OK = euid >= 0 && int64(st.Uid) != euid
+	}
+	return append(out, c)
+}
+
+func statusUID(proc string) int64 {
+	st, err := readStatus(proc + "/status")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(st["Uid"])
+	if len(f) < 2 {
+		return -1
+	}
+	n, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func credentialChecks(proc string, in Inputs) []Check {
+	inLease := func(base uint32) func(string) bool {
+		return func(v string) bool {
+			f := strings.Fields(v)
+			if len(f) != 4 {
+				return false
+			}
+			for _, s := range f {
+				n, err := strconv.ParseUint(s, 10, 32)
+				if err != nil || uint32(n) < base || uint32(n) >= base+in.LeaseSize || uint32(n) == base {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	want := fmt.Sprintf("all four in [%d, %d), none the namespace root", in.LeaseUID, in.LeaseUID+in.LeaseSize)
+	out := []Check{
+		allTasks(proc, "Uid", want, inLease(in.LeaseUID)),
+		allTasks(proc, "Gid", want, inLease(in.LeaseGID)),
+		allTasks(proc, "Groups", "empty", func(v string) bool { return v == "" }),
+	}
+	for _, m := range []struct {
+		file string
+		base uint32
+	}{{"uid_map", in.LeaseUID}, {"gid_map", in.LeaseGID}} {
+		c := Check{Name: m.file, Want: fmt.Sprintf("0 %d %d", m.base, in.LeaseSize), Source: proc + "/" + m.file}
+		b, err := os.ReadFile(proc + "/" + m.file)
+		if err != nil {
+			c.Got = fmt.Sprint("unreadable: ", err)
+		} else {
+			c.Got = strings.Join(strings.Fields(string(b)), " ")
+			c.OK = c.Got == c.Want
+		}
+		out = append(out, c)
+	}
+	// The init's environment is what the trusted side passed: nothing of the
+	// host's (the program's environment is built from declared values only).
+	c := Check{Name: "init_environment", Want: "empty", Source: proc + "/environ"}
+	if b, err := os.ReadFile(proc + "/environ"); err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+	} else {
+		c.Got = fmt.Sprintf("%d bytes", len(b))
+		c.OK = len(b) == 0
+	}
+	return append(out, c)
+}
+
+// mountEntry is one line of mountinfo.
+type mountEntry struct {
+	target, fstype, source, opts, superOpts string
+}
+
+func readMountinfo(path string) ([]mountEntry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []mountEntry
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		sep := slices.Index(f, "-")
+		if len(f) < 6 || sep < 0 || len(f) < sep+3 {
+			return nil, fmt.Errorf("malformed mountinfo line %q", sc.Text())
+		}
+		out = append(out, mountEntry{target: unescape(f[4]), opts: f[5], fstype: f[sep+1], source: f[sep+2], superOpts: strings.Join(f[sep+3:], " ")})
+	}
+	return out, sc.Err()
+}
+
+func unescape(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+func hasOpt(opts, o string) bool { return slices.Contains(strings.Split(opts, ","), o) }
+
+func filesystemChecks(proc string, in Inputs) []Check {
+	var out []Check
+	ms, err := readMountinfo(proc + "/mountinfo")
+	c := Check{Name: "root_read_only", Want: "/ mounted ro", Source: proc + "/mountinfo"}
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return append(out, c)
+	}
+	for _, m := range ms {
+		if m.target == "/" {
+			c.Got = m.opts
+			c.OK = hasOpt(m.opts, "ro")
+		}
+	}
+	out = append(out, c)
+	// Every mount must be one the provider declared; writable ones only
+	// where declared writable.
+	var undeclared, rw []string
+	for _, m := range ms {
+		if !slices.Contains(in.MountTargets, m.target) {
+			undeclared = append(undeclared, m.target+" ("+m.fstype+" "+m.source+")")
+		}
+		if !hasOpt(m.opts, "ro") && !slices.Contains(in.WritableTargets, m.target) {
+			rw = append(rw, m.target)
+		}
+	}
+	out = append(out,
+		Check{Name: "no_undeclared_mounts", Want: "only declared mount points", Got: fmt.Sprintf("%d mounts; undeclared: %v", len(ms), undeclared), OK: len(undeclared) == 0, Source: proc + "/mountinfo"},
+		Check{Name: "writable_mounts_declared", Want: "writable only: " + strings.Join(in.WritableTargets, " "), Got: fmt.Sprintf("unexpectedly writable: %v", rw), OK: len(rw) == 0, Source: proc + "/mountinfo"},
+	)
+	return append(out, landlockProbe(proc, in))
+}
+
+// landlockProbe judges Landlock by its effect, which /proc cannot show
+// here: before Landlock the init wrote the control file into a tmpfs its
+// uid owns; after Landlock it tried to write the probe file. The trusted
+// side looks into the sandbox's root and must find the first and not the
+// second. The agent has not run yet, so nothing else wrote there.
+func landlockProbe(proc string, in Inputs) Check {
+	c := Check{Name: "landlock_denies_write", Want: "control file present, probe file absent", Source: proc + "/root" + in.ProbeDir}
+	// /proc/PID/root is a magic link; below it, resolve inside that root
+	// and follow no symlink at all.
+	root, err := unix.Open(proc+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	defer unix.Close(root)
+	dir, err := unix.Openat2(root, strings.TrimPrefix(in.ProbeDir, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	defer unix.Close(dir)
+	var st unix.Stat_t
+	ctl := unix.Fstatat(dir, in.ProbeControl, &st, unix.AT_SYMLINK_NOFOLLOW)
+	denied := unix.Fstatat(dir, in.Probe, &st, unix.AT_SYMLINK_NOFOLLOW)
+	c.Got = fmt.Sprintf("control: %v, probe: %v", errText(ctl, "present"), errText(denied, "present"))
+	c.OK = ctl == nil && errors.Is(denied, unix.ENOENT)
+	return c
+}
+
+func errText(err error, ok string) string {
+	if err == nil {
+		return ok
+	}
+	return err.Error()
+}
+
+func ipcChecks(proc string, in Inputs) []Check {
+	// /proc/sys and /proc/sysvipc show the *reader's* namespaces, so the
+	// trusted side enters the sandbox's UTS and IPC namespaces on one
+	// locked thread to read them (setns into these needs no unsharing of
+	// the process, and returns afterwards).
+	c := Check{Name: "hostname", Want: in.Hostname, Source: proc + "/ns/uts: uname"}
+	err := inNamespace(proc+"/ns/uts", unix.CLONE_NEWUTS, func() error {
+		var u unix.Utsname
+		if err := unix.Uname(&u); err != nil {
+			return err
+		}
+		c.Got = unix.ByteSliceToString(u.Nodename[:])
+		return nil
+	})
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+	}
+	c.OK = err == nil && c.Got == in.Hostname
+	out := []Check{c}
+	var objs [3]int
+	err = inNamespace(proc+"/ns/ipc", unix.CLONE_NEWIPC, func() error {
+		for i, f := range []string{"msg", "sem", "shm"} {
+			b, err := os.ReadFile("/proc/sysvipc/" + f)
+			if err != nil {
+				return err
+			}
+			objs[i] = len(strings.Split(strings.TrimSpace(string(b)), "\n")) - 1
+		}
+		return nil
+	})
+	for i, f := range []string{"msg", "sem", "shm"} {
+		cc := Check{Name: "sysvipc_" + f + "_empty", Want: "no objects", Source: proc + "/ns/ipc: /proc/sysvipc/" + f}
+		if err != nil {
+			cc.Got = fmt.Sprint("unreadable: ", err)
+		} else {
+			cc.Got = fmt.Sprintf("%d objects", objs[i])
+			cc.OK = objs[i] == 0
+		}
+		out = append(out, cc)
+	}
+	return out
+}
+
+func networkChecks(proc string) []Check {
+	var out []Check
+	c := Check{Name: "interfaces", Want: "lo only", Source: proc + "/net/dev"}
+	if b, err := os.ReadFile(proc + "/net/dev"); err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+	} else {
+		var ifs []string
+		for _, l := range strings.Split(string(b), "\n")[2:] {
+			if name, _, ok := strings.Cut(l, ":"); ok {
+				ifs = append(ifs, strings.TrimSpace(name))
+			}
+		}
+		c.Got = strings.Join(ifs, ",")
+		c.OK = c.Got == "lo"
+	}
+	out = append(out, c)
+	r4 := Check{Name: "ipv4_routes", Want: "none", Source: proc + "/net/route"}
+	if b, err := os.ReadFile(proc + "/net/route"); err != nil {
+		r4.Got = fmt.Sprint("unreadable: ", err)
+	} else {
+		n := len(strings.Split(strings.TrimSpace(string(b)), "\n")) - 1
+		r4.Got = fmt.Sprintf("%d routes", n)
+		r4.OK = n == 0
+	}
+	r6 := Check{Name: "ipv6_routes", Want: "none but loopback", Source: proc + "/net/ipv6_route"}
+	if b, err := os.ReadFile(proc + "/net/ipv6_route"); err != nil {
+		r6.Got = fmt.Sprint("unreadable: ", err)
+	} else {
+		var other []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 10 && f[9] != "lo" {
+				other = append(other, f[9])
+			}
+		}
+		r6.Got = fmt.Sprintf("non-loopback routes: %v", other)
+		r6.OK = len(other) == 0
+	}
+	return append(out, r4, r6)
+}
+
+func cgroupMembership(proc string, in Inputs) []Check {
+	b, err := os.ReadFile(proc + "/cgroup")
+	got := map[string]string{}
+	if err == nil {
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			parts := strings.SplitN(l, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			for _, ctl := range strings.Split(parts[1], ",") {
+				got[ctl] = parts[2]
+			}
+		}
+	}
+	var out []Check
+	ctls := make([]string, 0, len(in.CgroupPaths))
+	for k := range in.CgroupPaths {
+		ctls = append(ctls, k)
+	}
+	slices.Sort(ctls)
+	if len(ctls) == 0 {
+		return []Check{{Name: "cgroup_membership", Want: "a cgroup per controller", Got: "no cgroups", Source: proc + "/cgroup"}}
+	}
+	for _, ctl := range ctls {
+		name := ctl
+		if name == "" {
+			name = "v2"
+		}
+		c := Check{Name: "cgroup_" + name, Want: in.CgroupPaths[ctl], Got: got[ctl], Source: proc + "/cgroup"}
+		if err != nil {
+			c.Got = fmt.Sprint("unreadable: ", err)
+		}
+		c.OK = err == nil && got[ctl] == in.CgroupPaths[ctl]
+		out = append(out, c)
+	}
+	return out
+}
+
+func rlimitChecks(proc string, in Inputs) []Check {
+	b, err := os.ReadFile(proc + "/limits")
+	lim := map[string][2]string{}
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			// "Max open files            1024                 1048576              files"
+			if len(l) < 26 {
+				continue
+			}
+			f := strings.Fields(l[25:])
+			if len(f) >= 2 {
+				lim[strings.TrimSpace(l[:25])] = [2]string{f[0], f[1]}
+			}
+		}
+	}
+	var out []Check
+	for _, r := range []struct {
+		name, key string
+		want      uint64
+	}{{"rlimit_core", "Max core file size", 0}, {"rlimit_nofile", "Max open files", in.NoFile}, {"rlimit_fsize", "Max file size", in.FSize}} {
+		w := strconv.FormatUint(r.want, 10)
+		v := lim[r.key]
+		c := Check{Name: r.name, Want: w + " " + w, Got: v[0] + " " + v[1], Source: proc + "/limits"}
+		c.OK = err == nil && v[0] == w && v[1] == w
+		out = append(out, c)
+	}
+	return out
+}

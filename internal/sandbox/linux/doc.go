@@ -1,0 +1,11 @@
+// Package linux is the native Linux provider: it builds a sandbox from user,
+// PID, mount, network, IPC, UTS and cgroup namespaces on a leased UID/GID
+// range, cgroup limits (v1 and v2, per controller), an immutable base with
+// bounded scratch, idmapped workspace binds, Landlock and seccomp, and
+// admits it at a level only from evidence it reads off the live sandbox.
+//
+// This package runs on the trusted side, as root. It must never parse
+// anything the sandbox produces beyond the init's small control messages
+// (bounded, JSON, treated as hints), never follow a symlink in a
+// user-supplied path, and never start the program before admission.
+package linux

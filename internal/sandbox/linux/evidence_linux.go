@@ -1,0 +1,93 @@
+package linux
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+)
+
+// evidence reads the live sandbox and builds its record. The limits come
+// from the cgroup filesystem, read back by the trusted side.
+func (sb *linuxSandbox) evidence(in evidence.Inputs) *evidence.Record {
+	in.Resource = sb.limitChecks()
+	b := evidence.Collect(in)
+	level, mode := evidence.Admit(b)
+	rec := &evidence.Record{
+		Schema: evidence.Schema, SandboxID: sb.spec.ID, Workload: sb.spec.Workload,
+		LevelRequested: sb.spec.Level, LevelAdmitted: level, EnforcementMode: mode,
+		Boundaries: b, Host: hostFacts(sb.p.layout),
+		Provider:      evidence.Provider{Name: ProviderName, Version: ProviderVersion},
+		CordonSHA256:  sb.p.opts.CordonSHA256,
+		SeccompSHA256: sb.prog.SHA256,
+		Lease:         evidence.LeaseFacts{UID: sb.rec.Lease.UID, GID: sb.rec.Lease.GID, Size: sb.rec.Lease.Size},
+		TCB:           evidence.TCB, Assumptions: evidence.Assumptions, NonClaims: evidence.NonClaims,
+		CreatedAt: sb.created, CollectedAt: time.Now().UTC(),
+	}
+	return rec
+}
+
+func (sb *linuxSandbox) limitChecks() []evidence.Check {
+	src := strings.Join(sb.cg.Dirs(), " ")
+	f, err := sb.cg.ReadBack()
+	if err != nil {
+		return []evidence.Check{{Name: "cgroup_limits", Want: "readable", Got: "unreadable: " + err.Error(), Source: src}}
+	}
+	want := cgroup.Limits{MemoryBytes: sb.spec.Limits.MemoryBytes, Pids: sb.spec.Limits.Pids, CPUs: sb.spec.Limits.CPUs}
+	return limitFacts(want, f, sb.cg.NoSwapAccounting(), src)
+}
+
+func hostFacts(l cgroup.Layout) evidence.Host {
+	h := evidence.Host{Cgroups: map[string]string{}}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		h.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		h.BootID = strings.TrimSpace(string(b))
+	}
+	for c, m := range l.Mounts {
+		h.Cgroups[string(c)] = "v1"
+		if m.Version == 2 {
+			h.Cgroups[string(c)] = "v2"
+		}
+	}
+	h.LandlockABI, _ = llsys.LandlockGetABIVersion()
+	h.Seccomp = unix.Prctl(unix.PR_GET_SECCOMP, 0, 0, 0, 0) == nil
+	return h
+}
+
+// limitFacts compares the limits read back from the cgroup files with the
+// request. Swap: memory+swap must equal memory, unless the host has no
+// swap at all (then there is nothing to escape to).
+func limitFacts(want cgroup.Limits, f cgroup.Facts, noSwapAcct bool, src string) []evidence.Check {
+	quota := int64(want.CPUs*float64(f.CPUPeriodUs) + 0.5)
+	out := []evidence.Check{
+		{Name: "memory_limit", Want: itoa(want.MemoryBytes), Got: itoa(f.MemoryBytes), OK: f.MemoryBytes == want.MemoryBytes, Source: f.Files["MemoryBytes"]},
+		{Name: "pids_limit", Want: itoa(want.Pids), Got: itoa(f.Pids), OK: f.Pids == want.Pids, Source: f.Files["Pids"]},
+		{Name: "cpu_quota", Want: itoa(quota) + "/" + itoa(f.CPUPeriodUs), Got: itoa(f.CPUQuotaUs) + "/" + itoa(f.CPUPeriodUs), OK: f.CPUPeriodUs > 0 && f.CPUQuotaUs == quota, Source: f.Files["CPUQuotaUs"]},
+	}
+	sw := evidence.Check{Name: "swap_bounded", Want: "memory+swap == memory (" + itoa(want.MemoryBytes) + ")", Got: itoa(f.MemswBytes), Source: f.Files["MemswBytes"]}
+	switch {
+	case f.MemswBytes == want.MemoryBytes:
+		sw.OK = true
+	case noSwapAcct || f.NoSwapAccounting:
+		b, err := os.ReadFile("/proc/swaps")
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		sw.Got = "host does not account swap; /proc/swaps lists " + itoa(int64(len(lines)-1)) + " devices"
+		sw.Source = "/proc/swaps"
+		sw.OK = err == nil && len(lines) == 1
+	}
+	if sw.Source == "" {
+		sw.Source = src
+	}
+	return append(out, sw)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

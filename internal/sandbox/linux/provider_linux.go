@@ -1,0 +1,271 @@
+package linux
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// ProviderName and ProviderVersion identify this provider in evidence.
+const (
+	ProviderName    = "linux-native"
+	ProviderVersion = "1"
+)
+
+// Defaults for limits the user did not set.
+const (
+	DefaultMemory = 4 << 30
+	DefaultPids   = 4096
+	DefaultTmp    = 1 << 30
+	DefaultNoFile = 65536
+	DefaultFSize  = 16 << 30
+)
+
+// Options configure the provider.
+type Options struct {
+	StateDir string
+	Store    *store.Store
+	Logger   *slog.Logger
+	// CordonSHA256 is the digest of the running binary, for evidence.
+	CordonSHA256 string
+	// TestSkip is passed to the init; only test builds honour it.
+	TestSkip []string
+}
+
+// Provider is the native Linux provider.
+type Provider struct {
+	opts   Options
+	layout cgroup.Layout
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// New returns the provider. It detects the cgroup layout once.
+func New(opts Options) (*Provider, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	l, err := cgroup.Detect()
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindUnsupported, "detect cgroups", err)
+	}
+	return &Provider{opts: opts, layout: l}, nil
+}
+
+// Layout is the detected cgroup layout.
+func (p *Provider) Layout() cgroup.Layout { return p.layout }
+
+// Probe reports what this host supports. It creates nothing.
+func (p *Provider) Probe(ctx context.Context) (sandbox.Capability, error) {
+	c := sandbox.Capability{Schema: sandbox.CapabilitySchema, Provider: ProviderName, Version: ProviderVersion, Features: map[string]string{}}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		c.Features["kernel"] = unix.ByteSliceToString(u.Release[:])
+	}
+	c.Features["arch"] = runtime.GOARCH
+	if os.Geteuid() != 0 {
+		c.Missing = append(c.Missing, "root (cordon builds sandboxes as root; run it with sudo)")
+	}
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err != nil || strings.TrimSpace(string(b)) == "0" {
+		c.Missing = append(c.Missing, "user namespaces (/proc/sys/user/max_user_namespaces is 0 or unreadable)")
+	} else {
+		c.Features["user_namespaces"] = strings.TrimSpace(string(b))
+	}
+	for _, m := range p.layout.Missing() {
+		c.Missing = append(c.Missing, fmt.Sprintf("cgroup controller %s", m))
+	}
+	for ctl, m := range p.layout.Mounts {
+		c.Features["cgroup_"+string(ctl)] = fmt.Sprintf("v%d %s", m.Version, m.Path)
+	}
+	if p.layout.Unified != "" {
+		c.Features["cgroup_unified"] = p.layout.Unified
+	}
+	abi, err := llsys.LandlockGetABIVersion()
+	if err != nil || abi < 1 {
+		c.Missing = append(c.Missing, "Landlock (not enabled in this kernel)")
+	}
+	c.Features["landlock_abi"] = fmt.Sprint(abi)
+	if err := unix.Prctl(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
+		c.Missing = append(c.Missing, "seccomp")
+	} else {
+		c.Features["seccomp"] = "filter"
+	}
+	if _, err := seccompProgram(); err != nil {
+		c.Missing = append(c.Missing, "seccomp filter for "+runtime.GOARCH+": "+err.Error())
+	}
+	c.MaxLevel = sandbox.DedicatedContainer
+	if len(c.Missing) > 0 {
+		// Without any one of these the six boundaries cannot all be built.
+		c.MaxLevel = sandbox.Shared
+	}
+	return c, nil
+}
+
+// newID returns a fresh sandbox id: 16 lowercase hex characters.
+func newID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Provision validates the spec, commits the write-ahead record (which
+// leases the UID/GID range), then creates the host resources: cgroups and
+// the detached mount trees of the binds.
+func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, sandbox.Failf(sandbox.KindUsage, "provision", "no program given")
+	}
+	if spec.Level == sandbox.DedicatedVM {
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+	}
+	if spec.ID == "" {
+		spec.ID = newID()
+	}
+	spec.Limits = withDefaults(spec.Limits)
+	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
+	if err := lim.Validate(); err != nil {
+		return nil, sandbox.Fail(sandbox.KindUsage, "limits", err)
+	}
+	if m := p.layout.Missing(); len(m) > 0 {
+		return nil, sandbox.Failf(sandbox.KindUnsupported, "provision", "cgroup controllers missing on this host: %v", m)
+	}
+	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			sb.Deprovision(context.WithoutCancel(ctx))
+		}
+	}()
+	// Open and check every bind before anything is created.
+	if err := sb.openBinds(); err != nil {
+		return nil, err
+	}
+	owner, err := store.Self()
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindStore, "owner", err)
+	}
+	rec, err := p.opts.Store.Begin(ctx, store.Record{
+		ID: spec.ID, Kind: "run", Workload: spec.Workload, Owner: owner,
+		Resources: cgroup.PlannedDirs(p.layout, spec.ID),
+	})
+	if err != nil {
+		if errorsIsExhausted(err) {
+			return nil, sandbox.Fail(sandbox.KindLeaseExhausted, "lease", err)
+		}
+		return nil, sandbox.Fail(sandbox.KindStore, "write-ahead record", err)
+	}
+	sb.rec = rec
+	sb.recorded = true
+	sb.cg, err = cgroup.Create(p.layout, spec.ID, lim)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindProvision, "cgroups", err)
+	}
+	if err := sb.prepareTrees(); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func withDefaults(l sandbox.Limits) sandbox.Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultMemory
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.CPUs == 0 {
+		l.CPUs = float64(runtime.NumCPU())
+	}
+	if l.TmpBytes == 0 {
+		l.TmpBytes = DefaultTmp
+	}
+	return l
+}
+
+// openBinds validates and opens the workspace, the declared binds and the
+// rootfs, by fd, without following symlinks.
+func (sb *linuxSandbox) openBinds() error {
+	spec := sb.spec
+	state := filepath.Clean(sb.p.opts.StateDir)
+	if spec.Workspace != "" {
+		if !filepath.IsAbs(spec.Workspace) {
+			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s: the workspace path must be absolute", spec.Workspace)
+		}
+		h, err := openBind(sandbox.Bind{Source: spec.Workspace, Target: "/workspace", Writable: true}, state, spec.UnsafeRootWorkspace)
+		if err != nil {
+			return err
+		}
+		sb.binds = append(sb.binds, h)
+		if h.st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s is not a directory", spec.Workspace)
+		}
+	}
+	for _, b := range spec.Binds {
+		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {
+			return sandbox.Failf(sandbox.KindUsage, "bind", "target %s is bound twice", b.Target)
+		}
+		h, err := openBind(b, state, spec.UnsafeRootWorkspace)
+		if err != nil {
+			return err
+		}
+		sb.binds = append(sb.binds, h)
+	}
+	if spec.Rootfs != "" {
+		if !filepath.IsAbs(spec.Rootfs) {
+			return sandbox.Failf(sandbox.KindUsage, "rootfs", "%s: the rootfs path must be absolute", spec.Rootfs)
+		}
+		r := filepath.Clean(spec.Rootfs)
+		if r == "/" || under(state, r) {
+			return sandbox.Failf(sandbox.KindPolicyRejected, "rootfs", "%s may not be a sandbox root", r)
+		}
+		fd, err := openNoFollow(r)
+		if err != nil {
+			return sandbox.Fail(sandbox.KindUsage, "rootfs", err)
+		}
+		sb.rootfs = &hostPath{fd: fd, path: r, target: "/"}
+		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return sandbox.Failf(sandbox.KindUsage, "rootfs", "%s is not a directory", r)
+		}
+	}
+	return nil
+}
+
+// prepareTrees turns the opened binds into detached mount trees.
+func (sb *linuxSandbox) prepareTrees() error {
+	sb.idm = &idmapper{hostUID: sb.rec.Lease.UID + sandboxUID, hostGID: sb.rec.Lease.GID + sandboxGID}
+	for _, h := range sb.binds {
+		// Idmap a user's files to the program; a writable bind always maps
+		// (it was refused above unless its owner is a user or --unsafe-…).
+		idmap := h.writable || h.st.Uid >= minUserUID
+		fd, err := detachedTree(h, sb.idm, idmap)
+		if err != nil {
+			return sandbox.Fail(sandbox.KindProvision, "bind "+h.path, err)
+		}
+		sb.trees = append(sb.trees, tree{fd: fd, target: h.target, writable: h.writable})
+	}
+	if sb.rootfs != nil {
+		fd, err := detachedTree(sb.rootfs, sb.idm, false)
+		if err != nil {
+			return sandbox.Fail(sandbox.KindProvision, "rootfs", err)
+		}
+		sb.rootTree = fd
+	}
+	return nil
+}
+
+func errorsIsExhausted(err error) bool { return errorsIs(err, store.ErrPoolExhausted) }

@@ -1,0 +1,558 @@
+package linux
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/filter"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+var errorsIs = errors.Is
+
+// readyTimeout bounds how long the init may take to build the boundary.
+const readyTimeout = 30 * time.Second
+
+type tree struct {
+	fd       int
+	target   string
+	writable bool
+}
+
+// event is a control message from the init, or the end of the channel.
+type event struct {
+	msg sbinit.Message
+	err error
+}
+
+type linuxSandbox struct {
+	p    *Provider
+	spec sandbox.Spec
+	rec  store.Record
+
+	recorded bool
+	binds    []*hostPath
+	rootfs   *hostPath
+	idm      *idmapper
+	trees    []tree
+	rootTree int
+	cg       *cgroup.Group
+	cfg      sbinit.Config
+	prog     *filter.Program
+
+	cmd    *exec.Cmd
+	ctl    *os.File
+	events chan event
+	done   chan struct{} // closed when the init has exited
+	state  *os.ProcessState
+
+	mu       sync.Mutex
+	timedOut bool
+	exit     *sbinit.Message
+	deprov   bool
+	created  time.Time
+}
+
+var _ sandbox.Sandbox = (*linuxSandbox)(nil)
+
+func (sb *linuxSandbox) ID() string { return sb.spec.ID }
+
+// Lease is the UID/GID range leased for the sandbox.
+func (sb *linuxSandbox) Lease() store.Lease { return sb.rec.Lease }
+
+// InitPid is the host pid of the sandbox init, 0 before Start.
+func (sb *linuxSandbox) InitPid() int {
+	if sb.cmd == nil || sb.cmd.Process == nil {
+		return 0
+	}
+	return sb.cmd.Process.Pid
+}
+
+func seccompProgram() (*filter.Program, error) { return filter.Build() }
+
+func (sb *linuxSandbox) hostname() string { return "cordon-" + sb.spec.ID[:8] }
+
+// buildConfig assembles the init's configuration and the evidence inputs.
+func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
+	prog, err := seccompProgram()
+	if err != nil {
+		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindUnsupported, "seccomp", err)
+	}
+	sb.prog = prog
+	// The init builds the new root on this empty directory, in its own
+	// mount namespace. It runs as its namespace's root, which is no host
+	// uid, so the path must be traversable: the state dir is 0711 (its
+	// files stay 0600) and this dir is empty.
+	mountDir := filepath.Join(sb.p.opts.StateDir, "mnt")
+	if err := os.MkdirAll(mountDir, 0o755); err != nil {
+		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindProvision, "mount dir", err)
+	}
+	if err := os.Chmod(sb.p.opts.StateDir, 0o711); err != nil {
+		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindProvision, "state dir mode", err)
+	}
+	// Lowering a hard limit is allowed; raising it is not (the init holds
+	// no capability in the host's user namespace).
+	nofile, fsize := uint64(DefaultNoFile), uint64(DefaultFSize)
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Max < nofile {
+		nofile = rl.Max
+	}
+	if unix.Getrlimit(unix.RLIMIT_FSIZE, &rl) == nil && rl.Max < fsize {
+		fsize = rl.Max
+	}
+	cfg := sbinit.Config{
+		MountDir: mountDir, Hostname: sb.hostname(), UID: sandboxUID, GID: sandboxGID,
+		TmpBytes: sb.spec.Limits.TmpBytes, NoFile: nofile, FSize: fsize,
+		Seccomp: prog.Raw, Argv: sb.spec.Argv, Env: mergeEnv(sb.spec.Env), Dir: sandboxHome,
+		TestSkip: sb.p.opts.TestSkip,
+	}
+	mounts := []string{"/", "/proc", "/proc/sys", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
+	writable := []string{"/proc", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		mounts = append(mounts, "/dev/"+n)
+		writable = append(writable, "/dev/"+n)
+	}
+	fd := sbinit.FirstTreeFD
+	if sb.rootfs != nil {
+		cfg.RootfsFD = fd
+		fd++
+	} else {
+		cfg.EtcFiles = etcFiles(cfg.Hostname)
+		binds, links := hostBaseBinds(os.Readlink, func(p string) bool { fi, err := os.Stat(p); return err == nil && fi.IsDir() })
+		for _, b := range binds {
+			if _, err := os.Stat(b.Source); err == nil {
+				mounts = append(mounts, b.Target)
+			}
+		}
+		cfg.Binds, cfg.Symlinks = binds, links
+	}
+	// HOME is its own bounded scratch tmpfs, mounted by the init.
+	cfg.Binds = append(cfg.Binds, sbinit.Bind{Target: sandboxHome, Tmpfs: true})
+	cfg.WritablePaths = []string{"/tmp", sandboxHome}
+	for _, t := range sb.trees {
+		cfg.Binds = append(cfg.Binds, sbinit.Bind{FD: fd, Target: t.target, Writable: t.writable})
+		fd++
+		mounts = append(mounts, t.target)
+		if t.writable {
+			writable = append(writable, t.target)
+			cfg.WritablePaths = append(cfg.WritablePaths, t.target)
+		}
+	}
+	if sb.spec.Workspace != "" {
+		cfg.Dir = "/workspace"
+	}
+	in := evidence.Inputs{
+		LeaseUID: sb.rec.Lease.UID, LeaseGID: sb.rec.Lease.GID, LeaseSize: sb.rec.Lease.Size,
+		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
+		NoFile: nofile, FSize: fsize, ProbeDir: sbinit.ProbeDir,
+		ProbeControl: sbinit.ProbeControl, Probe: sbinit.ProbeDenied, Hostname: cfg.Hostname,
+		CgroupPaths: map[string]string{},
+	}
+	// Seen from the host's cgroup namespace, the init must sit in the
+	// sandbox's own group in every hierarchy cordon uses.
+	own := "/" + cgroup.Prefix + "/" + sb.spec.ID
+	for ctl, m := range sb.p.layout.Mounts {
+		key := string(ctl)
+		if m.Version == 2 {
+			key = ""
+		}
+		in.CgroupPaths[key] = own
+	}
+	if sb.p.layout.Unified != "" {
+		in.CgroupPaths[""] = own
+	}
+	return cfg, in, nil
+}
+
+// Start spawns the init in new namespaces inside the sandbox's cgroups,
+// sends it its configuration, waits until it has hardened itself, then
+// reads the evidence and admits a level. The program has not started.
+func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
+	sb.created = time.Now().UTC()
+	cfg, in, err := sb.buildConfig()
+	if err != nil {
+		return sandbox.Admission{}, err
+	}
+	sb.cfg = cfg
+	if err := sb.spawn(); err != nil {
+		return sandbox.Admission{}, err
+	}
+	b, _ := json.Marshal(cfg)
+	if _, err := sb.ctl.Write(b); err != nil {
+		return sandbox.Admission{}, sandbox.Fail(sandbox.KindStart, "send config", err)
+	}
+	m, err := sb.next(ctx, readyTimeout)
+	if err != nil {
+		return sandbox.Admission{}, sandbox.Fail(sandbox.KindStart, "wait for init", err)
+	}
+	if m.Type != "ready" {
+		return sandbox.Admission{}, initFailure(m)
+	}
+	in.Pid = sb.cmd.Process.Pid
+	rec := sb.evidence(in)
+	adm := sandbox.Admission{Level: rec.LevelAdmitted, Verified: rec.EnforcementMode == evidence.Verified, Record: rec}
+	return adm, nil
+}
+
+func initFailure(m sbinit.Message) error {
+	switch m.Type {
+	case "error":
+		return sandbox.Failf(sandbox.KindStart, "sandbox init", "%s: %s", m.Step, m.Error)
+	default:
+		return sandbox.Failf(sandbox.KindStart, "sandbox init", "unexpected message %q", m.Type)
+	}
+}
+
+// next returns the init's next control message.
+func (sb *linuxSandbox) next(ctx context.Context, timeout time.Duration) (sbinit.Message, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case e, ok := <-sb.events:
+		if !ok {
+			return sbinit.Message{}, fmt.Errorf("the sandbox init exited (%v)", sb.exitText())
+		}
+		return e.msg, e.err
+	case <-t.C:
+		return sbinit.Message{}, fmt.Errorf("no answer from the sandbox init within %s", timeout)
+	case <-ctx.Done():
+		return sbinit.Message{}, ctx.Err()
+	}
+}
+
+func (sb *linuxSandbox) exitText() string {
+	select {
+	case <-sb.done:
+		if sb.state != nil {
+			return sb.state.String()
+		}
+	default:
+	}
+	return "running"
+}
+
+// spawn starts the init. The spawning goroutine is locked to its OS thread
+// for the init's whole life: the parent-death signal fires when the thread
+// that forked exits (golang/go#27505). Before the fork the thread joins the
+// sandbox's v1 cgroups (v1 moves single threads), so the init is born in
+// them and its cgroup namespace is rooted there; on v2 clone3 places it
+// with CLONE_INTO_CGROUP. The thread then returns to its own cgroups.
+func (sb *linuxSandbox) spawn() error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return sandbox.Fail(sandbox.KindStart, "socketpair", err)
+	}
+	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
+	child := os.NewFile(uintptr(fds[1]), "cordon-ctl-child")
+	extra := []*os.File{child}
+	if sb.rootTree > 0 {
+		extra = append(extra, os.NewFile(uintptr(sb.rootTree), "rootfs"))
+	}
+	for _, t := range sb.trees {
+		extra = append(extra, os.NewFile(uintptr(t.fd), t.target))
+	}
+	lease := sb.rec.Lease
+	attr := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(lease.UID), Size: int(lease.Size)}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(lease.GID), Size: int(lease.Size)}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = fd
+		defer unix.Close(fd)
+	}
+	stdin, stdout, stderr := sb.spec.Stdin, sb.spec.Stdout, sb.spec.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	sb.cmd = &exec.Cmd{
+		Path: "/proc/self/exe", Args: []string{sbinit.Argv0}, Env: []string{},
+		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: extra, SysProcAttr: attr,
+	}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: when this goroutine returns the thread exits,
+		// which is only after the init is gone.
+		back, err := sb.joinV1()
+		if err == nil {
+			err = sb.cmd.Start()
+			if rerr := rejoin(back); err == nil && rerr != nil {
+				// The init is already in the right cgroups; only this
+				// thread is misplaced. Not fatal for the sandbox.
+				sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", rerr)
+			}
+		}
+		started <- err
+		if err != nil {
+			close(sb.done)
+			return
+		}
+		go sb.readControl()
+		_ = sb.cmd.Wait()
+		sb.state = sb.cmd.ProcessState
+		close(sb.done)
+	}()
+	err = <-started
+	child.Close()
+	for _, f := range extra[1:] {
+		f.Close()
+	}
+	sb.trees, sb.rootTree = nil, 0
+	if err != nil {
+		return sandbox.Fail(sandbox.KindStart, "spawn sandbox init", err)
+	}
+	return nil
+}
+
+// joinV1 moves the calling thread into the sandbox's v1 cgroups and
+// returns the task files to move it back to.
+func (sb *linuxSandbox) joinV1() ([]string, error) {
+	tid := strconv.Itoa(unix.Gettid())
+	mine, err := cgroup.ProcCgroups(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	var back []string
+	for ctl, m := range sb.p.layout.Mounts {
+		if m.Version != 1 {
+			continue
+		}
+		dst := filepath.Join(m.Path, cgroup.Prefix, sb.spec.ID, "tasks")
+		if err := os.WriteFile(dst, []byte(tid), 0); err != nil {
+			rejoin(back)
+			return nil, fmt.Errorf("move spawning thread into %s: %w", dst, err)
+		}
+		back = append(back, filepath.Join(m.Path, mine[string(ctl)], "tasks"))
+	}
+	return back, nil
+}
+
+func rejoin(files []string) error {
+	tid := strconv.Itoa(unix.Gettid())
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, os.WriteFile(f, []byte(tid), 0))
+	}
+	return errors.Join(errs...)
+}
+
+// readControl turns the init's messages into events. Messages are small
+// JSON packets; anything else ends the channel.
+func (sb *linuxSandbox) readControl() {
+	defer close(sb.events)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := sb.ctl.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var m sbinit.Message
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			sb.events <- event{err: fmt.Errorf("malformed control message: %w", err)}
+			return
+		}
+		if m.Type == "exit" {
+			sb.mu.Lock()
+			sb.exit = &m
+			sb.mu.Unlock()
+		}
+		sb.events <- event{msg: m}
+	}
+}
+
+// Exec starts the program: the init forks it in its own session. Exec
+// failures come back as KindExec errors carrying the errno.
+func (sb *linuxSandbox) Exec(ctx context.Context) error {
+	b, _ := json.Marshal(sbinit.Message{Type: "go"})
+	if _, err := sb.ctl.Write(b); err != nil {
+		return sandbox.Fail(sandbox.KindStart, "start program", err)
+	}
+	m, err := sb.next(ctx, readyTimeout)
+	if err != nil {
+		return sandbox.Fail(sandbox.KindStart, "start program", err)
+	}
+	switch m.Type {
+	case "started":
+		sb.p.opts.Store.SetState(ctx, sb.spec.ID, "running")
+		if t := sb.spec.Limits.Timeout; t > 0 {
+			time.AfterFunc(t, sb.timeout)
+		}
+		return nil
+	case "error":
+		return &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
+	default:
+		return initFailure(m)
+	}
+}
+
+// ExecError is an exec failure inside the sandbox.
+type ExecError struct {
+	Errno syscall.Errno
+	Msg   string
+}
+
+func (e *ExecError) Error() string { return "exec_failed: " + e.Msg }
+
+// NotFound reports whether the program does not exist (exit 127 rather than 126).
+func (e *ExecError) NotFound() bool { return e.Errno == syscall.ENOENT || e.Errno == 0 }
+
+func (sb *linuxSandbox) timeout() {
+	sb.mu.Lock()
+	select {
+	case <-sb.done:
+		sb.mu.Unlock()
+		return
+	default:
+	}
+	sb.timedOut = true
+	sb.mu.Unlock()
+	sb.Signal(syscall.SIGTERM)
+	select {
+	case <-sb.done:
+	case <-time.After(time.Second):
+		sb.kill()
+	}
+}
+
+// Signal forwards sig to the program through the init.
+func (sb *linuxSandbox) Signal(sig syscall.Signal) {
+	if pid := sb.InitPid(); pid > 0 {
+		select {
+		case <-sb.done:
+		default:
+			_ = unix.Kill(pid, sig)
+		}
+	}
+}
+
+// kill ends the whole sandbox: SIGKILL to its PID 1 ends every process in
+// the PID namespace; the cgroup kill catches anything that escaped it.
+func (sb *linuxSandbox) kill() {
+	if pid := sb.InitPid(); pid > 0 {
+		select {
+		case <-sb.done:
+		default:
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	if sb.cg != nil {
+		_ = sb.cg.Kill()
+	}
+}
+
+// Wait waits for the program and the init to end and reports how.
+func (sb *linuxSandbox) Wait(ctx context.Context) (sandbox.Exit, error) {
+	select {
+	case <-sb.done:
+	case <-ctx.Done():
+		return sandbox.Exit{}, ctx.Err()
+	}
+	for range sb.events {
+		// Drain: readControl records the exit message.
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	ex := sandbox.Exit{TimedOut: sb.timedOut}
+	if n, err := sb.cg.OOMKills(); err == nil && n > 0 {
+		ex.OOM = true
+	}
+	switch {
+	case sb.exit != nil:
+		ex.Code, ex.Signal = sb.exit.Code, sb.exit.Signal
+	case sb.state != nil:
+		// The init itself ended without reporting: killed (timeout, OOM,
+		// stop) or crashed. Report its signal.
+		if ws, ok := sb.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ex.Signal = int(ws.Signal())
+		} else {
+			ex.Code = sb.state.ExitCode()
+		}
+	}
+	return ex, nil
+}
+
+// Stop ends every process of the sandbox and waits for the init.
+func (sb *linuxSandbox) Stop(ctx context.Context) error {
+	sb.kill()
+	if sb.cmd == nil || sb.cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-sb.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Second):
+		return sandbox.Failf(sandbox.KindInternal, "stop", "the sandbox init did not exit after SIGKILL")
+	}
+}
+
+// Deprovision stops the sandbox, removes its cgroups, closes its fds and
+// deletes the write-ahead record, which releases the lease. Idempotent.
+func (sb *linuxSandbox) Deprovision(ctx context.Context) error {
+	sb.mu.Lock()
+	if sb.deprov {
+		sb.mu.Unlock()
+		return nil
+	}
+	sb.deprov = true
+	sb.mu.Unlock()
+	var errs []error
+	if err := sb.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for _, h := range sb.binds {
+		h.close()
+	}
+	if sb.rootfs != nil {
+		sb.rootfs.close()
+	}
+	for _, t := range sb.trees {
+		unix.Close(t.fd)
+	}
+	if sb.rootTree > 0 {
+		unix.Close(sb.rootTree)
+	}
+	if sb.idm != nil {
+		sb.idm.close()
+	}
+	if sb.ctl != nil {
+		sb.ctl.Close()
+	}
+	if sb.cg != nil {
+		if err := sb.cg.Remove(); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+		}
+	}
+	if sb.recorded && len(errs) == 0 {
+		if err := sb.p.opts.Store.Finish(ctx, sb.spec.ID); err != nil {
+			errs = append(errs, fmt.Errorf("release lease: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

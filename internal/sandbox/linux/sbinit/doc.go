@@ -1,0 +1,18 @@
+// Package sbinit is the sandbox init: the small program that runs as PID 1
+// inside a new sandbox, builds the boundary from the inside (mounts,
+// pivot_root, hostname, loopback, rlimits, capabilities, securebits,
+// no_new_privs, Landlock, seccomp), waits until the trusted side has read
+// its evidence, then starts the program in its own session, reaps children
+// and forwards signals.
+//
+// It is the same binary as cordon, re-executed with argv[0] == Argv0. Its
+// init function dispatches before heavy packages (the SQLite driver, the
+// seccomp compiler) are initialised: Go initialises packages in import-path
+// order once their imports are ready, and this package imports only the
+// standard library, golang.org/x/sys and go-landlock, whose paths sort first.
+//
+// It must never run the program half-hardened: every step is fatal on
+// failure, and the result is asserted before the program is started. It
+// must never treat anything it reports as evidence: the trusted side reads
+// the live process itself; these reports are hints.
+package sbinit

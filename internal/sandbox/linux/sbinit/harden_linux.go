@@ -1,0 +1,199 @@
+package sbinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"unsafe"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// lockedSecurebits: root gets no implicit capabilities on exec, and none of
+// the bits can be changed again. The setuid fixup stays enabled (and is
+// locked) so that the switch to the program's uid clears every capability.
+const lockedSecurebits = 1<<0 | 1<<1 | // SECBIT_NOROOT, _LOCKED
+	1<<3 | // SECBIT_NO_SETUID_FIXUP_LOCKED
+	1<<5 | // SECBIT_KEEP_CAPS_LOCKED
+	1<<6 | 1<<7 // SECBIT_NO_CAP_AMBIENT_RAISE, _LOCKED
+
+// configureNamespaces finishes the namespaces while the init still holds
+// capabilities in its own user namespace.
+func configureNamespaces(cfg *Config) error {
+	// Nested user namespaces: the limit is per user namespace, so this
+	// leaves the host value alone. Seccomp is the second layer.
+	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
+		return fmt.Errorf("limit user namespaces: %w", err)
+	}
+	if err := unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind /proc/sys: %w", err)
+	}
+	if err := remountRO("/proc/sys"); err != nil {
+		return err
+	}
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	return loopbackUp()
+}
+
+// loopbackUp brings lo up; the namespace has no other interface and no route.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("get lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
+	}
+	return nil
+}
+
+func skip(cfg *Config, layer string) bool {
+	if !testHooks {
+		return false
+	}
+	for _, s := range cfg.TestSkip {
+		if s == layer {
+			return true
+		}
+	}
+	return false
+}
+
+// harden drops every privilege the process holds, in an order where each
+// step still has what it needs: rlimits; bounding and ambient sets and
+// securebits (need CAP_SETPCAP); the uid/gid switch (clears the remaining
+// capabilities); dumpable 0; no_new_privs; Landlock; seccomp last, so the
+// filter need not allow any of the calls above. It returns the Landlock ABI.
+func harden(cfg *Config) (int, error) {
+	lims := []struct {
+		res int
+		val uint64
+	}{
+		{unix.RLIMIT_CORE, 0},
+		{unix.RLIMIT_NOFILE, cfg.NoFile},
+		{unix.RLIMIT_FSIZE, cfg.FSize},
+	}
+	for _, l := range lims {
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.val, Max: l.val}); err != nil {
+			return 0, fmt.Errorf("setrlimit %d: %w", l.res, err)
+		}
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := allThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return 0, fmt.Errorf("drop bounding cap %d: %w", c, err)
+		}
+	}
+	if err := allThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return 0, fmt.Errorf("clear ambient caps: %w", err)
+	}
+	if err := allThreadsPrctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0); err != nil {
+		return 0, fmt.Errorf("lock securebits: %w", err)
+	}
+	// syscall.Setgroups/Setresgid/Setresuid apply to every thread.
+	if err := syscall.Setgroups([]int{}); err != nil {
+		return 0, fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setresgid(cfg.GID, cfg.GID, cfg.GID); err != nil {
+		return 0, fmt.Errorf("setresgid: %w", err)
+	}
+	if err := syscall.Setresuid(cfg.UID, cfg.UID, cfg.UID); err != nil {
+		return 0, fmt.Errorf("setresuid: %w", err)
+	}
+	if err := dropAllCaps(); err != nil {
+		return 0, err
+	}
+	// Non-dumpable: a same-uid process must not open /proc/1/mem.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("set non-dumpable: %w", err)
+	}
+	if err := allThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
+		return 0, fmt.Errorf("no_new_privs: %w", err)
+	}
+	abi, _ := llsys.LandlockGetABIVersion()
+	{
+		// Positive control for the Landlock probe: this write must succeed.
+		if err := os.WriteFile(filepath.Join(ProbeDir, ProbeControl), []byte("ok"), 0o600); err != nil {
+			return 0, fmt.Errorf("landlock probe control: %w", err)
+		}
+	}
+	if !skip(cfg, "landlock") && abi > 0 {
+		if err := restrictLandlock(cfg); err != nil {
+			return 0, fmt.Errorf("landlock: %w", err)
+		}
+	}
+	{
+		// Outcome observed by the trusted side; the error here is expected.
+		_ = os.WriteFile(filepath.Join(ProbeDir, ProbeDenied), []byte("escaped"), 0o600)
+	}
+	if !skip(cfg, "seccomp") {
+		if err := installSeccomp(cfg.Seccomp); err != nil {
+			return 0, fmt.Errorf("seccomp: %w", err)
+		}
+	}
+	return abi, nil
+}
+
+func allThreadsPrctl(op, a2, a3 uintptr) error {
+	if _, _, e := syscall.AllThreadsSyscall6(syscall.SYS_PRCTL, op, a2, a3, 0, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// dropAllCaps empties the permitted, effective and inheritable sets of
+// every thread (the uid switch already emptied permitted and effective).
+func dropAllCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
+	}
+	return nil
+}
+
+// restrictLandlock allows writes only under the writable paths and the
+// few device nodes a program needs; everything else is read-only. It also
+// scopes signals and abstract Unix sockets to the sandbox's own domain.
+func restrictLandlock(cfg *Config) error {
+	c := landlock.V6.BestEffort()
+	c = landlock.Config{HandledAccessFS: c.HandledAccessFS, Scoped: c.Scoped}.BestEffort()
+	rules := []landlock.Rule{
+		landlock.RODirs("/"),
+		landlock.RWDirs(cfg.WritablePaths...).IgnoreIfMissing(),
+		landlock.RWDirs("/dev/shm", "/dev/pts").WithIoctlDev().IgnoreIfMissing(),
+		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty").WithIoctlDev().IgnoreIfMissing(),
+	}
+	return c.Restrict(rules...)
+}
+
+// installSeccomp installs the trusted side's compiled filter on every
+// thread (TSYNC). no_new_privs is already set.
+func installSeccomp(raw []byte) error {
+	if len(raw) == 0 || len(raw)%8 != 0 {
+		return fmt.Errorf("no valid filter (%d bytes)", len(raw))
+	}
+	prog := unix.SockFprog{Len: uint16(len(raw) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&raw[0]))}
+	tid, _, e := syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	if e != 0 {
+		return e
+	}
+	if tid != 0 {
+		return fmt.Errorf("thread %d could not be synchronised", tid)
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package sbinit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func init() {
+	if len(os.Args) == 0 {
+		return
+	}
+	if os.Args[0] == HoldArgv0 {
+		var b [1]byte
+		_, _ = os.Stdin.Read(b[:])
+		os.Exit(0)
+	}
+	if os.Args[0] != Argv0 {
+		return
+	}
+	// Capabilities, securebits and Landlock are per thread, and the program
+	// is started from this thread: keep the main goroutine on it for good.
+	runtime.LockOSThread()
+	os.Exit(Main())
+}
+
+// ctl is the control channel to the trusted side.
+type ctl struct{ fd int }
+
+func (c ctl) send(m Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = unix.Write(c.fd, b)
+	return err
+}
+
+func (c ctl) recv(v any) error {
+	buf := make([]byte, MaxMessage)
+	for {
+		n, err := unix.Read(c.fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("control channel closed")
+		}
+		return json.Unmarshal(buf[:n], v)
+	}
+}
+
+// fail reports a failed step and exits. The trusted side kills the sandbox
+// on any error message; exiting also ends every process in the namespace.
+func (c ctl) fail(step string, err error) int {
+	m := Message{Type: "error", Step: step, Error: err.Error()}
+	if e, ok := err.(syscall.Errno); ok {
+		m.Errno = int(e)
+	}
+	_ = c.send(m)
+	return 125
+}
+
+// Main runs the init. It returns only on failure or after the program ended.
+func Main() int {
+	c := ctl{fd: ControlFD}
+	if _, err := unix.FcntlInt(uintptr(c.fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return 125
+	}
+	var cfg Config
+	if err := c.recv(&cfg); err != nil {
+		return c.fail("read config", err)
+	}
+	if err := buildRoot(&cfg); err != nil {
+		return c.fail("build root", err)
+	}
+	if err := configureNamespaces(&cfg); err != nil {
+		return c.fail("configure namespaces", err)
+	}
+	abi, err := harden(&cfg)
+	if err != nil {
+		return c.fail("harden", err)
+	}
+	if err := c.send(Message{Type: "ready", LandlockABI: abi}); err != nil {
+		return 125
+	}
+	var m Message
+	if err := c.recv(&m); err != nil || m.Type != "go" {
+		// The trusted side refused admission or went away: never start.
+		return 125
+	}
+	return supervise(c, &cfg)
+}

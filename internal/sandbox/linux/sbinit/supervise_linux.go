@@ -1,0 +1,103 @@
+package sbinit
+
+import (
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// forwarded are the signals the init passes on to the program.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT}
+
+// supervise starts the program in its own session (no controlling
+// terminal: it cannot push keystrokes into the user's terminal), forwards
+// signals to it, reaps every child, and reports how the program ended.
+// When the program ends the init exits, which ends every other process in
+// the PID namespace.
+func supervise(c ctl, cfg *Config) int {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
+
+	path, err := lookPath(cfg.Argv[0], cfg.Env)
+	if err != nil {
+		return c.fail("exec", err)
+	}
+	pid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{
+		Dir:   cfg.Dir,
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		return c.fail("exec", err)
+	}
+	if err := c.send(Message{Type: "started", Pid: pid}); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		return 125
+	}
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			_ = unix.Kill(pid, sig.(syscall.Signal))
+			continue
+		}
+		for {
+			var ws unix.WaitStatus
+			p, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if p <= 0 || err != nil {
+				break
+			}
+			if p != pid {
+				continue
+			}
+			m := Message{Type: "exit"}
+			if ws.Signaled() {
+				m.Signal = int(ws.Signal())
+			} else {
+				m.Code = ws.ExitStatus()
+			}
+			_ = c.send(m)
+			return 0
+		}
+	}
+	return 0
+}
+
+// lookPath resolves a bare program name on the sandbox's PATH.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	denied := false
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() {
+			continue
+		}
+		if fi.Mode()&0o111 == 0 {
+			denied = true
+			continue
+		}
+		return p, nil
+	}
+	if denied {
+		return "", syscall.EACCES
+	}
+	return "", syscall.ENOENT
+}

@@ -1,0 +1,218 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+)
+
+// minUserUID: files of a uid below this belong to the system, not a user.
+const minUserUID = 1000
+
+// openNoFollow opens an absolute host path as O_PATH without following a
+// symlink anywhere in it, so what is checked is what gets bound.
+func openNoFollow(p string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("%s: a symlink is in the path (symlinks are not followed)", p)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", p, err)
+	}
+	return fd, nil
+}
+
+// hostPath is a validated, opened host path to bind.
+type hostPath struct {
+	fd       int
+	path     string
+	st       unix.Stat_t
+	writable bool
+	target   string
+}
+
+func (h *hostPath) close() {
+	if h.fd >= 0 {
+		unix.Close(h.fd)
+		h.fd = -1
+	}
+}
+
+// openBind validates one declared bind and opens its source by fd.
+func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, error) {
+	src, dst := filepath.Clean(b.Source), filepath.Clean(b.Target)
+	if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+		return nil, sandbox.Failf(sandbox.KindUsage, "bind", "%s:%s: both paths must be absolute", b.Source, b.Target)
+	}
+	for _, r := range refusedSources {
+		if src == r || (r != "/" && under(src, r)) {
+			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s may not be bound into a sandbox", src)
+		}
+	}
+	if under(src, stateDir) || under(stateDir, src) {
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s holds or is inside cordon's state directory %s", src, stateDir)
+	}
+	for _, r := range refusedTargets {
+		if dst == r || (r != "/" && under(dst, r)) {
+			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
+		}
+	}
+	if under(dst, "/dev") || under(dst, "/proc") || under(dst, "/sys") {
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
+	}
+	fd, err := openNoFollow(src)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindUsage, "bind", err)
+	}
+	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst}
+	if err := unix.Fstat(fd, &h.st); err != nil {
+		h.close()
+		return nil, sandbox.Fail(sandbox.KindUsage, "bind", err)
+	}
+	mode := h.st.Mode & unix.S_IFMT
+	if mode != unix.S_IFDIR && mode != unix.S_IFREG {
+		h.close()
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is neither a directory nor a regular file", src)
+	}
+	if b.Writable && h.st.Uid < minUserUID && !unsafeRoot {
+		h.close()
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is owned by uid %d (root or a system account); a writable bind of it needs --unsafe-root-workspace", src, h.st.Uid)
+	}
+	if mode == unix.S_IFDIR {
+		if sock, err := findSocket(src, 200000); err != nil {
+			h.close()
+			return nil, sandbox.Fail(sandbox.KindPolicyRejected, "bind", err)
+		} else if sock != "" {
+			h.close()
+			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s holds a Unix socket (%s); socket-holding directories are never bound", src, sock)
+		}
+	}
+	return h, nil
+}
+
+var errTooLarge = errors.New("too many entries")
+
+// findSocket walks dir (not following symlinks) for a Unix socket. A
+// socket bound in would be a path to a host service outside the netns.
+func findSocket(dir string, limit int) (string, error) {
+	n, found := 0, ""
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == dir {
+				return err
+			}
+			return nil // unreadable subtrees are unreadable inside too
+		}
+		n++
+		if n > limit {
+			return errTooLarge
+		}
+		if d.Type()&fs.ModeSocket != 0 {
+			found = p
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if errors.Is(err, errTooLarge) {
+		return "", fmt.Errorf("%s has more than %d entries; too large to check for Unix sockets", dir, limit)
+	}
+	return found, err
+}
+
+// idmapper makes user namespaces that map a host file owner onto the
+// sandbox's program uid, one per distinct owner, for idmapped mounts.
+type idmapper struct {
+	hostUID, hostGID uint32 // the program's uid/gid as seen on the host
+	byOwner          map[[2]uint32]int
+}
+
+func (m *idmapper) close() {
+	for _, fd := range m.byOwner {
+		unix.Close(fd)
+	}
+}
+
+// usernsFor returns a user namespace fd mapping owner uid/gid to the
+// program's host uid/gid. A short-lived helper holds the namespace while
+// it is opened.
+func (m *idmapper) usernsFor(uid, gid uint32) (int, error) {
+	if fd, ok := m.byOwner[[2]uint32{uid, gid}]; ok {
+		return fd, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return -1, err
+	}
+	defer r.Close()
+	cmd := &exec.Cmd{
+		Path:  "/proc/self/exe",
+		Args:  []string{sbinit.HoldArgv0},
+		Env:   []string{},
+		Stdin: r,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.hostUID), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.hostGID), Size: 1}},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return -1, fmt.Errorf("start idmap helper: %w", err)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	w.Close()
+	_ = cmd.Wait()
+	if err != nil {
+		return -1, fmt.Errorf("open idmap user namespace: %w", err)
+	}
+	if m.byOwner == nil {
+		m.byOwner = map[[2]uint32]int{}
+	}
+	m.byOwner[[2]uint32{uid, gid}] = fd
+	return fd, nil
+}
+
+// detachedTree clones the mount at h into a detached tree, applies
+// nosuid, nodev, read-only unless writable, and an idmap from the source's
+// owner to the program's uid when the owner is a user (not root or a
+// system account, whose files then stay "other" to the program).
+func detachedTree(h *hostPath, m *idmapper, idmap bool) (int, error) {
+	tree, err := unix.OpenTree(h.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree %s: %w", h.path, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !h.writable {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if idmap {
+		ns, err := m.usernsFor(h.st.Uid, h.st.Gid)
+		if err != nil {
+			unix.Close(tree)
+			return -1, err
+		}
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(ns)
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(tree)
+		if idmap && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
+			return -1, sandbox.Failf(sandbox.KindUnsupported, "idmapped mount", "the filesystem of %s does not support idmapped mounts (%v)", h.path, err)
+		}
+		return -1, fmt.Errorf("mount_setattr %s: %w", h.path, err)
+	}
+	return tree, nil
+}
