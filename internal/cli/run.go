@@ -299,9 +299,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		var xe *linux.ExecError
 		if errors.As(err, &xe) {
 			if xe.NotFound() {
-				return finish(ExitNotFound, fmt.Errorf("%s: %s", argv[0], xe.Msg))
+				return finish(ExitNotFound, sandbox.Failf(sandbox.KindExec, argv[0], "%s (not found in the sandbox)", xe.Msg))
 			}
-			return finish(ExitNoExec, fmt.Errorf("%s: %s", argv[0], xe.Msg))
+			return finish(ExitNoExec, sandbox.Failf(sandbox.KindExec, argv[0], "%s (cannot be executed)", xe.Msg))
 		}
 		return finish(ExitRefused, err)
 	}

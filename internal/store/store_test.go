@@ -394,8 +394,8 @@ func TestOpenPermissions(t *testing.T) {
 	s := openTest(t, dir, testPool)
 	begin(t, s, "a") // makes SQLite create the -wal and -shm files
 	for path, want := range map[string]os.FileMode{
-		dir:                                0o700,
-		filepath.Join(dir, dbName):         0o600,
+		dir:                               0o700,
+		filepath.Join(dir, dbName):        0o600,
 		filepath.Join(dir, dbName+"-wal"): 0o600,
 		filepath.Join(dir, dbName+"-shm"): 0o600,
 	} {
@@ -412,7 +412,7 @@ func TestOpenPermissions(t *testing.T) {
 	if err := os.Chmod(shared, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := Open(shared, testPool); err == nil {
+	if s, err := open(shared, testPool, noHostFiles); err == nil {
 		s.Close()
 		t.Errorf("Open(world-writable dir) = nil error, want a refusal")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"os"
 	"strconv"
 	"strings"
@@ -158,7 +159,7 @@ func parseIDDB(data []byte, fields int) ([]uint32, error) {
 
 // lines yields the 1-based number and the content of each line of data,
 // without the line ending and surrounding white space.
-func lines(data []byte) func(yield func(int, string) bool) {
+func lines(data []byte) iter.Seq2[int, string] {
 	return func(yield func(int, string) bool) {
 		n := 0
 		for len(data) > 0 {

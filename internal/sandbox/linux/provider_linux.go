@@ -104,7 +104,7 @@ func (p *Provider) Probe(ctx context.Context) (sandbox.Capability, error) {
 	} else {
 		c.Features["seccomp"] = "filter"
 	}
-	if _, err := seccompProgram(); err != nil {
+	if _, err := seccompFor(p.opts.StateDir, p.opts.CordonSHA256); err != nil {
 		c.Missing = append(c.Missing, "seccomp filter for "+runtime.GOARCH+": "+err.Error())
 	}
 	c.MaxLevel = sandbox.DedicatedContainer

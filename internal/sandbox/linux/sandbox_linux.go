@@ -84,13 +84,12 @@ func (sb *linuxSandbox) InitPid() int {
 	return sb.cmd.Process.Pid
 }
 
-func seccompProgram() (*filter.Program, error) { return filter.Build() }
 
 func (sb *linuxSandbox) hostname() string { return "cordon-" + sb.spec.ID[:8] }
 
 // buildConfig assembles the init's configuration and the evidence inputs.
 func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
-	prog, err := seccompProgram()
+	prog, err := seccompFor(sb.p.opts.StateDir, sb.p.opts.CordonSHA256)
 	if err != nil {
 		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindUnsupported, "seccomp", err)
 	}
