@@ -84,7 +84,6 @@ func (sb *linuxSandbox) InitPid() int {
 	return sb.cmd.Process.Pid
 }
 
-
 func (sb *linuxSandbox) hostname() string { return "cordon-" + sb.spec.ID[:8] }
 
 // buildConfig assembles the init's configuration and the evidence inputs.

@@ -23,11 +23,11 @@ const MaxMessage = 1 << 20
 type Bind struct {
 	// Source is a host path bound by the init (base layout entries only);
 	// FD, when non-zero, is a detached tree moved into place instead.
-	Source   string `json:"source,omitempty"`
-	FD       int    `json:"fd,omitempty"`
+	Source string `json:"source,omitempty"`
+	FD     int    `json:"fd,omitempty"`
 	// Tmpfs makes Target a private scratch tmpfs of Config.TmpBytes owned
 	// by the program's uid (its HOME).
-	Tmpfs bool `json:"tmpfs,omitempty"`
+	Tmpfs    bool   `json:"tmpfs,omitempty"`
 	Target   string `json:"target"`
 	Writable bool   `json:"writable,omitempty"`
 	// Optional skips a source that does not exist (base layout entries).
