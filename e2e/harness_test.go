@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Binaries built once by TestMain.
+var (
+	cordonBin string // the production build
+	hooksBin  string // the same with -tags cordon_testhooks (positive controls)
+	probeDir  string // a root-owned, world-readable dir holding the probe
+	baseDir   string // 0711 parent for state dirs (the sandbox init must traverse them)
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	dir, err := os.MkdirTemp("", "cordon-e2e-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return 0, err
+	}
+	build := func(out string, args ...string) error {
+		cmd := exec.Command("go", append([]string{"build", "-o", out}, args...)...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %v: %v\n%s", args, err, b)
+		}
+		return nil
+	}
+	cordonBin, hooksBin = filepath.Join(dir, "cordon"), filepath.Join(dir, "cordon-hooks")
+	probeDir = filepath.Join(dir, "probe")
+	if err := build(cordonBin, "../cmd/cordon"); err != nil {
+		return 0, err
+	}
+	if err := build(hooksBin, "-tags", "cordon_testhooks", "../cmd/cordon"); err != nil {
+		return 0, err
+	}
+	if err := os.Mkdir(probeDir, 0o755); err != nil {
+		return 0, err
+	}
+	if err := build(filepath.Join(probeDir, "probe"), "./probe"); err != nil {
+		return 0, err
+	}
+	baseDir = filepath.Join(dir, "states")
+	if err := os.Mkdir(baseDir, 0o711); err != nil {
+		return 0, err
+	}
+	return m.Run(), nil
+}
+
+// requireRoot skips without root, except under CI=true where it fails:
+// CI runs as root on a machine with every feature.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this isolation test needs root; under CI=true it may not skip")
+	}
+	t.Skip("needs root (cordon builds sandboxes as root)")
+}
+
+// newStateDir returns a fresh state dir the sandbox init can traverse.
+func newStateDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp(baseDir, "state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Leave nothing behind: gc must find no live record.
+		os.RemoveAll(d)
+	})
+	return d
+}
+
+// Outcome mirrors cli.Outcome (the --json output).
+type Outcome struct {
+	SandboxID       string   `json:"sandbox_id"`
+	LevelRequested  string   `json:"level_requested"`
+	LevelAdmitted   string   `json:"level_admitted"`
+	EnforcementMode string   `json:"enforcement_mode"`
+	ExitCode        int      `json:"exit_code"`
+	Signal          int      `json:"signal"`
+	OOM             bool     `json:"oom"`
+	TimedOut        bool     `json:"timed_out"`
+	FailureKind     string   `json:"failure_kind"`
+	Error           string   `json:"error"`
+	Unverified      []string `json:"unverified_boundaries"`
+}
+
+// ProbeResult mirrors the probe's JSON line.
+type ProbeResult struct {
+	Op    string `json:"op"`
+	OK    bool   `json:"ok"`
+	Errno string `json:"errno"`
+	Err   string `json:"err"`
+	Data  string `json:"data"`
+}
+
+type result struct {
+	Code           int
+	Stdout, Stderr string
+	Outcome        Outcome     // parsed from the last stdout line when --json was given
+	Probe          ProbeResult // parsed from the first stdout line starting with {"op"
+}
+
+// cordon runs a cordon binary with args and returns what it did. The state
+// dir is passed with --state-dir.
+func cordon(t *testing.T, bin, state string, args ...string) result {
+	t.Helper()
+	return cordonStdin(t, bin, state, nil, args...)
+}
+
+func cordonStdin(t *testing.T, bin, state string, stdin []byte, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
+	}
+	r := result{Code: cmd.ProcessState.ExitCode(), Stdout: out.String(), Stderr: errb.String()}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, `{"op"`) {
+			_ = json.Unmarshal([]byte(l), &r.Probe)
+			break
+		}
+	}
+	if last := lines[len(lines)-1]; strings.HasPrefix(last, `{"sandbox_id"`) || strings.HasPrefix(last, `{"level_requested"`) {
+		_ = json.Unmarshal([]byte(last), &r.Outcome)
+	}
+	return r
+}
+
+// probeArgs returns the args to run the probe inside a sandbox: the probe
+// dir bound read-only at /probe, then the probe op and its arguments.
+func probeArgs(extra []string, op string, opArgs ...string) []string {
+	args := append([]string{"run", "--ro", probeDir + ":/probe"}, extra...)
+	return append(append(args, "--", "/probe/probe", op), opArgs...)
+}
