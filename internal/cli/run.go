@@ -195,6 +195,8 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	began := time.Now()
 	out := Outcome{LevelRequested: sandbox.DedicatedContainer}
+	tr := newTracer(began)
+	defer tr.flush(g.stderr)
 	finish := func(code int, err error) error {
 		out.DurationMS = time.Since(began).Milliseconds()
 		if err != nil {
@@ -226,7 +228,8 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	if err != nil {
 		return finish(ExitRefused, err)
 	}
-	defer st.Close()
+	defer func() { st.Close(); tr.mark("store_close") }()
+	tr.mark("store_open")
 	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip})
 	if err != nil {
 		return finish(ExitRefused, err)
@@ -235,6 +238,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	if _, err := linux.Reclaim(ctx, st, prov.Layout()); err != nil {
 		g.logger().Warn("reclaim residue", "err", err)
 	}
+	tr.mark("reclaim")
 	capab, err := prov.Probe(ctx)
 	if err != nil {
 		return finish(ExitRefused, err)
@@ -243,11 +247,13 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		return finish(ExitRefused, sandbox.Failf(sandbox.KindUnsupported, "run", "this host cannot build the boundary for %s: missing %s", spec.Level, strings.Join(capab.Missing, "; ")))
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
+	tr.mark("probe")
 	sb, err := prov.Provision(ctx, spec)
 	if err != nil {
 		return finish(ExitRefused, err)
 	}
-	defer sb.Deprovision(context.WithoutCancel(ctx))
+	tr.mark("provision")
+	defer func() { sb.Deprovision(context.WithoutCancel(ctx)); tr.mark("deprovision") }()
 	out.SandboxID = sb.ID()
 
 	// SIGINT/SIGTERM/SIGHUP to cordon: forward to the program, and end the
@@ -267,6 +273,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	}()
 
 	adm, err := sb.Start(ctx)
+	tr.sub(sb, "start")
 	rec, _ := adm.Record.(*evidence.Record)
 	if rec != nil {
 		rec.LevelRequested = spec.Level
@@ -305,10 +312,12 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		}
 		return finish(ExitRefused, err)
 	}
+	tr.mark("exec")
 	ex, err := sb.Wait(ctx)
 	if err != nil {
 		return finish(ExitRefused, err)
 	}
+	tr.mark("wait")
 	now := time.Now().UTC()
 	if rec != nil {
 		rec.FinishedAt = &now

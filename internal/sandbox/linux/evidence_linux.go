@@ -28,7 +28,7 @@ func (sb *linuxSandbox) evidence(in evidence.Inputs) *evidence.Record {
 		SeccompSHA256: sb.prog.SHA256,
 		Lease:         evidence.LeaseFacts{UID: sb.rec.Lease.UID, GID: sb.rec.Lease.GID, Size: sb.rec.Lease.Size},
 		TCB:           evidence.TCB, Assumptions: evidence.Assumptions, NonClaims: evidence.NonClaims,
-		CreatedAt: sb.created, CollectedAt: time.Now().UTC(),
+		CreatedAt: sb.created.UTC(), CollectedAt: time.Now().UTC(),
 	}
 	return rec
 }

@@ -62,6 +62,8 @@ type linuxSandbox struct {
 	done   chan struct{} // closed when the init has exited
 	state  *os.ProcessState
 
+	phases []Phase
+
 	mu       sync.Mutex
 	timedOut bool
 	exit     *sbinit.Message
@@ -178,19 +180,39 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	return cfg, in, nil
 }
 
+// Phase is how long one step of Start took (for --trace and benchmarks).
+type Phase struct {
+	Name string        `json:"name"`
+	Dur  time.Duration `json:"ns"`
+}
+
+func (sb *linuxSandbox) mark(name string) {
+	now := time.Now()
+	prev := sb.created
+	for _, p := range sb.phases {
+		prev = prev.Add(p.Dur)
+	}
+	sb.phases = append(sb.phases, Phase{Name: name, Dur: now.Sub(prev)})
+}
+
+// Phases returns the timed steps of Start.
+func (sb *linuxSandbox) Phases() []Phase { return sb.phases }
+
 // Start spawns the init in new namespaces inside the sandbox's cgroups,
 // sends it its configuration, waits until it has hardened itself, then
 // reads the evidence and admits a level. The program has not started.
 func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
-	sb.created = time.Now().UTC()
+	sb.created = time.Now()
 	cfg, in, err := sb.buildConfig()
 	if err != nil {
 		return sandbox.Admission{}, err
 	}
 	sb.cfg = cfg
+	sb.mark("config")
 	if err := sb.spawn(); err != nil {
 		return sandbox.Admission{}, err
 	}
+	sb.mark("spawn")
 	b, _ := json.Marshal(cfg)
 	if _, err := sb.ctl.Write(b); err != nil {
 		return sandbox.Admission{}, sandbox.Fail(sandbox.KindStart, "send config", err)
@@ -202,8 +224,10 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	if m.Type != "ready" {
 		return sandbox.Admission{}, initFailure(m)
 	}
+	sb.mark("init_harden")
 	in.Pid = sb.cmd.Process.Pid
 	rec := sb.evidence(in)
+	sb.mark("evidence")
 	adm := sandbox.Admission{Level: rec.LevelAdmitted, Verified: rec.EnforcementMode == evidence.Verified, Record: rec}
 	return adm, nil
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test. Installs what the tests need when it is missing.
+# Must run as root (the isolation tests build real sandboxes); under
+# CI=true an isolation test that would skip fails instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+export CGO_ENABLED=0
+
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v unshare >/dev/null || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+	echo "installing: ${need[*]}"
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+go version
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+# The e2e package builds sandboxes; packages run one at a time so the
+# isolation tests do not starve each other on small machines.
+go test -count=1 -p 1 -timeout 20m ./...
