@@ -38,8 +38,10 @@ func (t *tracer) sub(sb any, prefix string) {
 	}
 	var sum time.Duration
 	for _, p := range ps.Phases() {
-		t.phases = append(t.phases, linux.Phase{Name: prefix + "." + p.Name, Dur: p.Dur})
-		sum += p.Dur
+		t.phases = append(t.phases, linux.Phase{Name: prefix + "." + p.Name, Dur: p.Dur, Nested: p.Nested})
+		if !p.Nested {
+			sum += p.Dur
+		}
 	}
 	now := time.Now()
 	if rest := now.Sub(t.last) - sum; rest > 0 {
@@ -57,7 +59,7 @@ func (t *tracer) flush(w io.Writer) {
 		if i > 0 {
 			fmt.Fprint(w, ",")
 		}
-		fmt.Fprintf(w, `{"phase":%q,"us":%d}`, p.Name, p.Dur.Microseconds())
+		fmt.Fprintf(w, `{"phase":%q,"us":%d,"nested":%v}`, p.Name, p.Dur.Microseconds(), p.Nested)
 	}
 	fmt.Fprintln(w, "]}")
 }

@@ -184,13 +184,17 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 type Phase struct {
 	Name string        `json:"name"`
 	Dur  time.Duration `json:"ns"`
+	// Nested phases are parts of the phase before them, not added to totals.
+	Nested bool `json:"nested,omitempty"`
 }
 
 func (sb *linuxSandbox) mark(name string) {
 	now := time.Now()
 	prev := sb.created
 	for _, p := range sb.phases {
-		prev = prev.Add(p.Dur)
+		if !p.Nested {
+			prev = prev.Add(p.Dur)
+		}
 	}
 	sb.phases = append(sb.phases, Phase{Name: name, Dur: now.Sub(prev)})
 }
@@ -224,7 +228,12 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	if m.Type != "ready" {
 		return sandbox.Admission{}, initFailure(m)
 	}
-	sb.mark("init_harden")
+	sb.mark("init")
+	for _, k := range []string{"root", "namespaces", "rlimits_bounding", "creds_nnp", "landlock", "seccomp"} {
+		if v, ok := m.Timings[k]; ok {
+			sb.phases = append(sb.phases, Phase{Name: "init." + k, Dur: time.Duration(v) * time.Microsecond, Nested: true})
+		}
+	}
 	in.Pid = sb.cmd.Process.Pid
 	rec := sb.evidence(in)
 	sb.mark("evidence")
@@ -274,7 +283,7 @@ func (sb *linuxSandbox) exitText() string {
 // that forked exits (golang/go#27505). Before the fork the thread joins the
 // sandbox's v1 cgroups (v1 moves single threads), so the init is born in
 // them and its cgroup namespace is rooted there; on v2 clone3 places it
-// with CLONE_INTO_CGROUP. The thread then returns to its own cgroups.
+// with CLONE_INTO_CGROUP.
 func (sb *linuxSandbox) spawn() error {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -319,15 +328,13 @@ func (sb *linuxSandbox) spawn() error {
 	go func() {
 		runtime.LockOSThread()
 		// Never unlocked: when this goroutine returns the thread exits,
-		// which is only after the init is gone.
-		back, err := sb.joinV1()
+		// which is only after the init is gone. The thread stays in the
+		// sandbox's v1 cgroups until then (each cgroup move costs an RCU
+		// grace period, so it is not moved back); it counts as one task
+		// against the sandbox's pids limit.
+		err := sb.joinV1()
 		if err == nil {
 			err = sb.cmd.Start()
-			if rerr := rejoin(back); err == nil && rerr != nil {
-				// The init is already in the right cgroups; only this
-				// thread is misplaced. Not fatal for the sandbox.
-				sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", rerr)
-			}
 		}
 		started <- err
 		if err != nil {
@@ -351,36 +358,19 @@ func (sb *linuxSandbox) spawn() error {
 	return nil
 }
 
-// joinV1 moves the calling thread into the sandbox's v1 cgroups and
-// returns the task files to move it back to.
-func (sb *linuxSandbox) joinV1() ([]string, error) {
+// joinV1 moves the calling thread into the sandbox's v1 cgroups.
+func (sb *linuxSandbox) joinV1() error {
 	tid := strconv.Itoa(unix.Gettid())
-	mine, err := cgroup.ProcCgroups(os.Getpid())
-	if err != nil {
-		return nil, err
-	}
-	var back []string
-	for ctl, m := range sb.p.layout.Mounts {
+	for _, m := range sb.p.layout.Mounts {
 		if m.Version != 1 {
 			continue
 		}
 		dst := filepath.Join(m.Path, cgroup.Prefix, sb.spec.ID, "tasks")
 		if err := os.WriteFile(dst, []byte(tid), 0); err != nil {
-			rejoin(back)
-			return nil, fmt.Errorf("move spawning thread into %s: %w", dst, err)
+			return fmt.Errorf("move spawning thread into %s: %w", dst, err)
 		}
-		back = append(back, filepath.Join(m.Path, mine[string(ctl)], "tasks"))
 	}
-	return back, nil
-}
-
-func rejoin(files []string) error {
-	tid := strconv.Itoa(unix.Gettid())
-	var errs []error
-	for _, f := range files {
-		errs = append(errs, os.WriteFile(f, []byte(tid), 0))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // readControl turns the init's messages into events. Messages are small

@@ -79,7 +79,7 @@ func skip(cfg *Config, layer string) bool {
 // securebits (need CAP_SETPCAP); the uid/gid switch (clears the remaining
 // capabilities); dumpable 0; no_new_privs; Landlock; seccomp last, so the
 // filter need not allow any of the calls above. It returns the Landlock ABI.
-func harden(cfg *Config) (int, error) {
+func harden(cfg *Config, tm *timings) (int, error) {
 	lims := []struct {
 		res int
 		val uint64
@@ -98,6 +98,7 @@ func harden(cfg *Config) (int, error) {
 			return 0, fmt.Errorf("drop bounding cap %d: %w", c, err)
 		}
 	}
+	tm.mark("rlimits_bounding")
 	if err := allThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
 		return 0, fmt.Errorf("clear ambient caps: %w", err)
 	}
@@ -124,6 +125,7 @@ func harden(cfg *Config) (int, error) {
 	if err := allThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0); err != nil {
 		return 0, fmt.Errorf("no_new_privs: %w", err)
 	}
+	tm.mark("creds_nnp")
 	abi, _ := llsys.LandlockGetABIVersion()
 	{
 		// Positive control for the Landlock probe: this write must succeed.
@@ -140,11 +142,13 @@ func harden(cfg *Config) (int, error) {
 		// Outcome observed by the trusted side; the error here is expected.
 		_ = os.WriteFile(filepath.Join(ProbeDir, ProbeDenied), []byte("escaped"), 0o600)
 	}
+	tm.mark("landlock")
 	if !skip(cfg, "seccomp") {
 		if err := installSeccomp(cfg.Seccomp); err != nil {
 			return 0, fmt.Errorf("seccomp: %w", err)
 		}
 	}
+	tm.mark("seccomp")
 	return abi, nil
 }
 

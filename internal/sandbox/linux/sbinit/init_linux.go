@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,6 +69,17 @@ func (c ctl) fail(step string, err error) int {
 	return 125
 }
 
+type timings struct {
+	last time.Time
+	m    map[string]int64
+}
+
+func (t *timings) mark(name string) {
+	now := time.Now()
+	t.m[name] = now.Sub(t.last).Microseconds()
+	t.last = now
+}
+
 // Main runs the init. It returns only on failure or after the program ended.
 func Main() int {
 	c := ctl{fd: ControlFD}
@@ -78,17 +90,20 @@ func Main() int {
 	if err := c.recv(&cfg); err != nil {
 		return c.fail("read config", err)
 	}
+	tm := timings{last: time.Now(), m: map[string]int64{}}
 	if err := buildRoot(&cfg); err != nil {
 		return c.fail("build root", err)
 	}
+	tm.mark("root")
 	if err := configureNamespaces(&cfg); err != nil {
 		return c.fail("configure namespaces", err)
 	}
-	abi, err := harden(&cfg)
+	tm.mark("namespaces")
+	abi, err := harden(&cfg, &tm)
 	if err != nil {
 		return c.fail("harden", err)
 	}
-	if err := c.send(Message{Type: "ready", LandlockABI: abi}); err != nil {
+	if err := c.send(Message{Type: "ready", LandlockABI: abi, Timings: tm.m}); err != nil {
 		return 125
 	}
 	var m Message

@@ -81,6 +81,9 @@ type Message struct {
 
 	// ready: hints only; the trusted side verifies everything itself.
 	LandlockABI int `json:"landlock_abi,omitempty"`
+	// Timings are the init's own step durations in microseconds (for the
+	// benchmark's per-phase breakdown; not evidence).
+	Timings map[string]int64 `json:"timings,omitempty"`
 
 	// started
 	Pid int `json:"pid,omitempty"`
