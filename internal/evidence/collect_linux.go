@@ -107,6 +107,12 @@ func readStatus(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseStatus(b), nil
+}
+
+// parseStatus parses /proc/PID/status into field -> value. A later
+// duplicate field wins; a line without a colon is ignored.
+func parseStatus(b []byte) map[string]string {
 	m := map[string]string{}
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(line, ":")
@@ -114,7 +120,7 @@ func readStatus(path string) (map[string]string, error) {
 			m[k] = strings.TrimSpace(v)
 		}
 	}
-	return m, nil
+	return m
 }
 
 // allTasks checks one status field on every thread.
@@ -246,6 +252,13 @@ func readMountinfo(path string) ([]mountEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseMountinfo(b)
+}
+
+// parseMountinfo parses /proc/PID/mountinfo. The sandbox can influence the
+// mount point strings (names it creates), so malformed input is an error,
+// never a guess.
+func parseMountinfo(b []byte) ([]mountEntry, error) {
 	var out []mountEntry
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
