@@ -329,12 +329,17 @@ func (sb *linuxSandbox) spawn() error {
 		runtime.LockOSThread()
 		// Never unlocked: when this goroutine returns the thread exits,
 		// which is only after the init is gone. The thread stays in the
-		// sandbox's v1 cgroups until then (each cgroup move costs an RCU
-		// grace period, so it is not moved back); it counts as one task
-		// against the sandbox's pids limit.
-		err := sb.joinV1()
+		// sandbox's v1 pids and cpu groups until then (each cgroup move
+		// costs an RCU grace period); it counts as one task against the
+		// sandbox's pids limit, and cgroup.Kill never signals its caller.
+		back, err := sb.joinV1()
 		if err == nil {
 			err = sb.cmd.Start()
+			// Leave the memory group at once: its OOM killer scans the
+			// group's tasks, and this thread's mm is cordon's own.
+			if rerr := rejoin(back); rerr != nil && err == nil {
+				err = rerr
+			}
 		}
 		started <- err
 		if err != nil {
@@ -358,19 +363,39 @@ func (sb *linuxSandbox) spawn() error {
 	return nil
 }
 
-// joinV1 moves the calling thread into the sandbox's v1 cgroups.
-func (sb *linuxSandbox) joinV1() error {
+// joinV1 moves the calling thread into the sandbox's v1 cgroups and
+// returns the memory tasks file to move it back to.
+func (sb *linuxSandbox) joinV1() ([]string, error) {
 	tid := strconv.Itoa(unix.Gettid())
-	for _, m := range sb.p.layout.Mounts {
+	mine, err := cgroup.ProcCgroups(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	var back []string
+	for ctl, m := range sb.p.layout.Mounts {
 		if m.Version != 1 {
 			continue
 		}
 		dst := filepath.Join(m.Path, cgroup.Prefix, sb.spec.ID, "tasks")
 		if err := os.WriteFile(dst, []byte(tid), 0); err != nil {
-			return fmt.Errorf("move spawning thread into %s: %w", dst, err)
+			return nil, errors.Join(fmt.Errorf("move spawning thread into %s: %w", dst, err), rejoin(back))
+		}
+		if ctl == cgroup.Memory {
+			back = append(back, filepath.Join(m.Path, mine[string(ctl)], "tasks"))
 		}
 	}
-	return nil
+	return back, nil
+}
+
+func rejoin(files []string) error {
+	tid := strconv.Itoa(unix.Gettid())
+	var errs []error
+	for _, f := range files {
+		if err := os.WriteFile(f, []byte(tid), 0); err != nil {
+			errs = append(errs, fmt.Errorf("return spawning thread to %s: %w", f, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // readControl turns the init's messages into events. Messages are small

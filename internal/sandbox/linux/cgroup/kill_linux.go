@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -100,8 +101,12 @@ func (g *Group) signalMembers(pids []int) error {
 }
 
 // members is the union of the pids in the group's cgroup.procs files.
-// Directories that do not exist are skipped.
+// Directories that do not exist are skipped. The calling process is never
+// a member here: the trusted side's spawning thread may sit in a v1 group
+// (see linux.spawn), which lists the whole process in cgroup.procs, and
+// Kill must not stop or kill its own caller.
 func (g *Group) members() ([]int, error) {
+	self := os.Getpid()
 	var out []int
 	for _, d := range g.dirs {
 		b, err := readFile(filepath.Join(d.path(g.name), "cgroup.procs"))
@@ -113,7 +118,7 @@ func (g *Group) members() ([]int, error) {
 		}
 		for _, f := range strings.Fields(string(b)) {
 			pid, err := strconv.Atoi(f)
-			if err != nil || pid <= 0 {
+			if err != nil || pid <= 0 || pid == self {
 				continue // 0: a process outside our pid namespace
 			}
 			if !slices.Contains(out, pid) {

@@ -115,6 +115,14 @@ func harden(cfg *Config, tm *timings) (int, error) {
 	if err := syscall.Setresuid(cfg.UID, cfg.UID, cfg.UID); err != nil {
 		return 0, fmt.Errorf("setresuid: %w", err)
 	}
+	// The uid/gid switch cleared the parent-death signal the trusted side
+	// set at spawn (the kernel drops it on any euid/egid change): arm it
+	// again, or a SIGKILLed cordon leaves the sandbox running. Had cordon
+	// died before this point, the control channel is closed and the init
+	// exits at its next read, before the program starts.
+	if err := allThreadsPrctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); err != nil {
+		return 0, fmt.Errorf("parent-death signal: %w", err)
+	}
 	if err := dropAllCaps(); err != nil {
 		return 0, err
 	}
