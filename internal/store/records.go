@@ -21,6 +21,14 @@ const recordColumns = `id, kind, workload, owner_pid, owner_start, owner_boot,
 // ("provisioning") filled in and Created set (to now, if zero). The record is
 // committed when Begin returns: only then may host resources be created.
 func (s *Store) Begin(ctx context.Context, r Record) (Record, error) {
+	return s.BeginClaim(ctx, r, nil)
+}
+
+// BeginClaim is Begin with a host-wide claim: claim is asked, in slot
+// order, about each slot free in this store, and the first slot it accepts
+// is leased. It lets the caller skip slots that another state directory on
+// the same host holds (see linux's lease locks). A nil claim accepts all.
+func (s *Store) BeginClaim(ctx context.Context, r Record, claim func(Lease) bool) (Record, error) {
 	if err := checkNew(r); err != nil {
 		return Record{}, fmt.Errorf("begin sandbox %q: %w", r.ID, err)
 	}
@@ -42,7 +50,7 @@ func (s *Store) Begin(ctx context.Context, r Record) (Record, error) {
 		return Record{}, fmt.Errorf("begin sandbox %q: %w", r.ID, err)
 	}
 	defer tx.Rollback()
-	slot, err := s.freeSlot(ctx, tx, r.ID)
+	slot, err := s.freeSlot(ctx, tx, r.ID, claim)
 	if err != nil {
 		return Record{}, fmt.Errorf("begin sandbox %q: %w", r.ID, err)
 	}
@@ -67,7 +75,7 @@ type slotSpan struct{ lo, hi uint64 }
 // lease, and fails with ErrExists if id already has a record. Overlap is
 // judged on host id ranges rather than slot numbers, so leases granted under
 // a different Pool are respected too.
-func (s *Store) freeSlot(ctx context.Context, tx *sql.Tx, id string) (uint32, error) {
+func (s *Store) freeSlot(ctx context.Context, tx *sql.Tx, id string, claim func(Lease) bool) (uint32, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, uid, size FROM sandboxes`)
 	if err != nil {
 		return 0, fmt.Errorf("read leases: %w", err)
@@ -95,23 +103,28 @@ func (s *Store) freeSlot(ctx context.Context, tx *sql.Tx, id string) (uint32, er
 	}
 	slices.SortFunc(used, func(a, b slotSpan) int { return compareUint64(a.lo, b.lo) })
 
-	// Sweep the sorted spans: the first gap is the free slot, and the union
-	// of the spans is the number of slots in use.
+	// Sweep the sorted spans: each gap holds free slots, offered to claim in
+	// order; the union of the spans is the number of slots in use.
 	var covered, inUse uint64
 	free, found := uint64(0), false
+	try := func(lo, hi uint64) {
+		for sl := lo; sl < hi && sl < uint64(s.pool.Slots) && !found; sl++ {
+			if claim == nil || claim(s.pool.lease(uint32(sl))) {
+				free, found = sl, true
+			}
+		}
+	}
 	for _, sp := range used {
-		if sp.lo > covered && !found {
-			free, found = covered, true
+		if sp.lo > covered {
+			try(covered, sp.lo)
 		}
 		if sp.hi > covered {
 			inUse += sp.hi - max(sp.lo, covered)
 			covered = sp.hi
 		}
 	}
+	try(covered, uint64(s.pool.Slots))
 	if !found {
-		free = covered
-	}
-	if free >= uint64(s.pool.Slots) {
 		return 0, &ExhaustedError{InUse: uint32(inUse), Slots: s.pool.Slots}
 	}
 	return uint32(free), nil

@@ -159,10 +159,25 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindStore, "owner", err)
 	}
-	rec, err := p.opts.Store.Begin(ctx, store.Record{
+	var lockErr error
+	claim := func(l store.Lease) bool {
+		lk, ok, err := tryLockLease(l)
+		if err != nil {
+			lockErr = err
+			return false
+		}
+		if ok {
+			sb.lock = lk
+		}
+		return ok
+	}
+	rec, err := p.opts.Store.BeginClaim(ctx, store.Record{
 		ID: spec.ID, Kind: "run", Workload: spec.Workload, Owner: owner,
 		Resources: cgroup.PlannedDirs(p.layout, spec.ID),
-	})
+	}, claim)
+	if lockErr != nil && sb.lock == nil {
+		return nil, sandbox.Fail(sandbox.KindProvision, "lease lock", lockErr)
+	}
 	if err != nil {
 		if errorsIsExhausted(err) {
 			return nil, sandbox.Fail(sandbox.KindLeaseExhausted, "lease", err)

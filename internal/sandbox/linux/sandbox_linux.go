@@ -47,6 +47,7 @@ type linuxSandbox struct {
 	rec  store.Record
 
 	recorded bool
+	lock     *leaseLock // host-wide claim on the lease, held until the record is gone
 	binds    []*hostPath
 	rootfs   *hostPath
 	idm      *idmapper
@@ -57,6 +58,7 @@ type linuxSandbox struct {
 	prog     *filter.Program
 
 	cmd    *exec.Cmd
+	v1Home []string // the v1 tasks files the spawning thread came from
 	ctl    *os.File
 	events chan event
 	done   chan struct{} // closed when the init has exited
@@ -343,12 +345,14 @@ func (sb *linuxSandbox) spawn() error {
 		}
 		started <- err
 		if err != nil {
+			sb.leaveIfMainThread()
 			close(sb.done)
 			return
 		}
 		go sb.readControl()
 		_ = sb.cmd.Wait()
 		sb.state = sb.cmd.ProcessState
+		sb.leaveIfMainThread()
 		close(sb.done)
 	}()
 	err = <-started
@@ -376,6 +380,7 @@ func (sb *linuxSandbox) joinV1() ([]string, error) {
 		if m.Version != 1 {
 			continue
 		}
+		sb.v1Home = append(sb.v1Home, filepath.Join(m.Path, mine[string(ctl)], "tasks"))
 		dst := filepath.Join(m.Path, cgroup.Prefix, sb.spec.ID, "tasks")
 		if err := os.WriteFile(dst, []byte(tid), 0); err != nil {
 			return nil, errors.Join(fmt.Errorf("move spawning thread into %s: %w", dst, err), rejoin(back))
@@ -385,6 +390,20 @@ func (sb *linuxSandbox) joinV1() ([]string, error) {
 		}
 	}
 	return back, nil
+}
+
+// leaveIfMainThread moves the spawning thread back out of every v1 group
+// it joined when it is the process's main thread. Go ends a thread whose
+// locked goroutine returns, which takes it out of the groups, except the
+// main thread, which it parks for good instead: left in the sandbox's
+// groups, it would keep them from ever being removed (Deprovision fails
+// with EBUSY and the record stays behind as residue).
+func (sb *linuxSandbox) leaveIfMainThread() {
+	if unix.Gettid() == unix.Getpid() {
+		if err := rejoin(sb.v1Home); err != nil {
+			sb.p.opts.Logger.Warn("return main thread to its cgroups", "err", err)
+		}
+	}
 }
 
 func rejoin(files []string) error {
@@ -591,5 +610,6 @@ func (sb *linuxSandbox) Deprovision(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("release lease: %w", err))
 		}
 	}
+	sb.lock.release()
 	return errors.Join(errs...)
 }
