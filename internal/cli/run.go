@@ -217,6 +217,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	if err != nil {
 		return finish(ExitRefused, err)
 	}
+	if spec.UnsafeRootWorkspace {
+		g.logger().Warn("UNSAFE: --unsafe-root-workspace: writable binds of directories owned by root or a system account are allowed")
+	}
 	out.LevelRequested = spec.Level
 	if spec.Level == sandbox.DedicatedVM {
 		return finish(ExitRefused, sandbox.Failf(sandbox.KindPolicyRejected, "run", "no provider on this host can evidence DEDICATED_VM (the native Linux provider reaches DEDICATED_CONTAINER); nothing was started"))

@@ -11,7 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
+	"modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Sentinel errors. Inspect them with errors.Is.
@@ -181,11 +182,25 @@ func open(stateDir string, pool Pool, host hostFiles) (*Store, error) {
 	// SQLite's file locks.
 	db.SetMaxOpenConns(1)
 	s := &Store{db: db, pool: pool}
-	if err := s.migrate(context.Background()); err != nil {
+	// The first connection to a new database switches it to WAL, which
+	// takes an exclusive lock without SQLite's busy handler: another process
+	// opening the same new database then gets SQLITE_BUSY at once. Retry.
+	err = s.migrate(context.Background())
+	for deadline := time.Now().Add(busyTimeout); isBusy(err) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		err = s.migrate(context.Background())
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// isBusy reports whether err is SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // dsn builds a file: URI so that any byte of path (even '?' or '#') is
