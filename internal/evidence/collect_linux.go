@@ -29,6 +29,7 @@ type Inputs struct {
 	ProbeDir            string // sandbox path of the Landlock probe dir
 	ProbeControl, Probe string // file names in ProbeDir
 	Hostname            string
+	InitEnv             []string // the init's exact environment, as passed
 }
 
 var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
@@ -230,14 +231,19 @@ func credentialChecks(proc string, in Inputs) []Check {
 		}
 		out = append(out, c)
 	}
-	// The init's environment is what the trusted side passed: nothing of the
-	// host's (the program's environment is built from declared values only).
-	c := Check{Name: "init_environment", Want: "empty", Source: proc + "/environ"}
+	// The init's environment is exactly what the trusted side passed:
+	// nothing of the host's (the program's own environment is built from
+	// declared values only).
+	env := strings.Join(in.InitEnv, "\x00")
+	if env != "" {
+		env += "\x00"
+	}
+	c := Check{Name: "init_environment", Want: fmt.Sprintf("%q", env), Source: proc + "/environ"}
 	if b, err := os.ReadFile(proc + "/environ"); err != nil {
 		c.Got = fmt.Sprint("unreadable: ", err)
 	} else {
-		c.Got = fmt.Sprintf("%d bytes", len(b))
-		c.OK = len(b) == 0
+		c.Got = fmt.Sprintf("%q", b)
+		c.OK = string(b) == env
 	}
 	return append(out, c)
 }

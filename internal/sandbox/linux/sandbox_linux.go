@@ -64,7 +64,8 @@ type linuxSandbox struct {
 	done   chan struct{} // closed when the init has exited
 	state  *os.ProcessState
 
-	phases []Phase
+	phases     []Phase
+	spawnSteps []Phase // set by the spawning goroutine before it reports
 
 	mu       sync.Mutex
 	timedOut bool
@@ -164,7 +165,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
 		NoFile: nofile, FSize: fsize, ProbeDir: sbinit.ProbeDir,
 		ProbeControl: sbinit.ProbeControl, Probe: sbinit.ProbeDenied, Hostname: cfg.Hostname,
-		CgroupPaths: map[string]string{},
+		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env,
 	}
 	// Seen from the host's cgroup namespace, the init must sit in the
 	// sandbox's own group in every hierarchy cordon uses.
@@ -219,6 +220,7 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 		return sandbox.Admission{}, err
 	}
 	sb.mark("spawn")
+	sb.phases = append(sb.phases, sb.spawnSteps...)
 	b, _ := json.Marshal(cfg)
 	if _, err := sb.ctl.Write(b); err != nil {
 		return sandbox.Admission{}, sandbox.Fail(sandbox.KindStart, "send config", err)
@@ -323,7 +325,7 @@ func (sb *linuxSandbox) spawn() error {
 		stderr = os.Stderr
 	}
 	sb.cmd = &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{sbinit.Argv0}, Env: []string{},
+		Path: "/proc/self/exe", Args: []string{sbinit.Argv0}, Env: sbinit.Env,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: extra, SysProcAttr: attr,
 	}
 	started := make(chan error, 1)
@@ -334,14 +336,18 @@ func (sb *linuxSandbox) spawn() error {
 		// sandbox's v1 pids and cpu groups until then (each cgroup move
 		// costs an RCU grace period); it counts as one task against the
 		// sandbox's pids limit, and cgroup.Kill never signals its caller.
+		t0 := time.Now()
 		back, err := sb.joinV1()
+		t1 := time.Now()
 		if err == nil {
 			err = sb.cmd.Start()
+			t2 := time.Now()
 			// Leave the memory group at once: its OOM killer scans the
 			// group's tasks, and this thread's mm is cordon's own.
 			if rerr := rejoin(back); rerr != nil && err == nil {
 				err = rerr
 			}
+			sb.spawnSteps = []Phase{{"spawn.join_cgroups", t1.Sub(t0), true}, {"spawn.clone_exec", t2.Sub(t1), true}, {"spawn.leave_memory_cgroup", time.Since(t2), true}}
 		}
 		started <- err
 		if err != nil {

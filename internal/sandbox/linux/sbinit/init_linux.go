@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -24,8 +23,11 @@ func init() {
 		return
 	}
 	// Capabilities, securebits and Landlock are per thread, and the program
-	// is started from this thread: keep the main goroutine on it for good.
-	runtime.LockOSThread()
+	// is started from this thread. The runtime keeps the main goroutine
+	// locked to the main thread while package initialisers run, and Main
+	// never returns to it, so the lock holds for good. An explicit
+	// LockOSThread would also start the runtime's template thread: one more
+	// thread for every all-threads hardening call to stop and signal.
 	os.Exit(Main())
 }
 

@@ -3,6 +3,11 @@ package sbinit
 // Argv0 is the argv[0] that makes the cordon binary act as the sandbox init.
 const Argv0 = "cordon-sandbox-init"
 
+// Env is the init's whole environment. One processor keeps the Go runtime
+// to few threads, and every hardening step that is per thread has to
+// visit each of them. The program's environment is Config.Env, not this.
+var Env = []string{"GOMAXPROCS=1"}
+
 // HoldArgv0 makes the binary hold a user namespace open for the trusted
 // side (idmapped mounts) until its stdin closes.
 const HoldArgv0 = "cordon-userns-hold"
