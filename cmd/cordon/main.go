@@ -12,5 +12,13 @@ import (
 )
 
 func main() {
+	// Nothing cordon inherited beyond stdio may reach a sandbox: a leaked
+	// descriptor (a shell's "exec 7<>file", a supervisor's socket, a
+	// jobserver pipe) would carry host files or the host's network past
+	// every namespace. Mark them all close-on-exec before anything starts.
+	if err := cli.CloseInherited(); err != nil {
+		os.Stderr.WriteString("cordon: internal: mark inherited descriptors close-on-exec: " + err.Error() + "\n")
+		os.Exit(cli.ExitRefused)
+	}
 	os.Exit(cli.Main(os.Args[1:]))
 }

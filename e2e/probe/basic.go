@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 )
 
 func init() {
@@ -16,5 +17,27 @@ func init() {
 	register("ids", func([]string) (string, error) {
 		g, err := os.Getgroups()
 		return fmt.Sprintf("uid=%d gid=%d euid=%d groups=%v", os.Getuid(), os.Getgid(), os.Geteuid(), g), err
+	})
+}
+
+func init() {
+	// readfd N: read from an inherited descriptor, if there is one.
+	register("readfd", func(a []string) (string, error) {
+		var n int
+		if _, err := fmt.Sscan(a[0], &n); err != nil {
+			return "", err
+		}
+		f := os.NewFile(uintptr(n), "inherited")
+		b := make([]byte, 4096)
+		k, err := f.Read(b)
+		return string(b[:k]), err
+	})
+	// signal1 SIG: send a signal to PID 1 (the sandbox init).
+	register("signal1", func(a []string) (string, error) {
+		var n int
+		if _, err := fmt.Sscan(a[0], &n); err != nil {
+			return "", err
+		}
+		return "", syscall.Kill(1, syscall.Signal(n))
 	})
 }

@@ -163,6 +163,7 @@ func processChecks(proc string) []Check {
 	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
 		out = append(out, allTasks(proc, f, "0000000000000000", zeroCaps))
 	}
+	out = append(out, inheritableFDs(proc))
 	// A non-dumpable process's /proc files belong to its namespace's root,
 	// not to its own uid, so a same-uid process cannot open /proc/1/mem.
 	c := Check{Name: "init_non_dumpable", Want: "owner of /proc/PID/mem is the namespace root, not the program uid", Source: proc + "/mem"}
@@ -503,4 +504,53 @@ func rlimitChecks(proc string, in Inputs) []Check {
 		out = append(out, c)
 	}
 	return out
+}
+
+// inheritableFDs checks that the init holds no descriptor the program
+// could inherit beyond stdio: every fd above 2 must be close-on-exec. A
+// leaked descriptor would carry a host file, directory or socket (and with
+// it the host's network) past every namespace.
+func inheritableFDs(proc string) Check {
+	c := Check{Name: "no_inheritable_fds", Want: "every fd above 2 close-on-exec", Source: proc + "/fdinfo"}
+	ents, err := os.ReadDir(proc + "/fdinfo")
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	var bad []string
+	n := 0
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		n++
+		b, err := os.ReadFile(proc + "/fdinfo/" + e.Name())
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // closed meanwhile
+			}
+			bad = append(bad, e.Name()+": unreadable")
+			continue
+		}
+		flags, ok := fdFlags(b)
+		if !ok || flags&unix.O_CLOEXEC == 0 {
+			target, _ := os.Readlink(proc + "/fd/" + e.Name())
+			bad = append(bad, e.Name()+" -> "+target)
+		}
+	}
+	c.Got = fmt.Sprintf("%d fds above 2; inheritable: %v", n, bad)
+	c.OK = len(bad) == 0
+	return c
+}
+
+// fdFlags reads the octal "flags:" line of an fdinfo file.
+func fdFlags(b []byte) (int64, bool) {
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "flags:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }

@@ -265,8 +265,10 @@ func (sb *linuxSandbox) prepareTrees() error {
 	sb.idm = &idmapper{hostUID: sb.rec.Lease.UID + sandboxUID, hostGID: sb.rec.Lease.GID + sandboxGID}
 	for _, h := range sb.binds {
 		// Idmap a user's files to the program; a writable bind always maps
-		// (it was refused above unless its owner is a user or --unsafe-…).
-		idmap := h.writable || h.st.Uid >= minUserUID
+		// (it was refused above unless its owner and group are a user's, or
+		// --unsafe-root-workspace). A read-only bind of a root or system
+		// owned tree keeps its permissions: the program is "other" there.
+		idmap := h.writable || (h.st.Uid >= minUserUID && h.st.Gid >= minUserUID)
 		fd, err := detachedTree(h, sb.idm, idmap)
 		if err != nil {
 			return sandbox.Fail(sandbox.KindProvision, "bind "+h.path, err)

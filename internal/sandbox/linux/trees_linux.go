@@ -3,8 +3,8 @@ package linux
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
+	"io"
+		"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -86,12 +86,16 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, erro
 		h.close()
 		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is neither a directory nor a regular file", src)
 	}
-	if b.Writable && h.st.Uid < minUserUID && !unsafeRoot {
+	// A writable bind maps the directory's owner AND group to the program:
+	// a system group (e.g. a "chown alice" directory left as alice:root)
+	// would hand the program that group's files and let it create files in
+	// it on the host.
+	if b.Writable && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
 		h.close()
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is owned by uid %d (root or a system account); a writable bind of it needs --unsafe-root-workspace", src, h.st.Uid)
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, h.st.Uid, h.st.Gid, minUserUID, src)
 	}
 	if mode == unix.S_IFDIR {
-		if sock, err := findSocket(src, 200000); err != nil {
+		if sock, err := findSocketFD(h.fd, 200000); err != nil {
 			h.close()
 			return nil, sandbox.Fail(sandbox.KindPolicyRejected, "bind", err)
 		} else if sock != "" {
@@ -102,33 +106,58 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, erro
 	return h, nil
 }
 
-var errTooLarge = errors.New("too many entries")
-
-// findSocket walks dir (not following symlinks) for a Unix socket. A
-// socket bound in would be a path to a host service outside the netns.
-func findSocket(dir string, limit int) (string, error) {
-	n, found := 0, ""
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == dir {
-				return err
-			}
-			return nil // unreadable subtrees are unreadable inside too
-		}
-		n++
-		if n > limit {
-			return errTooLarge
-		}
-		if d.Type()&fs.ModeSocket != 0 {
-			found = p
-			return fs.SkipAll
-		}
-		return nil
-	})
-	if errors.Is(err, errTooLarge) {
-		return "", fmt.Errorf("%s has more than %d entries; too large to check for Unix sockets", dir, limit)
+// findSocketFD walks the directory open at fd — the very tree that will
+// be bound, not a path that could be swapped meanwhile — for a Unix
+// socket, descending with openat(O_NOFOLLOW) one component at a time, so
+// no path length limit hides a subtree. A socket bound in would be a path
+// to a host service outside the network namespace. Any error refuses: a
+// subtree cordon cannot read as root is not known to be free of sockets.
+// It returns the socket's path relative to the root, or "".
+func findSocketFD(fd int, limit int) (string, error) {
+	dir, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open for the socket check: %w", err)
 	}
-	return found, err
+	n := 0
+	return walkSockets(dir, ".", &n, limit)
+}
+
+func walkSockets(dir int, rel string, n *int, limit int) (string, error) {
+	f := os.NewFile(uintptr(dir), rel)
+	defer f.Close()
+	for {
+		// Names only: the type of each entry comes from fstatat on this
+		// directory fd, never from a path.
+		names, err := f.Readdirnames(512)
+		for _, name := range names {
+			*n++
+			if *n > limit {
+				return "", fmt.Errorf("more than %d entries; too large to check for Unix sockets", limit)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return "", fmt.Errorf("stat %s/%s: %w", rel, name, err)
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFSOCK:
+				return rel + "/" + name, nil
+			case unix.S_IFDIR:
+				sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return "", fmt.Errorf("open %s/%s: %w", rel, name, err)
+				}
+				if found, err := walkSockets(sub, rel+"/"+name, n, limit); found != "" || err != nil {
+					return found, err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", rel, err)
+		}
+	}
 }
 
 // idmapper makes user namespaces that map a host file owner onto the
@@ -186,9 +215,8 @@ func (m *idmapper) usernsFor(uid, gid uint32) (int, error) {
 }
 
 // detachedTree clones the mount at h into a detached tree, applies
-// nosuid, nodev, read-only unless writable, and an idmap from the source's
-// owner to the program's uid when the owner is a user (not root or a
-// system account, whose files then stay "other" to the program).
+// nosuid, nodev, read-only unless writable, and, when idmap is set, an
+// idmap from the source's owner and group to the program's uid and gid.
 func detachedTree(h *hostPath, m *idmapper, idmap bool) (int, error) {
 	tree, err := unix.OpenTree(h.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -22,6 +23,12 @@ func init() {
 	if os.Args[0] != Argv0 {
 		return
 	}
+	// Second layer behind cordon's own: every descriptor above the control
+	// socket and the mount trees (moved and closed while the root is
+	// built) is close-on-exec, so the program gets exactly 0, 1 and 2.
+	if err := unix.CloseRange(ControlFD, ^uint(0), closeRangeCloexec); err != nil {
+		os.Exit(125)
+	}
 	// Capabilities, securebits and Landlock are per thread, and the program
 	// is started from this thread. The runtime keeps the main goroutine
 	// locked to the main thread while package initialisers run, and Main
@@ -30,6 +37,9 @@ func init() {
 	// thread for every all-threads hardening call to stop and signal.
 	os.Exit(Main())
 }
+
+// closeRangeCloexec is CLOSE_RANGE_CLOEXEC (linux/close_range.h).
+const closeRangeCloexec = 1 << 2
 
 // ctl is the control channel to the trusted side.
 type ctl struct{ fd int }
@@ -85,9 +95,16 @@ func (t *timings) mark(name string) {
 // Main runs the init. It returns only on failure or after the program ended.
 func Main() int {
 	c := ctl{fd: ControlFD}
-	if _, err := unix.FcntlInt(uintptr(c.fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
-		return 125
-	}
+	// The program's crash signals sent with kill(2) from inside would make
+	// the Go runtime dump and exit: take them, and drop them. (Signals the
+	// runtime raises itself for its own faults stay fatal.)
+	ignored := make(chan os.Signal, 8)
+	signal.Notify(ignored, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGABRT,
+		syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGPIPE, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGSTKFLT, syscall.SIGPWR)
+	go func() {
+		for range ignored {
+		}
+	}()
 	var cfg Config
 	if err := c.recv(&cfg); err != nil {
 		return c.fail("read config", err)
