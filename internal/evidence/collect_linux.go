@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,13 +39,33 @@ var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
 func Collect(in Inputs) map[string]Boundary {
 	proc := fmt.Sprintf("/proc/%d", in.Pid)
 	ns := nsChecks(proc)
+	sts, err := taskStatuses(proc)
+	t := threads{proc: proc, sts: sts, err: err}
+	// The reads are independent; run them side by side.
+	collectors := map[string]func() []Check{
+		Process:    func() []Check { return append(pick(ns, "pid"), processChecks(proc, t)...) },
+		Credential: func() []Check { return append(pick(ns, "user"), credentialChecks(proc, t, in)...) },
+		Filesystem: func() []Check { return append(pick(ns, "mnt"), filesystemChecks(proc, in)...) },
+		IPC:        func() []Check { return append(pick(ns, "ipc", "uts"), ipcChecks(proc, in)...) },
+		Network:    func() []Check { return append(pick(ns, "net"), networkChecks(proc)...) },
+		Resource: func() []Check {
+			return append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...)
+		},
+	}
 	b := map[string]Boundary{}
-	b[Process] = judge(append(pick(ns, "pid"), processChecks(proc)...))
-	b[Credential] = judge(append(pick(ns, "user"), credentialChecks(proc, in)...))
-	b[Filesystem] = judge(append(pick(ns, "mnt"), filesystemChecks(proc, in)...))
-	b[IPC] = judge(append(pick(ns, "ipc", "uts"), ipcChecks(proc, in)...))
-	b[Network] = judge(append(pick(ns, "net"), networkChecks(proc)...))
-	b[Resource] = judge(append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, f := range collectors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := judge(f())
+			mu.Lock()
+			b[name] = v
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 	return b
 }
 
@@ -124,10 +145,18 @@ func parseStatus(b []byte) map[string]string {
 	return m
 }
 
+// threads is every thread's status, read once per collection: a dozen
+// checks look at different fields of the same files.
+type threads struct {
+	proc string
+	sts  map[string]map[string]string
+	err  error
+}
+
 // allTasks checks one status field on every thread.
-func allTasks(proc, field, want string, ok func(string) bool) Check {
-	c := Check{Name: strings.ToLower(field), Want: want, Source: proc + "/task/*/status"}
-	sts, err := taskStatuses(proc)
+func allTasks(t threads, field, want string, ok func(string) bool) Check {
+	c := Check{Name: strings.ToLower(field), Want: want, Source: t.proc + "/task/*/status"}
+	sts, err := t.sts, t.err
 	if err != nil || len(sts) == 0 {
 		c.Got = fmt.Sprint("unreadable: ", err)
 		return c
@@ -154,14 +183,14 @@ func allTasks(proc, field, want string, ok func(string) bool) Check {
 
 func zeroCaps(v string) bool { return strings.Trim(v, "0") == "" }
 
-func processChecks(proc string) []Check {
+func processChecks(proc string, t threads) []Check {
 	out := []Check{
-		allTasks(proc, "NoNewPrivs", "1", func(v string) bool { return v == "1" }),
-		allTasks(proc, "Seccomp", "2 (filter)", func(v string) bool { return v == "2" }),
-		allTasks(proc, "Seccomp_filters", ">= 1", func(v string) bool { n, err := strconv.Atoi(v); return err == nil && n >= 1 }),
+		allTasks(t, "NoNewPrivs", "1", func(v string) bool { return v == "1" }),
+		allTasks(t, "Seccomp", "2 (filter)", func(v string) bool { return v == "2" }),
+		allTasks(t, "Seccomp_filters", ">= 1", func(v string) bool { n, err := strconv.Atoi(v); return err == nil && n >= 1 }),
 	}
 	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
-		out = append(out, allTasks(proc, f, "0000000000000000", zeroCaps))
+		out = append(out, allTasks(t, f, "0000000000000000", zeroCaps))
 	}
 	out = append(out, inheritableFDs(proc))
 	// A non-dumpable process's /proc files belong to its namespace's root,
@@ -196,7 +225,7 @@ func statusUID(proc string) int64 {
 	return n
 }
 
-func credentialChecks(proc string, in Inputs) []Check {
+func credentialChecks(proc string, t threads, in Inputs) []Check {
 	inLease := func(base uint32) func(string) bool {
 		return func(v string) bool {
 			f := strings.Fields(v)
@@ -214,9 +243,9 @@ func credentialChecks(proc string, in Inputs) []Check {
 	}
 	want := fmt.Sprintf("all four in [%d, %d), none the namespace root", in.LeaseUID, in.LeaseUID+in.LeaseSize)
 	out := []Check{
-		allTasks(proc, "Uid", want, inLease(in.LeaseUID)),
-		allTasks(proc, "Gid", want, inLease(in.LeaseGID)),
-		allTasks(proc, "Groups", "empty", func(v string) bool { return v == "" }),
+		allTasks(t, "Uid", want, inLease(in.LeaseUID)),
+		allTasks(t, "Gid", want, inLease(in.LeaseGID)),
+		allTasks(t, "Groups", "empty", func(v string) bool { return v == "" }),
 	}
 	for _, m := range []struct {
 		file string
