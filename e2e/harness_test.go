@@ -153,8 +153,13 @@ func cordonStdin(t *testing.T, bin, state string, stdin []byte, args ...string) 
 		<-done
 		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
 	}
-	r := result{Code: cmd.ProcessState.ExitCode(), Stdout: out.String(), Stderr: errb.String()}
-	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+}
+
+// parseResult reads the probe line and the --json outcome as the harness does.
+func parseResult(code int, stdout, stderr string) result {
+	r := result{Code: code, Stdout: stdout, Stderr: stderr}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	for _, l := range lines {
 		if strings.HasPrefix(l, `{"op"`) {
 			_ = json.Unmarshal([]byte(l), &r.Probe)

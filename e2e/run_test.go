@@ -112,22 +112,6 @@ func runCordon(t *testing.T, st string, o runOpts, args ...string) result {
 	return startCordon(t, st, o, args...).wait(t, time.Minute)
 }
 
-// parseResult reads the probe line and the --json outcome as the harness does.
-func parseResult(code int, stdout, stderr string) result {
-	r := result{Code: code, Stdout: stdout, Stderr: stderr}
-	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	for _, l := range lines {
-		if strings.HasPrefix(l, `{"op"`) {
-			_ = json.Unmarshal([]byte(l), &r.Probe)
-			break
-		}
-	}
-	if last := lines[len(lines)-1]; strings.HasPrefix(last, `{"sandbox_id"`) || strings.HasPrefix(last, `{"level_requested"`) {
-		_ = json.Unmarshal([]byte(last), &r.Outcome)
-	}
-	return r
-}
-
 // gcReport is the output of cordon gc --json.
 type gcReport struct {
 	Reclaimed      []string `json:"reclaimed"`

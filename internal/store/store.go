@@ -263,6 +263,19 @@ func checkPrivate(path string, fi os.FileInfo) error {
 	return nil
 }
 
+// checkVersion reports whether the schema is already current (done), or
+// an error for a version this cordon does not understand; 0 means empty.
+func checkVersion(v int) (done bool, err error) {
+	switch v {
+	case schemaVersion:
+		return true, nil
+	case 0:
+		return false, nil
+	default:
+		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
+	}
+}
+
 // migrate creates the schema on a fresh database and refuses one written with
 // another schema version. The common case is a single PRAGMA read.
 func (s *Store) migrate(ctx context.Context) error {
@@ -270,12 +283,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	switch v {
-	case schemaVersion:
-		return nil
-	case 0:
-	default:
-		return fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
+	if done, err := checkVersion(v); done || err != nil {
+		return err
 	}
 
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -287,12 +296,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	switch v {
-	case schemaVersion:
-		return nil
-	case 0:
-	default:
-		return fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
+	if done, err := checkVersion(v); done || err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
