@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -169,5 +168,3 @@ func writeJSON(w io.Writer, v any) error {
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
 }
-
-func background() context.Context { return context.Background() }

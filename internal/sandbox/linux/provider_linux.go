@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -179,7 +180,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		return nil, sandbox.Fail(sandbox.KindProvision, "lease lock", lockErr)
 	}
 	if err != nil {
-		if errorsIsExhausted(err) {
+		if errors.Is(err, store.ErrPoolExhausted) {
 			return nil, sandbox.Fail(sandbox.KindLeaseExhausted, "lease", err)
 		}
 		return nil, sandbox.Fail(sandbox.KindStore, "write-ahead record", err)
@@ -284,5 +285,3 @@ func (sb *linuxSandbox) prepareTrees() error {
 	}
 	return nil
 }
-
-func errorsIsExhausted(err error) bool { return errorsIs(err, store.ErrPoolExhausted) }

@@ -24,8 +24,6 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-var errorsIs = errors.Is
-
 // readyTimeout bounds how long the init may take to build the boundary.
 const readyTimeout = 30 * time.Second
 
