@@ -1,0 +1,119 @@
+package crossing
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Identity is who is crossing, derived from the listener that accepted the
+// connection — never from anything the agent sent.
+type Identity struct {
+	Workload  string `json:"workload"`
+	Tenant    string `json:"tenant"`
+	Purpose   string `json:"purpose"`
+	SandboxID string `json:"sandbox_id"`
+}
+
+// Amount is a quantity of each budgeted resource. Zero fields are nothing.
+type Amount struct {
+	Requests     int64 `json:"requests,omitempty"`
+	InputTokens  int64 `json:"input_tokens,omitempty"`
+	OutputTokens int64 `json:"output_tokens,omitempty"`
+	Bytes        int64 `json:"bytes,omitempty"`       // model request+response bytes
+	EgressBytes  int64 `json:"egress_bytes,omitempty"` // bytes through the egress proxy
+	Connections  int64 `json:"connections,omitempty"`  // egress connections
+}
+
+// Add returns a+b.
+func (a Amount) Add(b Amount) Amount {
+	return Amount{a.Requests + b.Requests, a.InputTokens + b.InputTokens, a.OutputTokens + b.OutputTokens,
+		a.Bytes + b.Bytes, a.EgressBytes + b.EgressBytes, a.Connections + b.Connections}
+}
+
+// Reservation is budget held for one crossing until it is settled.
+type Reservation struct {
+	ID       int64     `json:"id"`
+	Identity Identity  `json:"identity"`
+	Broker   string    `json:"broker"`
+	Held     Amount    `json:"held"`
+	At       time.Time `json:"at"`
+}
+
+// BudgetState is the workload's budget after a decision: used (settled +
+// held) against the limits. A zero limit means unlimited.
+type BudgetState struct {
+	Used   Amount `json:"used"`
+	Limits Amount `json:"limits"`
+	// Streams is the number of concurrent model streams held now.
+	Streams int64 `json:"streams"`
+}
+
+// Receipt is the record of one crossing.
+type Receipt struct {
+	ID            int64         `json:"id,omitempty"`
+	Time          time.Time     `json:"time"`
+	Identity      Identity      `json:"identity"`
+	Broker        string        `json:"broker"` // "model", "egress"
+	Action        string        `json:"action"` // e.g. "anthropic.messages", "connect"
+	Target        string        `json:"target"` // model id, host:port — never a secret
+	RequestDigest string        `json:"request_digest"`
+	Decision      string        `json:"decision"` // "allow" or "deny"
+	Reason        string        `json:"reason"`
+	Budget        BudgetState   `json:"budget"`
+	UpstreamCode  int           `json:"upstream_status,omitempty"`
+	BytesIn       int64         `json:"bytes_in"`  // from the agent
+	BytesOut      int64         `json:"bytes_out"` // to the agent
+	Usage         Amount        `json:"usage"`
+	Untrusted     []string      `json:"untrusted,omitempty"` // e.g. tool_use blocks passed through as data
+	Duration      time.Duration `json:"duration_ns"`
+	FirstByte     time.Duration `json:"first_byte_ns,omitempty"`
+}
+
+// Decisions.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// ErrBudgetExceeded is returned by Reserve when the reservation would
+// overspend a limit. Wrap it with which limit.
+var ErrBudgetExceeded = errors.New("budget exceeded")
+
+// ErrUnavailable means the ledger (store) cannot be reached: the crossing
+// must be refused, never let through.
+var ErrUnavailable = errors.New("ledger unavailable")
+
+// Ledger reserves budget before a crossing, settles it after, and records
+// receipts. Implementations are safe for concurrent use. Reserve must be
+// atomic across every process sharing the workload's budget: concurrent
+// reservations can never together exceed a limit. streams > 0 also holds
+// that many concurrent-stream slots until Settle.
+type Ledger interface {
+	Reserve(ctx context.Context, id Identity, broker string, want Amount, streams int64) (Reservation, BudgetState, error)
+	Settle(ctx context.Context, r Reservation, used Amount) (BudgetState, error)
+	Record(ctx context.Context, rc Receipt) error
+}
+
+type identityKey struct{}
+
+// WithIdentity returns ctx carrying id; the gateway calls it once per
+// accepted connection.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityFrom returns the identity the gateway bound to ctx; ok is false
+// when there is none, and a broker must then refuse.
+func IdentityFrom(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok && id.Workload != ""
+}
+
+// Secrets resolves custodied secrets by name for a broker. Values never
+// leave the broker: not into responses, logs, receipts or errors.
+type Secrets interface {
+	Secret(name string) ([]byte, error)
+	// Values returns every custodied value, for redaction.
+	Values() [][]byte
+}

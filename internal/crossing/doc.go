@@ -1,0 +1,8 @@
+// Package crossing holds the vocabulary every broker shares: the identity
+// a listener binds to a connection, budgets, reservations, receipts, and
+// the Ledger interface brokers use to reserve budget before a crossing and
+// to record its receipt after.
+//
+// It must never take identity from anything the agent sends: Identity is
+// set by the gateway from the listener that accepted the connection.
+package crossing
