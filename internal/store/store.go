@@ -118,7 +118,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 1
+	schemaVersion = 2
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -126,8 +126,9 @@ const (
 	busyTimeout = 5 * time.Second
 )
 
-// schema is applied once, under BEGIN IMMEDIATE, when user_version is 0.
-// Changing it means bumping schemaVersion and writing a migration.
+// schema is applied under BEGIN IMMEDIATE when user_version is below
+// schemaVersion; every statement is idempotent, so applying it to a
+// version-1 database adds the version-2 tables.
 const schema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
 	id          TEXT    NOT NULL PRIMARY KEY,
@@ -144,6 +145,45 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	resources   TEXT    NOT NULL DEFAULT '[]' CHECK (json_valid(resources) AND json_type(resources) = 'array'),
 	created     INTEGER NOT NULL -- unix nanoseconds
 ) STRICT;
+
+-- Version 2: budgets and receipts (the gateway's ledger).
+CREATE TABLE IF NOT EXISTS budget_usage (
+	workload      TEXT    NOT NULL,
+	window_start  INTEGER NOT NULL, -- unix seconds; 0 when budgets have no window
+	requests      INTEGER NOT NULL DEFAULT 0,
+	input_tokens  INTEGER NOT NULL DEFAULT 0,
+	output_tokens INTEGER NOT NULL DEFAULT 0,
+	bytes         INTEGER NOT NULL DEFAULT 0,
+	egress_bytes  INTEGER NOT NULL DEFAULT 0,
+	connections   INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (workload, window_start)
+) STRICT;
+CREATE TABLE IF NOT EXISTS reservations (
+	id            INTEGER PRIMARY KEY,
+	workload      TEXT    NOT NULL,
+	sandbox_id    TEXT    NOT NULL,
+	broker        TEXT    NOT NULL,
+	window_start  INTEGER NOT NULL,
+	requests      INTEGER NOT NULL,
+	input_tokens  INTEGER NOT NULL,
+	output_tokens INTEGER NOT NULL,
+	bytes         INTEGER NOT NULL,
+	egress_bytes  INTEGER NOT NULL,
+	connections   INTEGER NOT NULL,
+	streams       INTEGER NOT NULL,
+	created       INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS reservations_workload ON reservations (workload);
+CREATE TABLE IF NOT EXISTS receipts (
+	id        INTEGER PRIMARY KEY,
+	time      INTEGER NOT NULL, -- unix nanoseconds
+	workload  TEXT    NOT NULL,
+	sandbox_id TEXT   NOT NULL,
+	broker    TEXT    NOT NULL,
+	decision  TEXT    NOT NULL,
+	body      TEXT    NOT NULL CHECK (json_valid(body))
+) STRICT;
+CREATE INDEX IF NOT EXISTS receipts_workload ON receipts (workload, id);
 `
 
 // Open opens (creating if needed) stateDir/cordon.db for the given pool.
@@ -269,7 +309,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0:
+	case 0, 1:
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)

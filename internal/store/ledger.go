@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// Budget is a workload's declared budget. Zero limits are unlimited.
+type Budget struct {
+	Limits  crossing.Amount
+	Streams int64         // concurrent model streams
+	Window  time.Duration // 0: for the workload's lifetime
+}
+
+func (b Budget) windowStart(now time.Time) int64 {
+	if b.Window <= 0 {
+		return 0
+	}
+	w := int64(b.Window / time.Second)
+	if w <= 0 {
+		w = 1
+	}
+	return now.Unix() / w * w
+}
+
+type amountCols struct{ a crossing.Amount }
+
+func (c *amountCols) scan(row interface{ Scan(...any) error }) error {
+	return row.Scan(&c.a.Requests, &c.a.InputTokens, &c.a.OutputTokens, &c.a.Bytes, &c.a.EgressBytes, &c.a.Connections)
+}
+
+// used returns settled usage in the window plus every held reservation.
+func used(ctx context.Context, tx *sql.Tx, workload string, win int64) (crossing.Amount, int64, error) {
+	var settled, held amountCols
+	err := settled.scan(tx.QueryRowContext(ctx, `SELECT requests, input_tokens, output_tokens, bytes, egress_bytes, connections
+		FROM budget_usage WHERE workload = ? AND window_start = ?`, workload, win))
+	if err != nil && err != sql.ErrNoRows {
+		return crossing.Amount{}, 0, err
+	}
+	var streams int64
+	err = tx.QueryRowContext(ctx, `SELECT coalesce(sum(requests),0), coalesce(sum(input_tokens),0), coalesce(sum(output_tokens),0),
+		coalesce(sum(bytes),0), coalesce(sum(egress_bytes),0), coalesce(sum(connections),0), coalesce(sum(streams),0)
+		FROM reservations WHERE workload = ? AND window_start = ?`, workload, win).
+		Scan(&held.a.Requests, &held.a.InputTokens, &held.a.OutputTokens, &held.a.Bytes, &held.a.EgressBytes, &held.a.Connections, &streams)
+	if err != nil {
+		return crossing.Amount{}, 0, err
+	}
+	return settled.a.Add(held.a), streams, nil
+}
+
+// over names the first limit that used+want would exceed, or "".
+func over(used, want, lim crossing.Amount) string {
+	check := []struct {
+		name    string
+		u, w, l int64
+	}{
+		{"requests", used.Requests, want.Requests, lim.Requests},
+		{"input_tokens", used.InputTokens, want.InputTokens, lim.InputTokens},
+		{"output_tokens", used.OutputTokens, want.OutputTokens, lim.OutputTokens},
+		{"bytes", used.Bytes, want.Bytes, lim.Bytes},
+		{"egress_bytes", used.EgressBytes, want.EgressBytes, lim.EgressBytes},
+		{"connections", used.Connections, want.Connections, lim.Connections},
+	}
+	for _, c := range check {
+		if c.l > 0 && c.w > 0 && c.u+c.w > c.l {
+			return fmt.Sprintf("%s: %d used of %d, %d more requested", c.name, c.u, c.l, c.w)
+		}
+	}
+	return ""
+}
+
+// Reserve holds want (and streams concurrent-stream slots) against the
+// workload's budget in one write transaction, so reservations from every
+// process sharing this store can never together exceed a limit.
+func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string, want crossing.Amount, streams int64, b Budget) (crossing.Reservation, crossing.BudgetState, error) {
+	now := time.Now()
+	win := b.windowStart(now)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return crossing.Reservation{}, crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	defer tx.Rollback()
+	u, held, err := used(ctx, tx, id.Workload, win)
+	if err != nil {
+		return crossing.Reservation{}, crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	st := crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}
+	if why := over(u, want, b.Limits); why != "" {
+		return crossing.Reservation{}, st, fmt.Errorf("%w: %s", crossing.ErrBudgetExceeded, why)
+	}
+	if streams > 0 && b.Streams > 0 && held+streams > b.Streams {
+		return crossing.Reservation{}, st, fmt.Errorf("%w: concurrent streams: %d of %d in use", crossing.ErrBudgetExceeded, held, b.Streams)
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO reservations (workload, sandbox_id, broker, window_start, requests, input_tokens,
+		output_tokens, bytes, egress_bytes, connections, streams, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		id.Workload, id.SandboxID, broker, win, want.Requests, want.InputTokens, want.OutputTokens, want.Bytes,
+		want.EgressBytes, want.Connections, streams, now.UnixNano())
+	if err != nil {
+		return crossing.Reservation{}, st, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	rid, _ := res.LastInsertId()
+	if err := tx.Commit(); err != nil {
+		return crossing.Reservation{}, st, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	st.Used = u.Add(want)
+	st.Streams = held + streams
+	return crossing.Reservation{ID: rid, Identity: id, Broker: broker, Held: want, At: now}, st, nil
+}
+
+// Settle releases a reservation and adds what was really used to the
+// window the reservation was made in.
+func (s *Store) Settle(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget) (crossing.BudgetState, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	defer tx.Rollback()
+	var win int64
+	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? RETURNING window_start`, r.ID).Scan(&win); err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("settle reservation %d: %w", r.ID, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
+		VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (workload, window_start) DO UPDATE SET
+		requests = requests + excluded.requests, input_tokens = input_tokens + excluded.input_tokens,
+		output_tokens = output_tokens + excluded.output_tokens, bytes = bytes + excluded.bytes,
+		egress_bytes = egress_bytes + excluded.egress_bytes, connections = connections + excluded.connections`,
+		r.Identity.Workload, win, usage.Requests, usage.InputTokens, usage.OutputTokens, usage.Bytes, usage.EgressBytes, usage.Connections)
+	if err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	u, held, err := used(ctx, tx, r.Identity.Workload, win)
+	if err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	return crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}, nil
+}
+
+// DropReservations releases every reservation a sandbox still holds (its
+// gateway ended without settling, e.g. it was killed); nothing is counted.
+func (s *Store) DropReservations(ctx context.Context, sandboxID string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM reservations WHERE sandbox_id = ?`, sandboxID)
+	return err
+}
+
+// RecordReceipt appends a receipt and returns its id.
+func (s *Store) RecordReceipt(ctx context.Context, rc crossing.Receipt) (int64, error) {
+	body, err := json.Marshal(rc)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT INTO receipts (time, workload, sandbox_id, broker, decision, body) VALUES (?,?,?,?,?,?)`,
+		rc.Time.UnixNano(), rc.Identity.Workload, rc.Identity.SandboxID, rc.Broker, rc.Decision, string(body))
+	if err != nil {
+		return 0, fmt.Errorf("%w: record receipt: %v", crossing.ErrUnavailable, err)
+	}
+	return res.LastInsertId()
+}
+
+// ReceiptFilter selects receipts; zero fields match everything.
+type ReceiptFilter struct {
+	Workload, SandboxID, Broker string
+	Limit                       int
+}
+
+// Receipts lists receipts, oldest first (the last Limit when set).
+func (s *Store) Receipts(ctx context.Context, f ReceiptFilter) ([]crossing.Receipt, error) {
+	q := `SELECT id, body FROM receipts WHERE (? = '' OR workload = ?) AND (? = '' OR sandbox_id = ?) AND (? = '' OR broker = ?) ORDER BY id DESC`
+	args := []any{f.Workload, f.Workload, f.SandboxID, f.SandboxID, f.Broker, f.Broker}
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []crossing.Receipt
+	for rows.Next() {
+		var id int64
+		var body string
+		if err := rows.Scan(&id, &body); err != nil {
+			return nil, err
+		}
+		var rc crossing.Receipt
+		if err := json.Unmarshal([]byte(body), &rc); err != nil {
+			return nil, fmt.Errorf("receipt %d: %w", id, err)
+		}
+		rc.ID = id
+		out = append(out, rc)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, rows.Err()
+}
