@@ -20,7 +20,7 @@ type Amount struct {
 	Requests     int64 `json:"requests,omitempty"`
 	InputTokens  int64 `json:"input_tokens,omitempty"`
 	OutputTokens int64 `json:"output_tokens,omitempty"`
-	Bytes        int64 `json:"bytes,omitempty"`       // model request+response bytes
+	Bytes        int64 `json:"bytes,omitempty"`        // model request+response bytes
 	EgressBytes  int64 `json:"egress_bytes,omitempty"` // bytes through the egress proxy
 	Connections  int64 `json:"connections,omitempty"`  // egress connections
 }
