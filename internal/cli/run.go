@@ -34,6 +34,7 @@ type runFlags struct {
 	json         bool
 	unsafeRoot   bool
 	workload     string
+	config       string
 }
 
 func runCmd(g *globals) *cobra.Command {
@@ -78,7 +79,8 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 	fl.StringVar(&f.evidenceFile, "evidence", "", "write the evidence record (cordon.evidence/v1 JSON) to this file")
 	fl.BoolVar(&f.json, "json", false, "print a machine-readable outcome as the last line of stdout")
 	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE: allow a writable bind of a directory owned by root or a system account")
-	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to")
+	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to (the config's workload when --config is given)")
+	fl.StringVar(&f.config, "config", "", "gateway configuration (YAML, cordon/v1; see docs/config.md and examples/): model routes, egress allow-list, budgets, secrets. Without it the sandbox has no way out at all")
 	return cmd
 }
 
@@ -249,6 +251,10 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	if _, err := sandbox.Select(spec.Level, []sandbox.Candidate{{Provider: prov, Capability: capab}}); err != nil {
 		return finish(ExitRefused, sandbox.Failf(sandbox.KindUnsupported, "run", "this host cannot build the boundary for %s: missing %s", spec.Level, strings.Join(capab.Missing, "; ")))
 	}
+	gw, err := g.prepareGateway(f, &spec)
+	if err != nil {
+		return finish(ExitRefused, err)
+	}
 	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 	tr.mark("probe")
 	sb, err := prov.Provision(ctx, spec)
@@ -303,6 +309,14 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		return finish(ExitRefused, sandbox.Failf(sandbox.KindEvidence, "admission",
 			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
+	}
+	if gw != nil {
+		proc, err := gw.start(sb, st, g.logger())
+		if err != nil {
+			return finish(ExitRefused, err)
+		}
+		defer proc.Stop()
+		tr.mark("gateway")
 	}
 	if err := sb.Exec(ctx); err != nil {
 		writeEvidence()

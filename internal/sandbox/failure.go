@@ -36,6 +36,8 @@ const (
 	KindTimeout Kind = "timeout"
 	// KindStore: the embedded store is unavailable or inconsistent.
 	KindStore Kind = "store_unavailable"
+	// KindCustody: a declared secret cannot be resolved by the custodian.
+	KindCustody Kind = "custodian_unavailable"
 	// KindInternal: a bug; reported rather than hidden.
 	KindInternal Kind = "internal"
 )

@@ -1,0 +1,163 @@
+package model
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// The Proxy benchmarks run agent → broker → in-process upstream over
+// loopback HTTP; the Direct ones run agent → upstream, for the comparison.
+// allocs/op counts the whole process (client, broker, upstream). The
+// Handler benchmarks call ServeHTTP with an in-memory transport: the
+// broker's own cost.
+
+const benchBody = `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"Write a haiku about sandboxes."}]}`
+
+func benchUpstream(b *testing.B, stream bool) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if stream {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, e := range anthropicStream {
+				io.WriteString(w, e)
+				w.(http.Flusher).Flush()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, anthropicReply)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}}
+}
+
+func benchRun(b *testing.B, url, body string) {
+	c := benchClient()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	start := cpuTime()
+	for b.Loop() {
+		resp, err := c.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	// CPU time of the whole process per call: steadier than ns/op on a
+	// shared two-core machine; Proxy minus Direct is the broker's cost.
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchProxy(b *testing.B, up string) string {
+	b.Helper()
+	led := newFakeLedger()
+	bk, err := New(Options{
+		Routes:  []Route{{Name: "claude", API: APIAnthropic, Upstream: mustURL(up), Credential: "anthropic", Models: []string{"claude-*"}}},
+		Limits:  testLimits(),
+		Ledger:  &benchLedger{led},
+		Secrets: fakeSecrets{"anthropic": anthropicKey},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bk.ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), testID)))
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// benchLedger keeps budgets but no receipts (a benchmark would otherwise
+// measure a growing slice).
+type benchLedger struct{ *fakeLedger }
+
+func (benchLedger) Record(context.Context, crossing.Receipt) error { return nil }
+
+func BenchmarkProxyNonStreaming(b *testing.B) {
+	benchRun(b, benchProxy(b, benchUpstream(b, false).URL)+"/v1/messages", benchBody)
+}
+
+func BenchmarkDirectNonStreaming(b *testing.B) {
+	benchRun(b, benchUpstream(b, false).URL+"/v1/messages", benchBody)
+}
+
+func BenchmarkProxyStreaming(b *testing.B) {
+	body := strings.Replace(benchBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
+	benchRun(b, benchProxy(b, benchUpstream(b, true).URL)+"/v1/messages", body)
+}
+
+func BenchmarkDirectStreaming(b *testing.B) {
+	body := strings.Replace(benchBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
+	benchRun(b, benchUpstream(b, true).URL+"/v1/messages", body)
+}
+
+// memTransport answers every request from memory.
+type memTransport struct {
+	ct   string
+	body string
+}
+
+func (t memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	return &http.Response{
+		StatusCode: 200, Header: http.Header{"Content-Type": {t.ct}},
+		Body: io.NopCloser(strings.NewReader(t.body)), ContentLength: -1, Request: r,
+	}, nil
+}
+
+func benchHandler(b *testing.B, body string, tr memTransport) {
+	bk, err := New(Options{
+		Routes:    []Route{{Name: "claude", API: APIAnthropic, Upstream: mustURL("https://api.anthropic.com"), Credential: "anthropic", Models: []string{"claude-*"}}},
+		Limits:    testLimits(),
+		Ledger:    &benchLedger{newFakeLedger()},
+		Secrets:   fakeSecrets{"anthropic": anthropicKey},
+		Transport: tr,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := crossing.WithIdentity(context.Background(), testID)
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(body)).WithContext(ctx)
+		rec := httptest.NewRecorder()
+		bk.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	}
+}
+
+func BenchmarkHandlerNonStreaming(b *testing.B) {
+	benchHandler(b, benchBody, memTransport{"application/json", anthropicReply})
+}
+
+func BenchmarkHandlerStreaming(b *testing.B) {
+	body := strings.Replace(benchBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
+	benchHandler(b, body, memTransport{"text/event-stream", strings.Join(anthropicStream, "")})
+}

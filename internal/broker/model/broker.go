@@ -1,0 +1,555 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// Route is one declared model destination.
+type Route struct {
+	Name       string   // config name
+	API        string   // "anthropic" | "openai"
+	Upstream   *url.URL // the provider's origin (optionally with a path prefix); the request path, /v1/…, is appended
+	Credential string   // secret name for crossing.Secrets
+	Models     []string // allowed model ids, as path.Match globs
+}
+
+// Limits bound every request and response.
+type Limits struct {
+	MaxRequestBytes      int64    // request body; > 0
+	MaxResponseBytes     int64    // upstream response body, streamed or not; > 0
+	MaxAttachments       int      // inline attachments per request; 0 allows none
+	MaxAttachmentBytes   int64    // decoded size of one attachment
+	AllowedMIME          []string // attachment media-type globs ("image/*"); none allows no attachment
+	MaxConcurrentStreams int64    // streams open through this broker, all workloads together; > 0
+}
+
+// Options configure a Broker.
+type Options struct {
+	Routes    []Route
+	Limits    Limits
+	Ledger    crossing.Ledger
+	Secrets   crossing.Secrets
+	Transport http.RoundTripper // nil: a tuned http.Transport shared by every route
+	Logger    *slog.Logger      // nil: discard
+	Now       func() time.Time  // nil: time.Now
+}
+
+// APIs.
+const (
+	APIAnthropic = "anthropic"
+	APIOpenAI    = "openai"
+)
+
+// defaultAnthropicVersion is sent when the agent names none.
+const defaultAnthropicVersion = "2023-06-01"
+
+// defaultMaxOutput is the output reservation when a request sets no limit.
+const defaultMaxOutput = 4096
+
+// ledgerTimeout bounds Settle and Record after a response: a stuck store
+// must not hold the handler (the reservation is the store's to expire).
+const ledgerTimeout = 5 * time.Second
+
+// stallTimeout bounds one write to the agent: a client that stops reading
+// does not hold a stream, its budget and a provider connection forever.
+const stallTimeout = time.Minute
+
+// endpoint is one provider operation the broker carries.
+type endpoint struct {
+	idx    int // index in endpoints
+	api    api
+	action string // receipt action
+	path   string
+	resp   bool // OpenAI Responses API (its stream events are typed)
+	count  bool // Anthropic count_tokens: generates nothing
+}
+
+var endpoints = [...]endpoint{
+	{idx: 0, api: apiAnthropic, action: "anthropic.messages", path: "/v1/messages"},
+	{idx: 1, api: apiAnthropic, action: "anthropic.count_tokens", path: "/v1/messages/count_tokens", count: true},
+	{idx: 2, api: apiOpenAI, action: "openai.chat", path: "/v1/chat/completions"},
+	{idx: 3, api: apiOpenAI, action: "openai.responses", path: "/v1/responses", resp: true},
+}
+
+// endpointFor returns the operation of a request; nil when the broker does
+// not carry it.
+func endpointFor(r *http.Request) *endpoint {
+	if r.Method != http.MethodPost {
+		return nil
+	}
+	for i := range endpoints {
+		if endpoints[i].path == r.URL.Path {
+			return &endpoints[i]
+		}
+	}
+	return nil
+}
+
+// guessAPI picks the error shape for a request to no known endpoint.
+func guessAPI(r *http.Request) api {
+	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		return apiAnthropic
+	}
+	return apiOpenAI
+}
+
+// route is a validated Route with its upstream URLs resolved.
+type route struct {
+	Route
+	api  api
+	urls [len(endpoints)]string // by endpoint index; "" for the other API's
+	cred *atomic.Pointer[credHeader]
+}
+
+// Broker is the Model Access Broker. It is safe for concurrent use.
+type Broker struct {
+	routes    []route
+	lim       Limits
+	ledger    crossing.Ledger
+	secrets   crossing.Secrets
+	transport http.RoundTripper
+	log       *slog.Logger
+	now       func() time.Time
+	streams   atomic.Int64 // open streams
+	matchers  matcherCache
+	pool      sync.Pool // *exchange
+}
+
+// New validates o and returns a Broker.
+func New(o Options) (*Broker, error) {
+	if o.Ledger == nil {
+		return nil, errors.New("model broker: no ledger")
+	}
+	if o.Secrets == nil {
+		return nil, errors.New("model broker: no secrets custodian")
+	}
+	if len(o.Routes) == 0 {
+		return nil, errors.New("model broker: no routes")
+	}
+	l := o.Limits
+	switch {
+	case l.MaxRequestBytes <= 0:
+		return nil, errors.New("model broker: MaxRequestBytes must be positive")
+	case l.MaxResponseBytes <= 0:
+		return nil, errors.New("model broker: MaxResponseBytes must be positive")
+	case l.MaxConcurrentStreams <= 0:
+		return nil, errors.New("model broker: MaxConcurrentStreams must be positive")
+	case l.MaxAttachments < 0 || l.MaxAttachmentBytes < 0:
+		return nil, errors.New("model broker: attachment limits must not be negative")
+	}
+	for _, g := range l.AllowedMIME {
+		if _, err := path.Match(g, ""); err != nil || g == "" {
+			return nil, fmt.Errorf("model broker: allowed media type %q: not a valid glob", g)
+		}
+	}
+	l.AllowedMIME = append([]string(nil), l.AllowedMIME...)
+	b := &Broker{lim: l, ledger: o.Ledger, secrets: o.Secrets, transport: o.Transport, log: o.Logger, now: o.Now}
+	names := map[string]bool{}
+	for _, r := range o.Routes {
+		rt, err := compileRoute(r)
+		if err != nil {
+			return nil, fmt.Errorf("model broker: route %q: %w", r.Name, err)
+		}
+		if names[r.Name] {
+			return nil, fmt.Errorf("model broker: route %q declared twice", r.Name)
+		}
+		names[r.Name] = true
+		b.routes = append(b.routes, rt)
+	}
+	if b.transport == nil {
+		b.transport = newTransport()
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	b.pool.New = func() any { return new(exchange) }
+	return b, nil
+}
+
+func compileRoute(r Route) (route, error) {
+	rt := route{Route: r, cred: new(atomic.Pointer[credHeader])}
+	rt.Models = append([]string(nil), r.Models...)
+	switch r.API {
+	case APIAnthropic:
+		rt.api = apiAnthropic
+	case APIOpenAI:
+		rt.api = apiOpenAI
+	default:
+		return rt, fmt.Errorf("unknown API %q (want %q or %q)", r.API, APIAnthropic, APIOpenAI)
+	}
+	if r.Name == "" {
+		return rt, errors.New("no name")
+	}
+	if r.Credential == "" {
+		return rt, errors.New("no credential")
+	}
+	if len(r.Models) == 0 {
+		return rt, errors.New("no models allowed")
+	}
+	for _, m := range r.Models {
+		if _, err := path.Match(m, ""); err != nil || m == "" {
+			return rt, fmt.Errorf("model glob %q is not valid", m)
+		}
+	}
+	u := r.Upstream
+	switch {
+	case u == nil || u.Host == "":
+		return rt, errors.New("no upstream host")
+	case u.User != nil:
+		return rt, errors.New("upstream URL must not carry credentials")
+	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return rt, errors.New("upstream URL must be an origin with an optional path")
+	case u.Scheme == "https":
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+		// An operator-declared local model server: the credential
+		// never leaves the host.
+	case u.Scheme == "http":
+		return rt, errors.New("plain http upstream allowed only on loopback: the credential would cross the network in clear")
+	default:
+		return rt, fmt.Errorf("upstream scheme %q not supported", u.Scheme)
+	}
+	base := strings.TrimSuffix((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String(), "/")
+	for i, ep := range endpoints {
+		if ep.api == rt.api {
+			rt.urls[i] = base + ep.path
+		}
+	}
+	return rt, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// newTransport is the shared upstream transport: many idle connections per
+// provider (agents call the same host all the time), and no compression,
+// so that bodies arrive as identity and redaction and accounting see the
+// bytes the agent will get.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		WriteBufferSize:       64 << 10,
+		ReadBufferSize:        64 << 10,
+	}
+}
+
+// pick returns the first route of the API whose globs allow the model.
+func (b *Broker) pick(a api, model []byte) *route {
+	name := string(model)
+	for i := range b.routes {
+		rt := &b.routes[i]
+		if rt.api != a {
+			continue
+		}
+		for _, g := range rt.Models {
+			if ok, _ := path.Match(g, name); ok {
+				return rt
+			}
+		}
+	}
+	return nil
+}
+
+// ServeHTTP carries one model call: identity, request guard, route, budget,
+// credential injection, the upstream call, the response guard, settlement
+// and the receipt.
+func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := b.pool.Get().(*exchange)
+	defer b.release(x)
+	x.start = b.now()
+	x.ep = endpointFor(r)
+	if x.ep != nil {
+		x.api = x.ep.api
+	} else {
+		x.api = guessAPI(r)
+	}
+	id, ok := crossing.IdentityFrom(r.Context())
+	if !ok {
+		// A gateway bug: every listener binds an identity. Nothing is
+		// forwarded, and there is no one to charge a receipt to.
+		b.log.LogAttrs(r.Context(), slog.LevelError, "model crossing without identity",
+			slog.String("broker", "model"), slog.String("decision", crossing.Deny))
+		writeError(w, x.api, kindInternal, "the gateway did not identify this workload; nothing was forwarded")
+		return
+	}
+	x.rc.Identity = id
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	x.cancel = cancel
+	if ref := b.admit(r, x); ref != nil {
+		b.deny(r.Context(), w, x, ref)
+		return
+	}
+	b.call(ctx, w, r, x)
+}
+
+// admit runs every check that happens before budget is reserved.
+func (b *Broker) admit(r *http.Request, x *exchange) *refusal {
+	if x.ep == nil {
+		x.rc.Action = "unknown"
+		x.rc.Target = quoteForMessage([]byte(r.Method + " " + r.URL.Path))
+		return refuse(kindNotFound, "the model broker carries POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions and /v1/responses only")
+	}
+	x.rc.Action = x.ep.action
+	if ref := checkHeaders(r.Header); ref != nil {
+		return ref
+	}
+	if ref := b.readBody(r, x); ref != nil {
+		return ref
+	}
+	x.rc.RequestDigest = digest(x.body.b)
+	info, ref := guardRequest(x.body.b, &b.lim)
+	x.info = info
+	if info.model != nil && utf8ValidCapped(info.model) {
+		x.rc.Target = string(info.model)
+	}
+	if ref != nil {
+		return ref
+	}
+	x.route = b.pick(x.api, info.model)
+	if x.route == nil {
+		return refuse(kindForbidden, "model "+quoteForMessage(info.model)+" is not allowed for this workload")
+	}
+	if x.ep.count && info.stream {
+		return refuse(kindInvalid, "count_tokens does not stream")
+	}
+	return nil
+}
+
+// call reserves budget, makes the upstream call and relays the answer.
+func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) {
+	secret, err := b.secrets.Secret(x.route.Credential)
+	if err != nil || len(secret) == 0 || !validHeaderValue(secret) {
+		b.log.LogAttrs(ctx, slog.LevelError, "model route credential unavailable",
+			slog.String("rule", x.route.Name), slog.Bool("empty", err == nil))
+		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the credential for this model route is unavailable; nothing was forwarded"))
+		return
+	}
+	var streams int64
+	if x.info.stream {
+		if b.streams.Add(1) > b.lim.MaxConcurrentStreams {
+			b.streams.Add(-1)
+			b.deny(r.Context(), w, x, refuse(kindBusy, "too many model streams are open through the gateway; retry shortly"))
+			return
+		}
+		x.streamSlot, streams = true, 1
+	}
+	x.want = b.reservation(x)
+	res, st, err := b.ledger.Reserve(ctx, x.rc.Identity, "model", x.want, streams)
+	x.rc.Budget = st
+	switch {
+	case errors.Is(err, crossing.ErrBudgetExceeded):
+		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
+		return
+	case err != nil:
+		b.log.LogAttrs(ctx, slog.LevelError, "model budget ledger unavailable", slog.String("error", err.Error()))
+		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget ledger is unavailable; nothing was forwarded"))
+		return
+	}
+	x.res, x.reserved = res, true
+	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
+	x.m = b.matchers.get(b.secrets.Values())
+
+	req, err := b.upstreamRequest(ctx, r, x, secret)
+	if err != nil {
+		x.charge = chargeNone
+		x.outcome = "upstream request not built"
+		b.fail(w, x, kindUpstream, "the model upstream request could not be built")
+		b.finish(r.Context(), x)
+		return
+	}
+	resp, err := b.transport.RoundTrip(req)
+	if err != nil {
+		x.charge = chargeUnknown
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			x.charge = chargeNone // never sent
+		}
+		if ctx.Err() != nil {
+			x.outcome = "aborted: agent disconnected"
+		} else {
+			x.outcome = "upstream unreachable"
+			b.fail(w, x, kindUpstream, "the model upstream could not be reached")
+		}
+		b.finish(r.Context(), x)
+		return
+	}
+	x.rc.UpstreamCode = resp.StatusCode
+	rc := http.NewResponseController(w)
+	if isEventStream(resp.Header.Get("Content-Type")) && resp.StatusCode == http.StatusOK {
+		b.relayStream(ctx, w, rc, resp, x)
+	} else {
+		b.relayBuffered(ctx, w, rc, resp, x)
+	}
+	resp.Body.Close()
+	if x.deadline {
+		// The server keeps the connection for the agent's next request:
+		// it must not inherit this response's write deadline.
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+	b.finish(r.Context(), x)
+}
+
+// reservation is the budget held for a call until it settles.
+func (b *Broker) reservation(x *exchange) crossing.Amount {
+	n := x.bodyLen
+	out := x.info.maxOut
+	if out < 0 {
+		out = defaultMaxOutput
+	}
+	if x.ep.count {
+		out = 0
+	}
+	return crossing.Amount{Requests: 1, InputTokens: (n + 3) / 4, OutputTokens: out * x.info.choices, Bytes: n}
+}
+
+// exceeded names the limits a reservation would pass, for the agent's
+// message (built from numbers, never from the ledger's error text).
+func exceeded(st crossing.BudgetState, want crossing.Amount, streams int64) string {
+	var names []string
+	over := func(name string, used, w, limit int64) {
+		if limit > 0 && used+w > limit {
+			names = append(names, name)
+		}
+	}
+	u, l := st.Used, st.Limits
+	over("requests", u.Requests, want.Requests, l.Requests)
+	over("input tokens", u.InputTokens, want.InputTokens, l.InputTokens)
+	over("output tokens", u.OutputTokens, want.OutputTokens, l.OutputTokens)
+	over("bytes", u.Bytes, want.Bytes, l.Bytes)
+	if len(names) == 0 {
+		if streams > 0 {
+			return "concurrent streams"
+		}
+		return "limit reached"
+	}
+	return strings.Join(names, ", ")
+}
+
+// deny answers a refusal and records it.
+func (b *Broker) deny(ctx context.Context, w http.ResponseWriter, x *exchange, ref *refusal) {
+	x.rc.Decision, x.rc.Reason = crossing.Deny, ref.msg
+	x.out += int64(writeError(w, x.api, ref.kind, ref.msg))
+	x.status = kinds[ref.kind].status
+	b.finish(ctx, x)
+}
+
+// fail answers an error for an allowed call before any response byte went
+// to the agent.
+func (b *Broker) fail(w http.ResponseWriter, x *exchange, k kind, msg string) {
+	x.out += int64(writeError(w, x.api, k, msg))
+	x.status = kinds[k].status
+}
+
+// finish settles the reservation, records the receipt and logs the
+// decision. It runs after the agent has its answer.
+func (b *Broker) finish(reqCtx context.Context, x *exchange) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), ledgerTimeout)
+	defer cancel()
+	if x.streamSlot {
+		b.streams.Add(-1)
+		x.streamSlot = false
+	}
+	if x.reserved {
+		x.rc.Usage = b.used(x)
+		st, err := b.ledger.Settle(ctx, x.res, x.rc.Usage)
+		if err != nil {
+			b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
+				slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", err.Error()))
+		} else {
+			x.rc.Budget = st
+		}
+	}
+	if x.outcome != "" && x.rc.Decision == crossing.Allow {
+		x.rc.Reason += "; " + x.outcome
+	}
+	x.rc.Time = x.start
+	x.rc.Broker = "model"
+	x.rc.BytesIn = x.bodyLen
+	x.rc.BytesOut = x.out
+	x.rc.Untrusted = x.untrusted
+	x.rc.Duration = b.now().Sub(x.start)
+	if x.rc.Decision == "" {
+		x.rc.Decision = crossing.Deny
+	}
+	err := b.ledger.Record(ctx, x.rc)
+	lvl := slog.LevelInfo
+	if err != nil {
+		// The answer is already with the agent; the missing evidence is
+		// an operator alarm.
+		lvl = slog.LevelError
+	}
+	rule := ""
+	if x.route != nil {
+		rule = x.route.Name
+	}
+	if !b.log.Enabled(ctx, lvl) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("workload", x.rc.Identity.Workload),
+		slog.String("broker", "model"),
+		slog.String("decision", x.rc.Decision),
+		slog.String("reason", x.rc.Reason),
+		slog.String("rule", rule),
+		slog.String("receipt", x.rc.RequestDigest),
+		slog.String("action", x.rc.Action),
+		slog.String("model", x.rc.Target),
+		slog.Int("upstream_status", x.rc.UpstreamCode),
+		slog.Duration("duration", x.rc.Duration),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", "record receipt: "+err.Error()))
+	}
+	b.log.LogAttrs(ctx, lvl, "model crossing", attrs...)
+}
+
+// used is what a call settles: real usage where the provider reported it,
+// the reserved estimate where it did not (never less than could have been
+// spent), nothing for tokens when the provider generated nothing.
+func (b *Broker) used(x *exchange) crossing.Amount {
+	a := crossing.Amount{Requests: 1, Bytes: x.bodyLen + x.upBytes}
+	switch x.charge {
+	case chargeNone:
+		return a
+	case chargeUnknown:
+		a.InputTokens, a.OutputTokens = x.want.InputTokens, x.want.OutputTokens
+		return a
+	}
+	a.InputTokens, a.OutputTokens = x.want.InputTokens, x.want.OutputTokens
+	if x.usage.inKnown {
+		a.InputTokens = x.usage.in
+	}
+	if x.usage.outKnown {
+		a.OutputTokens = x.usage.out
+	}
+	return a
+}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
+	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// gatewayPlan is a loaded configuration with its custodian, ready to start
+// a gateway once the sandbox is admitted.
+type gatewayPlan struct {
+	cfg  *config.Config
+	cust *custody.Custodian
+}
+
+// prepareGateway loads --config and the custodian, refuses a configuration
+// that would let a secret into the sandbox, and points the program at the
+// gateway. It returns nil without --config.
+func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan, error) {
+	if f.config == "" {
+		return nil, nil
+	}
+	cfg, err := config.Load(f.config)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindUsage, "config", err)
+	}
+	if f.workload != "default" && f.workload != cfg.Workload {
+		return nil, sandbox.Failf(sandbox.KindUsage, "config", "--workload %s disagrees with the config's workload %s", f.workload, cfg.Workload)
+	}
+	spec.Workload = cfg.Workload
+	for _, w := range cfg.Warnings() {
+		g.logger().Warn(w)
+	}
+	cust, err := custody.Load(cfg.Secrets, os.Getenv)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
+	}
+	values := map[string][]byte{}
+	for _, n := range cust.Names() {
+		v, _ := cust.Secret(n)
+		values[n] = v
+	}
+	if err := cfg.CheckLeaks(visibleInSandbox(*spec), spec.Env, values); err != nil {
+		return nil, sandbox.Fail(sandbox.KindPolicyRejected, "config", err)
+	}
+	// The gateway's variables come last so they win over --env.
+	spec.Env = append(spec.Env, gateway.Env()...)
+	return &gatewayPlan{cfg: cfg, cust: cust}, nil
+}
+
+// visibleInSandbox reports whether a host path can be seen from inside: it
+// is under a bind source, the workspace, the rootfs or the base layout.
+func visibleInSandbox(spec sandbox.Spec) func(string) bool {
+	roots := []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ssl/certs", "/etc/ca-certificates", "/etc/alternatives", "/etc/ld.so.conf.d"}
+	if spec.Workspace != "" {
+		roots = append(roots, spec.Workspace)
+	}
+	if spec.Rootfs != "" {
+		roots = append(roots, spec.Rootfs)
+	}
+	for _, b := range spec.Binds {
+		roots = append(roots, b.Source)
+	}
+	return func(p string) bool {
+		p = filepath.Clean(p)
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		for _, r := range roots {
+			r = filepath.Clean(r)
+			if p == r || strings.HasPrefix(p, r+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// start opens the gateway's listeners in the admitted sandbox and starts
+// the unprivileged gateway process.
+func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger) (*gateway.Process, error) {
+	pid := 0
+	if ip, ok := sb.(interface{ InitPid() int }); ok {
+		pid = ip.InitPid()
+	}
+	if pid <= 0 {
+		return nil, sandbox.Failf(sandbox.KindStart, "gateway", "the sandbox has no live init")
+	}
+	c := p.cfg
+	cc := gateway.ChildConfig{
+		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
+		Limits: gateway.ModelLimits{MaxRequestBytes: c.Limits.MaxRequestBytes, MaxResponseBytes: c.Limits.MaxResponseBytes,
+			MaxAttachments: c.Limits.MaxAttachments, MaxAttachmentBytes: c.Limits.MaxAttachmentBytes,
+			AllowedMIME: c.Limits.AllowedAttachmentMIME, MaxConcurrentStreams: streamsLimit(c.Budgets.ConcurrentStreams)},
+		Secrets: map[string][]byte{},
+		Egress:  gateway.Egress{Resolve: map[string][]string{}},
+	}
+	for _, m := range c.Models {
+		cc.Routes = append(cc.Routes, gateway.Route{Name: m.Name, API: m.API, Upstream: m.Upstream, Credential: m.Credential, Models: m.Models})
+	}
+	for _, r := range c.Egress.Allow {
+		cc.Egress.Allow = append(cc.Egress.Allow, gateway.EgressRule{Host: r.Host, Ports: r.Ports})
+	}
+	for _, r := range c.Egress.UnsafeAllowRanges {
+		cc.Egress.UnsafeAllowRanges = append(cc.Egress.UnsafeAllowRanges, r.String())
+	}
+	for h, a := range c.Egress.Resolve {
+		cc.Egress.Resolve[h] = []string{a.String()}
+	}
+	for _, n := range p.cust.Names() {
+		v, err := p.cust.Secret(n)
+		if err != nil {
+			return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
+		}
+		cc.Secrets[n] = v
+	}
+	proc, err := gateway.Start(gateway.StartOptions{
+		SandboxPid: pid, Config: cc, Store: st, Logger: log,
+		Budget: store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
+	})
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindStart, "gateway", fmt.Errorf("%w", err))
+	}
+	return proc, nil
+}
+
+// streamsLimit is the broker's per-process stream bound: the budget's
+// concurrent streams, or effectively unbounded (the ledger still counts).
+func streamsLimit(n int64) int64 {
+	if n > 0 {
+		return n
+	}
+	return 1 << 20
+}

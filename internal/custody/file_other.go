@@ -1,0 +1,5 @@
+//go:build !unix
+
+package custody
+
+func readFile(string) ([]byte, error) { return nil, ErrUnsupported }

@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+func contextBackground() context.Context { return context.Background() }
+
+// secrets is the gateway's copy of the custodied values.
+type secrets map[string][]byte
+
+func (s secrets) Secret(name string) ([]byte, error) {
+	v, ok := s[name]
+	if !ok {
+		return nil, fmt.Errorf("secret %q is not custodied", name)
+	}
+	return v, nil
+}
+
+func (s secrets) Values() [][]byte {
+	out := make([][]byte, 0, len(s))
+	for _, v := range s {
+		out = append(out, v)
+	}
+	return out
+}
+
+// ChildMain is the gateway process. It runs as nobody; before it reads a
+// byte of agent traffic it sets no_new_privs, becomes non-dumpable and
+// confines itself to a read-only Landlock domain.
+func ChildMain() int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "gateway")
+	fail := func(step string, err error) int {
+		log.Error("gateway failed", "step", step, "err", err)
+		return 1
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail("no_new_privs", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("dumpable", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(os.NewFile(configFD, "config"), 16<<20))
+	if err != nil {
+		return fail("read config", err)
+	}
+	var cfg ChildConfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return fail("parse config", err)
+	}
+	// Read-only everywhere: the gateway writes nothing to any filesystem.
+	if err := landlock.V5.BestEffort().RestrictPaths(landlock.RODirs("/")); err != nil {
+		return fail("landlock", err)
+	}
+	lconn, err := net.FileConn(os.NewFile(ledgerFD, "ledger"))
+	if err != nil {
+		return fail("ledger", err)
+	}
+	ledger := newLedgerClient(lconn)
+	handlers, err := buildHandlers(cfg, ledger, log)
+	if err != nil {
+		return fail("brokers", err)
+	}
+	var servers []*http.Server
+	var wg sync.WaitGroup
+	for i, name := range cfg.Listeners {
+		ln, err := FileListener(os.NewFile(uintptr(firstListen+i), name))
+		if err != nil {
+			return fail("listener "+name, err)
+		}
+		id := cfg.Identity
+		srv := &http.Server{
+			Handler:           handlers[name],
+			ReadHeaderTimeout: 30 * time.Second,
+			IdleTimeout:       5 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			// The listener is the identity: one gateway per sandbox.
+			ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, id) },
+			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		}
+		servers = append(servers, srv)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = srv.Serve(ln)
+		}()
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if err := ledger.ready(); err != nil {
+		return fail("report ready", err)
+	}
+	<-sigs
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(ctx)
+	}
+	return 0
+}
+
+func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (map[string]http.Handler, error) {
+	var routes []model.Route
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: %w", r.Name, err)
+		}
+		routes = append(routes, model.Route{Name: r.Name, API: r.API, Upstream: u, Credential: r.Credential, Models: r.Models})
+	}
+	l := cfg.Limits
+	mb, err := model.New(model.Options{
+		Routes: routes, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log.With("broker", "model"),
+		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
+			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var rules []egress.Rule
+	for _, r := range cfg.Egress.Allow {
+		rules = append(rules, egress.Rule{Host: r.Host, Ports: r.Ports})
+	}
+	var ranges []netip.Prefix
+	for _, s := range cfg.Egress.UnsafeAllowRanges {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, err
+		}
+		ranges = append(ranges, p)
+	}
+	resolve := map[string][]netip.Addr{}
+	for h, addrs := range cfg.Egress.Resolve {
+		for _, a := range addrs {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return nil, err
+			}
+			resolve[h] = append(resolve[h], ip)
+		}
+	}
+	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: ledger, Logger: log.With("broker", "egress")})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]http.Handler{"model": mb, "egress": eb}, nil
+}

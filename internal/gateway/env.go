@@ -1,0 +1,34 @@
+package gateway
+
+import "fmt"
+
+// Ports of the gateway inside every sandbox, on 127.0.0.1. Below 1024 so
+// the agent (no CAP_NET_BIND_SERVICE) cannot squat them.
+const (
+	ModelPort  = 80 // Model Access Broker: Anthropic and OpenAI routes
+	EgressPort = 81 // HTTP/HTTPS proxy (CONNECT and absolute-form)
+)
+
+// Placeholder keys: clients refuse to start without a key, so the agent
+// gets well-formed values that are worth nothing. The broker strips them
+// and injects the real credential toward the declared upstream only.
+const (
+	PlaceholderAnthropicKey = "sk-ant-api03-cordon-placeholder-not-a-key-0000000000000000000000000000000000000000000000-AA"
+	PlaceholderOpenAIKey    = "sk-cordon-placeholder-not-a-key"
+)
+
+// Env returns the variables that point the program at the gateway.
+func Env() []string {
+	model := fmt.Sprintf("http://127.0.0.1:%d", ModelPort)
+	proxy := fmt.Sprintf("http://127.0.0.1:%d", EgressPort)
+	noProxy := "127.0.0.1,localhost,::1"
+	return []string{
+		"ANTHROPIC_BASE_URL=" + model,
+		"ANTHROPIC_API_KEY=" + PlaceholderAnthropicKey,
+		"OPENAI_BASE_URL=" + model + "/v1",
+		"OPENAI_API_KEY=" + PlaceholderOpenAIKey,
+		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
+		"http_proxy=" + proxy, "https_proxy=" + proxy,
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+	}
+}

@@ -1,0 +1,227 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// maxLedgerMessage bounds one ledger message either way.
+const maxLedgerMessage = 256 << 10
+
+type ledgerReq struct {
+	ID      uint64                `json:"id"`
+	Op      string                `json:"op"` // reserve, settle, record
+	Broker  string                `json:"broker,omitempty"`
+	Want    crossing.Amount       `json:"want,omitempty"`
+	Streams int64                 `json:"streams,omitempty"`
+	Res     *crossing.Reservation `json:"res,omitempty"`
+	Used    crossing.Amount       `json:"used,omitempty"`
+	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
+}
+
+type ledgerResp struct {
+	ID    uint64               `json:"id"`
+	Res   crossing.Reservation `json:"res"`
+	State crossing.BudgetState `json:"state"`
+	Err   string               `json:"err,omitempty"`
+	Kind  string               `json:"kind,omitempty"` // "budget", "unavailable"
+}
+
+// LedgerServer answers the gateway's ledger requests from the store. The
+// identity of every request is the sandbox's, set here: the gateway
+// cannot spend or record for another workload.
+type LedgerServer struct {
+	Store  *store.Store
+	ID     crossing.Identity
+	Budget store.Budget
+	Logger *slog.Logger
+	// Ready is closed when the gateway reports it serves its listeners.
+	Ready chan struct{}
+}
+
+// Serve answers requests on conn until it closes.
+func (s *LedgerServer) Serve(conn net.Conn) {
+	var wmu sync.Mutex
+	buf := make([]byte, maxLedgerMessage)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		n, err := conn.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var req ledgerReq
+		if err := json.Unmarshal(buf[:n], &req); err != nil {
+			s.Logger.Error("ledger: malformed request from the gateway", "err", err)
+			return
+		}
+		if req.Op == "ready" {
+			if s.Ready != nil {
+				close(s.Ready)
+				s.Ready = nil
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := s.handle(req)
+			b, _ := json.Marshal(resp)
+			wmu.Lock()
+			_, _ = conn.Write(b)
+			wmu.Unlock()
+		}()
+	}
+}
+
+func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
+	ctx := context.Background()
+	resp := ledgerResp{ID: req.ID}
+	var err error
+	switch req.Op {
+	case "reserve":
+		resp.Res, resp.State, err = s.Store.Reserve(ctx, s.ID, req.Broker, req.Want, req.Streams, s.Budget)
+	case "settle":
+		if req.Res == nil {
+			err = errors.New("settle without a reservation")
+			break
+		}
+		r := *req.Res
+		r.Identity = s.ID
+		resp.State, err = s.Store.Settle(ctx, r, req.Used, s.Budget)
+	case "record":
+		if req.Receipt == nil {
+			err = errors.New("record without a receipt")
+			break
+		}
+		rc := *req.Receipt
+		rc.Identity = s.ID
+		_, err = s.Store.RecordReceipt(ctx, rc)
+	default:
+		err = fmt.Errorf("unknown ledger op %q", req.Op)
+	}
+	if err != nil {
+		resp.Err = err.Error()
+		switch {
+		case errors.Is(err, crossing.ErrBudgetExceeded):
+			resp.Kind = "budget"
+		default:
+			resp.Kind = "unavailable"
+		}
+	}
+	return resp
+}
+
+// ledgerClient is the gateway's side: a crossing.Ledger over the socket.
+type ledgerClient struct {
+	conn    net.Conn
+	next    atomic.Uint64
+	mu      sync.Mutex
+	pending map[uint64]chan ledgerResp
+	closed  bool
+}
+
+var _ crossing.Ledger = (*ledgerClient)(nil)
+
+func newLedgerClient(conn net.Conn) *ledgerClient {
+	c := &ledgerClient{conn: conn, pending: map[uint64]chan ledgerResp{}}
+	go c.read()
+	return c
+}
+
+func (c *ledgerClient) read() {
+	buf := make([]byte, maxLedgerMessage)
+	for {
+		n, err := c.conn.Read(buf)
+		if err != nil || n == 0 {
+			break
+		}
+		var resp ledgerResp
+		if json.Unmarshal(buf[:n], &resp) != nil {
+			break
+		}
+		c.mu.Lock()
+		ch := c.pending[resp.ID]
+		delete(c.pending, resp.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp
+		}
+	}
+	c.mu.Lock()
+	c.closed = true
+	for id, ch := range c.pending {
+		ch <- ledgerResp{ID: id, Err: "ledger connection closed", Kind: "unavailable"}
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+}
+
+func (c *ledgerClient) call(ctx context.Context, req ledgerReq) (ledgerResp, error) {
+	req.ID = c.next.Add(1)
+	ch := make(chan ledgerResp, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ledgerResp{}, fmt.Errorf("%w: ledger connection closed", crossing.ErrUnavailable)
+	}
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+	b, err := json.Marshal(req)
+	if err == nil {
+		_, err = c.conn.Write(b)
+	}
+	if err != nil {
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+		return ledgerResp{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	select {
+	case resp := <-ch:
+		switch resp.Kind {
+		case "":
+			return resp, nil
+		case "budget":
+			return resp, fmt.Errorf("%w: %s", crossing.ErrBudgetExceeded, resp.Err)
+		default:
+			return resp, fmt.Errorf("%w: %s", crossing.ErrUnavailable, resp.Err)
+		}
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+		return ledgerResp{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, ctx.Err())
+	}
+}
+
+func (c *ledgerClient) Reserve(ctx context.Context, _ crossing.Identity, broker string, want crossing.Amount, streams int64) (crossing.Reservation, crossing.BudgetState, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "reserve", Broker: broker, Want: want, Streams: streams})
+	return resp.Res, resp.State, err
+}
+
+func (c *ledgerClient) Settle(ctx context.Context, r crossing.Reservation, used crossing.Amount) (crossing.BudgetState, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "settle", Res: &r, Used: used})
+	return resp.State, err
+}
+
+func (c *ledgerClient) Record(ctx context.Context, rc crossing.Receipt) error {
+	_, err := c.call(ctx, ledgerReq{Op: "record", Receipt: &rc})
+	return err
+}
+
+// ready tells the ledger server the gateway serves its listeners.
+func (c *ledgerClient) ready() error {
+	b, _ := json.Marshal(ledgerReq{Op: "ready"})
+	_, err := c.conn.Write(b)
+	return err
+}
