@@ -16,6 +16,16 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The real agent the e2e tests run contained: Claude Code, pinned (see
+# ../shared/recipes.md: 2.1.328 runs on this machine kind).
+claude_dir=${CORDON_TEST_CLAUDE_DIR:-/opt/cordon-test/claude}
+if [ ! -x "$claude_dir/node_modules/@anthropic-ai/claude-code/bin/claude.exe" ]; then
+	command -v npm >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	mkdir -p "$claude_dir"
+	(cd "$claude_dir" && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@2.1.328)
+fi
+command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
+
 go version
 go vet ./...
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))

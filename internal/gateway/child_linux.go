@@ -130,7 +130,7 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 	}
 	l := cfg.Limits
 	mb, err := model.New(model.Options{
-		Routes: routes, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log.With("broker", "model"),
+		Routes: routes, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log,
 		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
 			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
 	})
@@ -159,7 +159,7 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 			resolve[h] = append(resolve[h], ip)
 		}
 	}
-	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: ledger, Logger: log.With("broker", "egress")})
+	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: ledger, Logger: log})
 	if err != nil {
 		return nil, err
 	}
