@@ -121,9 +121,11 @@ func FuzzRedactor(f *testing.F) {
 		if whole := m.redactAll(nil, in); !bytes.Equal(out, whole) {
 			t.Fatalf("pieces %q != whole %q", out, whole)
 		}
-		for _, p := range m.pats {
-			if bytes.Contains(bytes.ReplaceAll(out, []byte(redactedMark), []byte{0}), p) {
-				t.Fatalf("secret %q survived in %q", p, out)
+		for _, seg := range bytes.Split(out, []byte(redactedMark)) {
+			for _, p := range m.pats {
+				if bytes.Contains(seg, p) {
+					t.Fatalf("secret %q survived in %q", p, out)
+				}
 			}
 		}
 	})
