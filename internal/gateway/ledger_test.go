@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+func testStore(t *testing.T) *store.Store {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.Open(dir, store.Pool{Base: 1 << 30, Size: 65536, Slots: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// The privileged side stamps its own identity on every ledger request: a
+// gateway cannot spend another workload's budget or record for it.
+func TestLedgerIdentityIsTheSandboxes(t *testing.T) {
+	st := testStore(t)
+	a, b := net.Pipe()
+	defer a.Close()
+	id := crossing.Identity{Workload: "mine", Tenant: "t", Purpose: "p", SandboxID: "sb1"}
+	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{Requests: 1}}}
+	go srv.Serve(b)
+	c := newLedgerClient(a)
+	ctx := context.Background()
+	forged := crossing.Identity{Workload: "victim", SandboxID: "other"}
+	r, _, err := c.Reserve(ctx, forged, "model", crossing.Amount{Requests: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Reserve(ctx, forged, "model", crossing.Amount{Requests: 1}, 0); !errors.Is(err, crossing.ErrBudgetExceeded) {
+		t.Fatalf("second reserve = %v, want ErrBudgetExceeded (same workload, whatever the gateway claims)", err)
+	}
+	if _, err := c.Settle(ctx, r, crossing.Amount{Requests: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Record(ctx, crossing.Receipt{Identity: forged, Broker: "model", Decision: crossing.Allow}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := st.Receipts(ctx, store.ReceiptFilter{})
+	if err != nil || len(rs) != 1 || rs[0].Identity != id {
+		t.Fatalf("receipts = %+v, %v, want the sandbox's identity", rs, err)
+	}
+	// The victim's budget is untouched.
+	if _, _, err := st.Reserve(ctx, forged, "model", crossing.Amount{Requests: 1}, 0, srv.Budget); err != nil {
+		t.Fatalf("victim's budget = %v, want untouched", err)
+	}
+}
+
+// A closed ledger fails crossings as unavailable, never as allowed.
+func TestLedgerUnavailable(t *testing.T) {
+	a, b := net.Pipe()
+	c := newLedgerClient(a)
+	b.Close()
+	if _, _, err := c.Reserve(context.Background(), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0); !errors.Is(err, crossing.ErrUnavailable) {
+		t.Fatalf("Reserve on a closed ledger = %v, want ErrUnavailable", err)
+	}
+}
+
+// FuzzLedgerRequest feeds the privileged side's decoder arbitrary bytes,
+// as a compromised gateway could.
+func FuzzLedgerRequest(f *testing.F) {
+	f.Add([]byte(`{"id":1,"op":"reserve","broker":"model","want":{"requests":1}}`))
+	f.Add([]byte(`{"id":2,"op":"settle","res":{"id":9}}`))
+	f.Add([]byte(`{"id":3,"op":"record","receipt":{"broker":"x"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req ledgerReq
+		if json.Unmarshal(b, &req) != nil {
+			return
+		}
+		srv := &LedgerServer{Store: nil, ID: crossing.Identity{Workload: "w"}}
+		if req.Op == "reserve" || req.Op == "settle" || req.Op == "record" {
+			if req.Op == "settle" && req.Res == nil || req.Op == "record" && req.Receipt == nil {
+				if resp := srv.handle(req); resp.Err == "" {
+					t.Fatalf("handle(%s) without its payload succeeded", b)
+				}
+			}
+			return
+		}
+		if resp := srv.handle(req); resp.Err == "" || resp.Kind != "unavailable" {
+			t.Fatalf("handle(%s) = %+v, want an error", b, resp)
+		}
+	})
+}
