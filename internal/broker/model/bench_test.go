@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -160,4 +161,43 @@ func BenchmarkHandlerNonStreaming(b *testing.B) {
 func BenchmarkHandlerStreaming(b *testing.B) {
 	body := strings.Replace(benchBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
 	benchHandler(b, body, memTransport{"text/event-stream", strings.Join(anthropicStream, "")})
+}
+
+// The Parallel benchmarks run 64 concurrent agents against an upstream
+// that takes 20 ms per call, as a provider does: Proxy ns/op against
+// Direct ns/op is the broker's share of throughput.
+func benchParallel(b *testing.B, url string) {
+	c := benchClient()
+	b.ReportAllocs()
+	b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := c.Post(url, "application/json", strings.NewReader(benchBody))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
+
+func slowUpstream(b *testing.B) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(20 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, anthropicReply)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+func BenchmarkProxyParallel20ms(b *testing.B) {
+	benchParallel(b, benchProxy(b, slowUpstream(b).URL)+"/v1/messages")
+}
+
+func BenchmarkDirectParallel20ms(b *testing.B) {
+	benchParallel(b, slowUpstream(b).URL+"/v1/messages")
 }
