@@ -123,8 +123,15 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 		}
 		cc.Secrets[n] = v
 	}
+	// The gateway runs as the top uid of the sandbox's leased range: unique
+	// to this sandbox, owning nothing, and no sandbox process runs as it
+	// (the program is uid 1000 inside and cannot change uid).
+	var uid, gid uint32
+	if l, ok := sb.(interface{ Lease() store.Lease }); ok {
+		uid, gid = l.Lease().UID+l.Lease().Size-1, l.Lease().GID+l.Lease().Size-1
+	}
 	proc, err := gateway.Start(gateway.StartOptions{
-		SandboxPid: pid, Config: cc, Store: st, Logger: log,
+		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid,
 		Budget: store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
 	})
 	if err != nil {

@@ -22,11 +22,11 @@ import (
 // Argv0 makes the cordon binary act as the gateway process.
 const Argv0 = "cordon-gateway"
 
-// The gateway process runs as nobody: no capabilities, nothing it owns.
-const (
-	gatewayUID = 65534
-	gatewayGID = 65534
-)
+// DefaultUID is the gateway's uid when no per-sandbox one is given:
+// nobody. A per-sandbox uid (the top of the sandbox's leased range, which
+// no sandbox process runs as) keeps gateways of different sandboxes from
+// signalling each other.
+const DefaultUID = 65534
 
 // Fixed descriptors in the gateway process.
 const (
@@ -86,6 +86,9 @@ type StartOptions struct {
 	Budget     store.Budget
 	Logger     *slog.Logger
 	Stderr     io.Writer
+	// UID and GID the gateway process runs as; 0 means DefaultUID. Never
+	// root, never a uid a sandbox process uses.
+	UID, GID uint32
 }
 
 // Process is a running gateway.
@@ -102,6 +105,9 @@ type Process struct {
 func Start(o StartOptions) (*Process, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.UID == 0 || o.GID == 0 {
+		o.UID, o.GID = DefaultUID, DefaultUID
 	}
 	ports := map[string]int{"model": ModelPort, "egress": EgressPort}
 	o.Config.Listeners = []string{"model", "egress"}
@@ -145,7 +151,7 @@ func Start(o StartOptions) (*Process, error) {
 		Path: "/proc/self/exe", Args: []string{Argv0}, Env: []string{},
 		Stderr: stderr, ExtraFiles: append([]*os.File{cfgR, childEnd}, lfiles...),
 		SysProcAttr: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: gatewayUID, Gid: gatewayGID, Groups: []uint32{}},
+			Credential: &syscall.Credential{Uid: o.UID, Gid: o.GID, Groups: []uint32{}},
 			Pdeathsig:  syscall.SIGKILL,
 			Setsid:     true,
 		},
