@@ -119,7 +119,10 @@ type Broker struct {
 	active map[string]int64 // open connections per workload
 }
 
-var _ http.Handler = (*Broker)(nil)
+var (
+	_ http.Handler = (*Broker)(nil)
+	_ Resolver     = (*net.Resolver)(nil)
+)
 
 // New validates o and returns a Broker. It reads the host's interface
 // addresses once, to deny them as targets.
