@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The process that parses agent traffic holds no privilege: observed from
+// the host, the gateway runs as a non-root uid of its own with no
+// capabilities, no_new_privs, and is not dumpable.
+func TestGatewayProcessUnprivileged(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	up := newFakeUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up, "")
+	cmd := exec.Command(cordonBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var gw int
+	for deadline := time.Now().Add(5 * time.Second); gw == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		gw = childNamed(cmd.Process.Pid, "cordon-gateway")
+	}
+	if gw == 0 {
+		t.Fatal("no cordon-gateway child of cordon found")
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(gw), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2 := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			st2[k] = strings.TrimSpace(v)
+		}
+	}
+	uids := strings.Fields(st2["Uid"])
+	if len(uids) != 4 || uids[0] == "0" || uids[1] == "0" || uids[0] == "65534" {
+		t.Errorf("gateway Uid = %q, want a non-root uid of its own", st2["Uid"])
+	}
+	for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+		if strings.Trim(st2[f], "0") != "" {
+			t.Errorf("gateway %s = %s, want 0", f, st2[f])
+		}
+	}
+	if st2["NoNewPrivs"] != "1" || st2["Groups"] != "" {
+		t.Errorf("gateway NoNewPrivs = %q Groups = %q, want 1 and none", st2["NoNewPrivs"], st2["Groups"])
+	}
+	// Non-dumpable: its /proc files belong to root, not to its uid.
+	var sst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/proc", strconv.Itoa(gw), "mem"), &sst); err != nil {
+		t.Fatal(err)
+	}
+	if strconv.Itoa(int(sst.Uid)) == uids[0] {
+		t.Errorf("gateway /proc/PID/mem owned by its own uid %d: dumpable", sst.Uid)
+	}
+}
+
+// childNamed returns the pid of a child of parent whose argv[0] is name.
+func childNamed(parent int, name string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cl), name+"\x00") {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(parent) {
+			return pid
+		}
+	}
+	return 0
+}
