@@ -53,6 +53,23 @@ func TestGatewayProcessUnprivileged(t *testing.T) {
 	if st2["NoNewPrivs"] != "1" || st2["Groups"] != "" {
 		t.Errorf("gateway NoNewPrivs = %q Groups = %q, want 1 and none", st2["NoNewPrivs"], st2["Groups"])
 	}
+	// It is in the sandbox's memory and pids groups: the agent cannot make
+	// it exhaust the host.
+	cg, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(gw), "cgroup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ctl := range []string{"memory", "pids"} {
+		found := false
+		for _, l := range strings.Split(string(cg), "\n") {
+			if parts := strings.SplitN(l, ":", 3); len(parts) == 3 && parts[1] == ctl && strings.HasPrefix(parts[2], "/cordon/") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("gateway %s cgroup not the sandbox's:\n%s", ctl, cg)
+		}
+	}
 	// Non-dumpable: its /proc files belong to root, not to its uid.
 	var sst syscall.Stat_t
 	if err := syscall.Stat(filepath.Join("/proc", strconv.Itoa(gw), "mem"), &sst); err != nil {

@@ -130,8 +130,12 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 	if l, ok := sb.(interface{ Lease() store.Lease }); ok {
 		uid, gid = l.Lease().UID+l.Lease().Size-1, l.Lease().GID+l.Lease().Size-1
 	}
+	var adopt func(int) error
+	if a, ok := sb.(interface{ Adopt(int) error }); ok {
+		adopt = a.Adopt
+	}
 	proc, err := gateway.Start(gateway.StartOptions{
-		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid,
+		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
 		Budget: store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
 	})
 	if err != nil {

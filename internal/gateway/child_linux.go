@@ -88,21 +88,26 @@ func ChildMain() int {
 		if err != nil {
 			return fail("listener "+name, err)
 		}
+		lim := newConnLimit(ln, maxConnsPerListener)
 		id := cfg.Identity
 		srv := &http.Server{
 			Handler:           handlers[name],
 			ReadHeaderTimeout: 30 * time.Second,
-			IdleTimeout:       5 * time.Minute,
-			MaxHeaderBytes:    64 << 10,
+			// Reading a request (headers and body) may not take longer;
+			// responses stream without a write deadline.
+			ReadTimeout:    2 * time.Minute,
+			IdleTimeout:    5 * time.Minute,
+			MaxHeaderBytes: 64 << 10,
 			// The listener is the identity: one gateway per sandbox.
 			ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, id) },
 			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			ConnState:   lim.connState,
 		}
 		servers = append(servers, srv)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = srv.Serve(ln)
+			_ = srv.Serve(lim)
 		}()
 	}
 	sigs := make(chan os.Signal, 1)
@@ -164,4 +169,36 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 		return nil, err
 	}
 	return map[string]http.Handler{"model": mb, "egress": eb}, nil
+}
+
+// maxConnsPerListener bounds the agent's concurrent connections to one
+// gateway listener; further connections wait in the kernel's backlog.
+const maxConnsPerListener = 256
+
+// connLimit admits at most n connections at once: Accept takes a slot,
+// the server's ConnState hook gives it back when the connection is closed
+// or hijacked (a CONNECT tunnel is then bounded by the egress budget). The
+// connection itself is not wrapped, so the egress broker keeps splice.
+type connLimit struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func newConnLimit(l net.Listener, n int) *connLimit {
+	return &connLimit{Listener: l, sem: make(chan struct{}, n)}
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+	}
+	return c, err
+}
+
+func (l *connLimit) connState(_ net.Conn, st http.ConnState) {
+	if st == http.StateClosed || st == http.StateHijacked {
+		<-l.sem
+	}
 }

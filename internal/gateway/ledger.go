@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
@@ -16,6 +17,17 @@ import (
 
 // maxLedgerMessage bounds one ledger message either way.
 const maxLedgerMessage = 256 << 10
+
+// maxLedgerInFlight bounds the requests the privileged side serves at once.
+const maxLedgerInFlight = 256
+
+// Denial receipts are rate-limited per sandbox (allowed crossings are
+// always recorded): an agent hammering a refused route must not fill the
+// store. Excess denials are counted and reported in the next one recorded.
+const (
+	denyReceiptsPerSecond = 50
+	denyReceiptsBurst     = 200
+)
 
 type ledgerReq struct {
 	ID      uint64                `json:"id"`
@@ -46,6 +58,36 @@ type LedgerServer struct {
 	Logger *slog.Logger
 	// Ready is closed when the gateway reports it serves its listeners.
 	Ready chan struct{}
+
+	denials bucket
+}
+
+// bucket is a token bucket for denial receipts.
+type bucket struct {
+	mu      sync.Mutex
+	tokens  float64
+	last    time.Time
+	dropped int64
+}
+
+// admit takes a token; when none is left it counts a drop. It returns how
+// many were dropped since the last admitted one.
+func (b *bucket) admit(now time.Time) (int64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last.IsZero() {
+		b.tokens, b.last = denyReceiptsBurst, now
+	}
+	b.tokens = min(denyReceiptsBurst, b.tokens+now.Sub(b.last).Seconds()*denyReceiptsPerSecond)
+	b.last = now
+	if b.tokens < 1 {
+		b.dropped++
+		return 0, false
+	}
+	b.tokens--
+	d := b.dropped
+	b.dropped = 0
+	return d, true
 }
 
 // Serve answers requests on conn until it closes.
@@ -54,6 +96,9 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 	buf := make([]byte, maxLedgerMessage)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// A bounded number of requests in flight: a compromised gateway cannot
+	// make the privileged side start goroutines without end.
+	sem := make(chan struct{}, maxLedgerInFlight)
 	for {
 		n, err := conn.Read(buf)
 		if err != nil || n == 0 {
@@ -71,9 +116,10 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 			}
 			continue
 		}
+		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			resp := s.handle(req)
 			b, _ := json.Marshal(resp)
 			wmu.Lock()
@@ -89,6 +135,10 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 	var err error
 	switch req.Op {
 	case "reserve":
+		if req.Broker != "model" && req.Broker != "egress" {
+			err = fmt.Errorf("unknown broker %q", req.Broker)
+			break
+		}
 		resp.Res, resp.State, err = s.Store.Reserve(ctx, s.ID, req.Broker, req.Want, req.Streams, s.Budget)
 	case "settle":
 		if req.Res == nil {
@@ -105,6 +155,13 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 		}
 		rc := *req.Receipt
 		rc.Identity = s.ID
+		if rc.Decision != crossing.Allow {
+			if dropped, ok := s.denials.admit(time.Now()); !ok {
+				break
+			} else if dropped > 0 {
+				rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
+			}
+		}
 		_, err = s.Store.RecordReceipt(ctx, rc)
 	default:
 		err = fmt.Errorf("unknown ledger op %q", req.Op)

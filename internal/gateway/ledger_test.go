@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
@@ -95,4 +96,54 @@ func FuzzLedgerRequest(f *testing.F) {
 			t.Fatalf("handle(%s) = %+v, want an error", b, resp)
 		}
 	})
+}
+
+// A compromised gateway cannot settle another sandbox's reservation (its
+// usage would never be counted) nor hand budget back with negative amounts.
+func TestLedgerRefusesForeignSettleAndNegatives(t *testing.T) {
+	st := testStore(t)
+	ctx := context.Background()
+	victim := crossing.Identity{Workload: "victim", SandboxID: "v1"}
+	bud := store.Budget{Limits: crossing.Amount{OutputTokens: 100}, Streams: 1}
+	vr, _, err := st.Reserve(ctx, victim, "model", crossing.Amount{OutputTokens: 50}, 1, bud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	srv := &LedgerServer{Store: st, ID: crossing.Identity{Workload: "mine", SandboxID: "m1"}, Budget: bud}
+	go srv.Serve(b)
+	c := newLedgerClient(a)
+	if _, err := c.Settle(ctx, crossing.Reservation{ID: vr.ID}, crossing.Amount{}); err == nil {
+		t.Fatal("settling another sandbox's reservation succeeded")
+	}
+	if _, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{OutputTokens: -1000}, 0); err == nil {
+		t.Fatal("a negative reservation succeeded")
+	}
+	if _, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{}, -5); err == nil {
+		t.Fatal("negative streams succeeded")
+	}
+	// The victim still settles its own reservation normally.
+	vr.Identity = victim
+	if _, err := st.Settle(ctx, vr, crossing.Amount{OutputTokens: 40}, bud); err != nil {
+		t.Fatalf("victim's own settle = %v", err)
+	}
+}
+
+func TestDenialReceiptsRateLimited(t *testing.T) {
+	var b bucket
+	now := time.Unix(1000, 0)
+	admitted := 0
+	for i := 0; i < 1000; i++ {
+		if _, ok := b.admit(now); ok {
+			admitted++
+		}
+	}
+	if admitted != denyReceiptsBurst {
+		t.Fatalf("admitted %d of 1000 at once, want the burst %d", admitted, denyReceiptsBurst)
+	}
+	d, ok := b.admit(now.Add(time.Second))
+	if !ok || d != 1000-denyReceiptsBurst {
+		t.Fatalf("after a second: admitted %v, dropped %d, want true and %d", ok, d, 1000-denyReceiptsBurst)
+	}
 }

@@ -89,6 +89,10 @@ type StartOptions struct {
 	// UID and GID the gateway process runs as; 0 means DefaultUID. Never
 	// root, never a uid a sandbox process uses.
 	UID, GID uint32
+	// Adopt, when set, places the gateway process in the sandbox's
+	// cgroups before it reads its configuration (so before any agent
+	// traffic): the agent cannot make its gateway exhaust the host.
+	Adopt func(pid int) error
 }
 
 // Process is a running gateway.
@@ -171,6 +175,13 @@ func Start(o StartOptions) (*Process, error) {
 		cfgW.Close()
 		ledgerConn.Close()
 		return nil, fmt.Errorf("start the gateway process: %w", err)
+	}
+	if o.Adopt != nil {
+		if err := o.Adopt(p.cmd.Process.Pid); err != nil {
+			cfgW.Close()
+			p.Stop()
+			return nil, fmt.Errorf("place the gateway in the sandbox's cgroups: %w", err)
+		}
 	}
 	b, err := json.Marshal(o.Config)
 	if err == nil {

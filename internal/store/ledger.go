@@ -78,6 +78,9 @@ func over(used, want, lim crossing.Amount) string {
 // workload's budget in one write transaction, so reservations from every
 // process sharing this store can never together exceed a limit.
 func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string, want crossing.Amount, streams int64, b Budget) (crossing.Reservation, crossing.BudgetState, error) {
+	if err := nonNegative(want); err != nil || streams < 0 {
+		return crossing.Reservation{}, crossing.BudgetState{}, fmt.Errorf("reserve: negative amount (%v, streams %d)", err, streams)
+	}
 	now := time.Now()
 	win := b.windowStart(now)
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -115,13 +118,18 @@ func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string
 // Settle releases a reservation and adds what was really used to the
 // window the reservation was made in.
 func (s *Store) Settle(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget) (crossing.BudgetState, error) {
+	if err := nonNegative(usage); err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("settle: %w", err)
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
 	defer tx.Rollback()
 	var win int64
-	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? RETURNING window_start`, r.ID).Scan(&win); err != nil {
+	// Only the sandbox that holds a reservation may settle it.
+	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? AND sandbox_id = ? AND workload = ? RETURNING window_start`,
+		r.ID, r.Identity.SandboxID, r.Identity.Workload).Scan(&win); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle reservation %d: %w", r.ID, err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
@@ -201,4 +209,15 @@ func (s *Store) Receipts(ctx context.Context, f ReceiptFilter) ([]crossing.Recei
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, rows.Err()
+}
+
+// nonNegative refuses negative amounts: a negative hold or settlement
+// would hand budget back.
+func nonNegative(a crossing.Amount) error {
+	for _, v := range []int64{a.Requests, a.InputTokens, a.OutputTokens, a.Bytes, a.EgressBytes, a.Connections} {
+		if v < 0 {
+			return fmt.Errorf("negative amount %d", v)
+		}
+	}
+	return nil
 }

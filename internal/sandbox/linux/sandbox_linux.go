@@ -79,6 +79,16 @@ func (sb *linuxSandbox) ID() string { return sb.spec.ID }
 // Lease is the UID/GID range leased for the sandbox.
 func (sb *linuxSandbox) Lease() store.Lease { return sb.rec.Lease }
 
+// Adopt places a trusted-side helper process (the gateway) in the
+// sandbox's cgroups, so its memory, pids and CPU count against the
+// sandbox's limits: an agent cannot make its gateway exhaust the host.
+func (sb *linuxSandbox) Adopt(pid int) error {
+	if sb.cg == nil {
+		return fmt.Errorf("adopt %d: the sandbox has no cgroups", pid)
+	}
+	return sb.cg.AddProc(pid)
+}
+
 // InitPid is the host pid of the sandbox init, 0 before Start.
 func (sb *linuxSandbox) InitPid() int {
 	if sb.cmd == nil || sb.cmd.Process == nil {
