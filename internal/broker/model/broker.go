@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,10 @@ type Limits struct {
 	MaxAttachmentBytes   int64    // decoded size of one attachment
 	AllowedMIME          []string // attachment media-type globs ("image/*"); none allows no attachment
 	MaxConcurrentStreams int64    // streams open through this broker, all workloads together; > 0
+	// DefaultMaxOutputTokens is the output cap the broker sets on an
+	// OpenAI request that sets none (and reserves for it, and for an
+	// Anthropic request without max_tokens); 0 means 4096.
+	DefaultMaxOutputTokens int64
 }
 
 // Options configure a Broker.
@@ -56,7 +61,7 @@ const (
 // defaultAnthropicVersion is sent when the agent names none.
 const defaultAnthropicVersion = "2023-06-01"
 
-// defaultMaxOutput is the output reservation when a request sets no limit.
+// defaultMaxOutput is DefaultMaxOutputTokens when the operator sets none.
 const defaultMaxOutput = 4096
 
 // ledgerTimeout bounds Settle and Record after a response: a stuck store
@@ -149,6 +154,11 @@ func New(o Options) (*Broker, error) {
 		return nil, errors.New("model broker: MaxConcurrentStreams must be positive")
 	case l.MaxAttachments < 0 || l.MaxAttachmentBytes < 0:
 		return nil, errors.New("model broker: attachment limits must not be negative")
+	case l.DefaultMaxOutputTokens < 0 || l.DefaultMaxOutputTokens > maxOutputCap:
+		return nil, fmt.Errorf("model broker: DefaultMaxOutputTokens must be from 1 to %d (0: %d)", maxOutputCap, defaultMaxOutput)
+	}
+	if l.DefaultMaxOutputTokens == 0 {
+		l.DefaultMaxOutputTokens = defaultMaxOutput
 	}
 	for _, g := range l.AllowedMIME {
 		if _, err := path.Match(g, ""); err != nil || g == "" {
@@ -326,7 +336,7 @@ func (b *Broker) admit(r *http.Request, x *exchange) *refusal {
 		return ref
 	}
 	x.rc.RequestDigest = digest(x.body.b)
-	info, ref := guardRequest(x.body.b, &b.lim)
+	info, ref := guardRequest(x.body.b, &b.lim, x.ep)
 	x.info = info
 	if info.model != nil && utf8ValidCapped(info.model) {
 		x.rc.Target = string(info.model)
@@ -362,6 +372,7 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		}
 		x.streamSlot, streams = true, 1
 	}
+	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
 	x.want = b.reservation(x)
 	res, st, err := b.ledger.Reserve(ctx, x.rc.Identity, "model", x.want, streams)
 	x.rc.Budget = st
@@ -376,6 +387,12 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	x.res, x.reserved = res, true
 	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
+	if x.plan.cap > 0 {
+		x.rc.Reason += "; output cap set by cordon: " + strconv.FormatInt(x.plan.cap, 10)
+	}
+	if x.plan.usage {
+		x.rc.Reason += "; stream usage requested by cordon"
+	}
 	x.m = b.matchers.get(b.secrets.Values())
 
 	req, err := b.upstreamRequest(ctx, r, x, secret)
@@ -418,12 +435,14 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	b.finish(r.Context(), x)
 }
 
-// reservation is the budget held for a call until it settles.
+// reservation is the budget held for a call until it settles: the output
+// reserved is the cap the provider enforces (the agent's, or the one the
+// broker set), times the choices.
 func (b *Broker) reservation(x *exchange) crossing.Amount {
 	n := x.bodyLen
-	out := x.info.maxOut
-	if out < 0 {
-		out = defaultMaxOutput
+	out := max(x.info.maxOut, x.plan.cap)
+	if out <= 0 {
+		out = b.lim.DefaultMaxOutputTokens
 	}
 	if x.ep.count {
 		out = 0
@@ -480,6 +499,14 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 	}
 	if x.reserved {
 		x.rc.Usage = b.used(x)
+		if x.rc.Usage.OutputTokens > x.want.OutputTokens {
+			// The provider generated more than the cap it was sent:
+			// the real usage is settled, and the operator told.
+			b.log.LogAttrs(ctx, slog.LevelWarn, "model usage above the reservation",
+				slog.String("workload", x.rc.Identity.Workload), slog.String("action", x.rc.Action),
+				slog.String("model", x.rc.Target), slog.Int64("reserved_output_tokens", x.want.OutputTokens),
+				slog.Int64("reported_output_tokens", x.rc.Usage.OutputTokens))
+		}
 		st, err := b.ledger.Settle(ctx, x.res, x.rc.Usage)
 		if err != nil {
 			b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",

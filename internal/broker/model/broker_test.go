@@ -29,6 +29,7 @@ type fakeLedger struct {
 	streams    int64
 	nextID     int64
 	held       map[int64]crossing.Amount
+	reserved   []crossing.Amount
 	settled    []crossing.Amount
 	receipts   []crossing.Receipt
 	reserveErr error
@@ -55,6 +56,7 @@ func (l *fakeLedger) Reserve(ctx context.Context, id crossing.Identity, broker s
 		return crossing.Reservation{}, l.state(), fmt.Errorf("model: %w", crossing.ErrBudgetExceeded)
 	}
 	l.used, l.streams = next, l.streams+streams
+	l.reserved = append(l.reserved, want)
 	l.nextID++
 	l.held[l.nextID] = want
 	if streams > 0 {
@@ -507,6 +509,12 @@ func TestRefusals(t *testing.T) {
 		{"stream not boolean", "/v1/messages", `{"model":"claude-x","stream":"yes"}`, 400, "invalid_request_error"},
 		{"max_tokens negative", "/v1/messages", `{"model":"claude-x","max_tokens":-1}`, 400, "invalid_request_error"},
 		{"count_tokens stream", "/v1/messages/count_tokens", `{"model":"claude-x","stream":true}`, 400, "invalid_request_error"},
+		{"max_tokens zero", "/v1/messages", `{"model":"claude-x","max_tokens":0}`, 400, "invalid_request_error"},
+		{"max_tokens absurd", "/v1/messages", `{"model":"claude-x","max_tokens":10000001}`, 400, "invalid_request_error"},
+		{"max_completion_tokens negative", "/v1/chat/completions", `{"model":"gpt-4o","max_completion_tokens":-5}`, 400, "invalid_request_error"},
+		{"max_completion_tokens absurd", "/v1/chat/completions", `{"model":"gpt-4o","max_completion_tokens":1e8}`, 400, "invalid_request_error"},
+		{"max_output_tokens zero", "/v1/responses", `{"model":"gpt-5","max_output_tokens":0}`, 400, "invalid_request_error"},
+		{"duplicate stream_options", "/v1/chat/completions", `{"model":"gpt-4o","stream":true,"stream_options":{},"stream_options":null}`, 400, "invalid_request_error"},
 	}
 	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
 		t.Errorf("upstream reached for a refused request: %s", body)

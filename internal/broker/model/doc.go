@@ -10,8 +10,8 @@
 // string, inline attachments counted and checked for media type and
 // decoded size), picks the declared route whose model globs allow the
 // model, reserves budget in the crossing.Ledger (requests, estimated input
-// tokens, the requested output tokens, bytes, a stream slot), injects the
-// route's credential, relays the answer — streams event by event, flushed
+// tokens, the output cap, bytes, a stream slot), injects the route's
+// credential, relays the answer — streams event by event, flushed
 // as they arrive — while guarding it (size, well-formed events, redaction
 // of every custodied value), settles the real usage and records one
 // receipt. Refusals are shaped as the provider's own errors so agents'
@@ -23,9 +23,11 @@
 //     short allowlist; the route's credential is added toward the route's
 //     upstream only (no redirect is followed);
 //   - forward a request it has not validated, or different bytes from the
-//     ones it validated (the body is never re-serialized), or a body whose
-//     members it might read differently from the provider (duplicate
-//     security-relevant members are refused);
+//     ones it validated (the body is never re-serialized; the one edit is
+//     the output cap below), or a body whose members it might read
+//     differently from the provider (duplicate members it reads are
+//     refused);
+//   - give the provider work that reaches past the route: see below;
 //   - execute a tool call: tool_use blocks, tool_calls and *_call items are
 //     passed to the agent as data and listed as untrusted in the receipt;
 //   - send a secret to the agent: custodied values, raw or JSON-escaped,
@@ -37,17 +39,53 @@
 //     (the upstream call follows the agent's request context and a stalled
 //     writer times out).
 //
-// Attachments must be inline. A remote URL (Anthropic "url" sources,
-// OpenAI http(s) image URLs, file_url) would have the provider fetch a
-// destination no one declared, and a provider file reference (file_id,
-// "file" sources) could name data the route's account holds for someone
-// else; both are refused, as are remote MCP connectors (Anthropic
-// mcp_servers, OpenAI "mcp" tools with a server_url).
+// The provider is not a way out. The sandbox has no network route, so
+// anything that makes the provider fetch, search, execute or read account
+// data on the agent's behalf would be a channel to destinations nobody
+// declared, carrying agent-chosen data in URLs and queries. So:
+//
+//   - attachments must be inline: a remote URL (Anthropic "url" sources,
+//     OpenAI http(s) image URLs and screenshots, file_url) is refused, and
+//     so is a provider file reference — a file_id or file_ids anywhere
+//     the provider reads one (not in a JSON Schema or a tool_use block's
+//     input), "file" sources, container_upload blocks — which could name
+//     data the route's account holds for someone else;
+//   - tools are allow-listed by type, per API: Anthropic client tools (no
+//     type, or "custom") and the built-ins the agent executes (bash_*,
+//     text_editor_*, computer_*, memory_*); OpenAI chat function and
+//     custom tools; OpenAI Responses function, custom, local_shell,
+//     computer_use_preview, apply_patch, shell, and image_generation
+//     (server-side, but it fetches nothing). Every other type — web search
+//     and fetch, code execution, file search, MCP toolsets and connectors,
+//     tool search, types not known yet — is refused as a permission error
+//     naming the type, as is an OpenAI tool_choice forcing one;
+//   - so are the members that reach stored account data or server-side
+//     execution: Anthropic mcp_servers and container (code-execution
+//     containers, their files and skills), OpenAI web_search_options,
+//     previous_response_id, conversation, a stored prompt ({"id": …}),
+//     and item_reference input items.
+//
+// Budgets bound what the provider may generate, not what it was asked to:
+// an OpenAI request without max_completion_tokens / max_tokens (chat) or
+// max_output_tokens (Responses) could generate up to the model's maximum,
+// and a chat stream without stream_options.include_usage never reports its
+// usage. When a request sets no cap the broker sets one, the amount it
+// reserves: Limits.DefaultMaxOutputTokens (4096 unless configured), added
+// as "max_completion_tokens" / "max_output_tokens" right after the body's
+// opening brace (or in place of a null) once the guard has verified the
+// member absent; a chat stream that does not ask for usage gets
+// "stream_options":{"include_usage":true}. These are the only bytes the
+// broker adds; the receipt's digest and bytes-in are those of the agent's
+// request, and its reason notes "output cap set by cordon: N". Caps must be
+// integers from 1 to 10,000,000. Anthropic requests are forwarded as sent
+// (the Messages API requires max_tokens and reports usage). A call whose
+// output usage is unknown settles the whole reservation; usage reported
+// above it settles as reported and is logged as a warning.
 //
 // Non-claims: redaction matches bytes, so a secret a model emitted token by
 // token across several stream events is not caught (the broker never sends
-// a credential to the model, so the model should not know one); usage not
-// reported by the provider (OpenAI chat streams without include_usage)
-// settles at the reserved estimate; the input-token estimate is
-// len(body)/4, which overstates requests that carry attachments.
+// a credential to the model, so the model should not know one); a chat
+// stream whose agent-set stream_options turns usage off settles at the
+// reservation; the input-token estimate is len(body)/4, which overstates
+// requests that carry attachments.
 package model

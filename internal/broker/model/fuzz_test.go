@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,41 +66,95 @@ func fuzzParse(t *testing.T, data []byte, step int) ([]gotEvent, error) {
 	return got, err
 }
 
-// FuzzRequestGuard checks that the guard never panics and that whatever it
-// accepts, encoding/json reads the same way: valid JSON, the same model,
-// the same stream flag.
+// FuzzRequestGuard checks, for every endpoint, that the guard never panics
+// and that whatever it accepts, encoding/json reads the same way: valid
+// JSON, the same model, the same stream flag. For what it accepts it also
+// checks the broker's only edit, the output cap: the forwarded body is
+// valid JSON that says exactly what the agent's said plus the cap (and
+// usage reporting), the guard accepts it too, and finds nothing left to
+// set.
 func FuzzRequestGuard(f *testing.F) {
 	f.Add([]byte(`{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	f.Add([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBO"}}]}],"n":2}`))
 	f.Add([]byte(`{"model":"m","mod\u0065l":"x"}`))
 	f.Add([]byte(`{"model":"m","messages":[{"content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}]}`))
 	f.Add([]byte(`{"model":"gpt-5","input":[{"content":[{"type":"input_file","file_data":"data:application/pdf;base64,JVBE"}]}],"max_output_tokens":1e2}`))
+	f.Add([]byte(` {"stream":true,"model":"gpt-4o","max_completion_tokens":null,"stream_options":null}`))
+	f.Add([]byte(`{"model":"m","tools":[{"type":"web_fetch_20250910","name":"web_fetch"},{"type":"function","name":"f"}],"tool_choice":{"type":"web_search_preview"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		lim := testLimits()
-		info, ref := guardRequest(body, &lim)
-		if ref != nil {
-			if ref.msg == "" || int(ref.kind) >= len(kinds) {
-				t.Fatalf("refusal without a message or kind: %+v", ref)
+		for i := range endpoints {
+			ep := &endpoints[i]
+			info, ref := guardRequest(body, &lim, ep)
+			if ref != nil {
+				if ref.msg == "" || int(ref.kind) >= len(kinds) {
+					t.Fatalf("refusal without a message or kind: %+v", ref)
+				}
+				continue
 			}
-			return
-		}
-		if !json.Valid(body) {
-			t.Fatalf("guard accepted invalid JSON %q", body)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatalf("guard accepted %q, encoding/json: %v", body, err)
-		}
-		if got, _ := m["model"].(string); got != string(info.model) {
-			t.Fatalf("guard read model %q, encoding/json %q", info.model, got)
-		}
-		if got, _ := m["stream"].(bool); got != info.stream {
-			t.Fatalf("guard read stream %v, encoding/json %v", info.stream, got)
-		}
-		if info.attachments > lim.MaxAttachments {
-			t.Fatalf("accepted %d attachments", info.attachments)
+			if !json.Valid(body) {
+				t.Fatalf("guard accepted invalid JSON %q", body)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(body, &m); err != nil {
+				t.Fatalf("guard accepted %q, encoding/json: %v", body, err)
+			}
+			if got, _ := m["model"].(string); got != string(info.model) {
+				t.Fatalf("guard read model %q, encoding/json %q", info.model, got)
+			}
+			if got, _ := m["stream"].(bool); got != info.stream {
+				t.Fatalf("guard read stream %v, encoding/json %v", info.stream, got)
+			}
+			if info.attachments > lim.MaxAttachments {
+				t.Fatalf("accepted %d attachments", info.attachments)
+			}
+			checkCapEdits(t, body, m, &info, ep)
 		}
 	})
+}
+
+// checkCapEdits applies the broker's output-cap edits to an accepted body
+// and checks the result.
+func checkCapEdits(t *testing.T, body []byte, orig map[string]any, info *reqInfo, ep *endpoint) {
+	t.Helper()
+	const capN = 4096
+	plan := capEdits(info, ep, capN)
+	fwd := bytes.Join(plan.segments(body, nil), nil)
+	if len(fwd) != len(body)+plan.grow() {
+		t.Fatalf("forwarded %d bytes, want %d", len(fwd), len(body)+plan.grow())
+	}
+	if plan.n == 0 {
+		if !bytes.Equal(fwd, body) {
+			t.Fatalf("no edit, but the body changed: %q", fwd)
+		}
+		return
+	}
+	var got map[string]any
+	if err := json.Unmarshal(fwd, &got); err != nil || !json.Valid(fwd) {
+		t.Fatalf("%s: forwarded body %q is not JSON: %v", ep.path, fwd, err)
+	}
+	want := maps.Clone(orig)
+	if plan.cap > 0 {
+		member := "max_completion_tokens"
+		if ep.resp {
+			member = "max_output_tokens"
+		}
+		want[member] = float64(capN)
+	}
+	if plan.usage {
+		want["stream_options"] = map[string]any{"include_usage": true}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("%s: forwarded %q of %q (-want +got):\n%s", ep.path, fwd, body, diff)
+	}
+	lim := testLimits()
+	again, ref := guardRequest(fwd, &lim, ep)
+	if ref != nil {
+		t.Fatalf("%s: the guard refuses the forwarded %q: %v", ep.path, fwd, ref)
+	}
+	if p := capEdits(&again, ep, capN); p.n != 0 {
+		t.Fatalf("%s: forwarded %q still lacks a cap or usage: %+v", ep.path, fwd, p)
+	}
 }
 
 // FuzzRedactor checks that a secret never survives redaction, however the

@@ -7,15 +7,28 @@ import (
 	"unicode/utf8"
 )
 
-// reqInfo is what the request guard learned from a body. The body itself is
-// forwarded byte for byte: the guard reads, it never rewrites.
+// reqInfo is what the request guard learned from a body. The guard reads,
+// it never rewrites; the only change the broker makes to a body is the
+// output cap it adds to an OpenAI request that set none (see capEdits), at
+// offsets the guard recorded here.
 type reqInfo struct {
 	model       []byte // decoded "model"
 	stream      bool
 	maxOut      int64 // largest of max_tokens / max_completion_tokens / max_output_tokens; -1 when none
 	choices     int64 // OpenAI "n"; 1 when absent
 	attachments int
+	top         uint32 // top-level members present, null or not (t* bits)
+	caps        uint32 // output-limit members present with a number (t* bits)
+	open        int    // offset just past the body's opening '{'
+	// Offsets of a null value of the members the broker may set; 0 when
+	// the member is absent or not null.
+	nullCompletion, nullOutput, nullStreamOptions int
 }
+
+// maxOutputCap bounds an output limit: the reservation is the limit times
+// "n", and a cap beyond any model's output is a typo or an attempt to
+// hold the whole budget.
+const maxOutputCap = 10_000_000
 
 // maxChoices bounds OpenAI's "n": the output reservation is multiplied by it.
 const maxChoices = 128
@@ -40,25 +53,48 @@ const (
 	mImageURL
 	mFile
 	mInputAudio
+	mFileIDs
 )
 
 // Top-level members the guard reads, for the same duplicate check.
-var topMembers = map[string]uint16{
-	"model": 1 << 0, "stream": 1 << 1, "n": 1 << 2,
-	"max_tokens": 1 << 3, "max_completion_tokens": 1 << 4, "max_output_tokens": 1 << 5,
+const (
+	tModel uint32 = 1 << iota
+	tStream
+	tN
+	tMaxTokens
+	tMaxCompletionTokens
+	tMaxOutputTokens
+	tStreamOptions
+	tTools
+	tToolChoice
+	tMCPServers
+	tWebSearchOptions
+	tPreviousResponseID
+	tConversation
+	tPrompt
+	tContainer
+)
+
+var topMembers = map[string]uint32{
+	"model": tModel, "stream": tStream, "n": tN,
+	"max_tokens": tMaxTokens, "max_completion_tokens": tMaxCompletionTokens, "max_output_tokens": tMaxOutputTokens,
+	"stream_options": tStreamOptions, "tools": tTools, "tool_choice": tToolChoice, "mcp_servers": tMCPServers,
+	"web_search_options": tWebSearchOptions, "previous_response_id": tPreviousResponseID,
+	"conversation": tConversation, "prompt": tPrompt, "container": tContainer,
 }
 
 var members = map[string]uint16{
 	"type": mType, "media_type": mMediaType, "data": mData, "url": mURL,
 	"file_data": mFileData, "file_id": mFileID, "file_url": mFileURL, "format": mFormat,
 	"server_url": mServerURL, "source": mSource, "image_url": mImageURL, "file": mFile,
-	"input_audio": mInputAudio,
+	"input_audio": mInputAudio, "file_ids": mFileIDs,
 }
 
 // leaf holds the string members of one object that the guard looks at.
 type leaf struct {
 	typ, mediaType, data, url, fileData, fileID, fileURL, format []byte
 	seen                                                         uint16
+	typNull                                                      bool // "type": null
 }
 
 // node is one object of the body: its own strings and the few child objects
@@ -72,26 +108,31 @@ type node struct {
 
 type guard struct {
 	lim  *Limits
+	ep   *endpoint
 	info reqInfo
+	// fileRefs counts provider file references (file_id, file_ids) found
+	// where the provider would read them; opaque > 0 while walking a JSON
+	// Schema, whose property names are not references.
+	fileRefs, opaque int
 }
 
-// guardRequest checks a request body against the limits and returns what the
-// broker needs to route and budget it. Refusals are kindInvalid,
-// kindForbidden or kindTooLarge.
-func guardRequest(body []byte, lim *Limits) (reqInfo, *refusal) {
-	g := guard{lim: lim, info: reqInfo{maxOut: -1, choices: 1}}
+// guardRequest checks a request body for endpoint ep against the limits and
+// returns what the broker needs to route and budget it. Refusals are
+// kindInvalid, kindForbidden or kindTooLarge.
+func guardRequest(body []byte, lim *Limits, ep *endpoint) (reqInfo, *refusal) {
+	g := guard{lim: lim, ep: ep, info: reqInfo{maxOut: -1, choices: 1}}
 	s := jscan{b: body}
 	if s.peek() != '{' {
 		return g.info, refuse(kindInvalid, "request body must be a JSON object")
 	}
-	var seen uint16
+	g.info.open = s.i + 1
 	err := s.object(func(k []byte, esc bool) error {
 		name := text(k, esc)
 		if bit := topMembers[string(name)]; bit != 0 {
-			if seen&bit != 0 {
+			if g.info.top&bit != 0 {
 				return refuse(kindInvalid, "duplicate member "+quoteForMessage(name))
 			}
-			seen |= bit
+			g.info.top |= bit
 		}
 		switch string(name) {
 		case "model":
@@ -115,6 +156,29 @@ func guardRequest(body []byte, lim *Limits) (reqInfo, *refusal) {
 		case "max_tokens", "max_completion_tokens", "max_output_tokens":
 			// Several different ones reserve the largest.
 			return g.maxTokens(&s, name)
+		case "stream_options":
+			if s.peek() == 'n' {
+				g.info.nullStreamOptions = s.i
+				return s.literal("null")
+			}
+			return g.walk(&s)
+		case "tools":
+			return g.tools(&s)
+		case "tool_choice":
+			return g.toolChoice(&s)
+		case "web_search_options", "previous_response_id", "conversation", "container":
+			// Provider-side search, stored responses and conversations,
+			// code-execution containers (with their files and skills).
+			if s.peek() == 'n' {
+				return s.literal("null")
+			}
+			return refuseServerSide(name)
+		case "prompt":
+			// A Responses stored prompt: {"id": "pmpt_…", …}.
+			if s.peek() == '{' {
+				return refuseServerSide(name)
+			}
+			return g.walk(&s)
 		case "n":
 			if s.peek() == 'n' {
 				return s.literal("null")
@@ -143,8 +207,11 @@ func guardRequest(body []byte, lim *Limits) (reqInfo, *refusal) {
 	if !s.end() {
 		return g.info, refuse(kindInvalid, "request body is not valid JSON: data after the object")
 	}
+	if g.fileRefs > 0 {
+		return g.info, errFileRef
+	}
 	switch m := g.info.model; {
-	case seen&topMembers["model"] == 0:
+	case g.info.top&tModel == 0:
 		return g.info, refuse(kindInvalid, `"model" is required`)
 	case len(m) == 0 || len(m) > maxModelLen || !utf8.Valid(m):
 		return g.info, refuse(kindInvalid, `"model" must be a model id`)
@@ -156,6 +223,12 @@ func guardRequest(body []byte, lim *Limits) (reqInfo, *refusal) {
 // name are refused.
 func (g *guard) maxTokens(s *jscan, name []byte) error {
 	if s.peek() == 'n' {
+		switch string(name) {
+		case "max_completion_tokens":
+			g.info.nullCompletion = s.i
+		case "max_output_tokens":
+			g.info.nullOutput = s.i
+		}
 		return s.literal("null")
 	}
 	raw, err := s.number()
@@ -163,13 +236,115 @@ func (g *guard) maxTokens(s *jscan, name []byte) error {
 		return err
 	}
 	n, ok := uintValue(raw)
-	if !ok {
-		return refuse(kindInvalid, quoteForMessage(name)+" must be a non-negative integer")
+	if !ok || n < 1 || n > maxOutputCap {
+		return refuse(kindInvalid, fmt.Sprintf("%s must be an integer from 1 to %d", quoteForMessage(name), maxOutputCap))
 	}
+	g.info.caps |= topMembers[string(name)]
 	if n > g.info.maxOut {
 		g.info.maxOut = n
 	}
 	return nil
+}
+
+// tools checks every tool declaration against the endpoint's allow-list.
+func (g *guard) tools(s *jscan) error {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case '[':
+	default:
+		return refuse(kindInvalid, `"tools" must be an array`)
+	}
+	return s.array(func() error {
+		if s.peek() != '{' {
+			return refuse(kindInvalid, `every member of "tools" must be an object`)
+		}
+		l, err := g.object(s)
+		if err != nil {
+			return err
+		}
+		return g.toolAllowed(l)
+	})
+}
+
+// toolChoice checks an OpenAI tool_choice object: a hosted tool it forces
+// must be one the allow-list admits (the provider also requires it among
+// the tools). Anthropic's choices name a tool of the checked list.
+func (g *guard) toolChoice(s *jscan) error {
+	if g.ep == nil || g.ep.api == apiAnthropic || s.peek() != '{' {
+		return g.walk(s)
+	}
+	l, err := g.object(s)
+	if err != nil || string(l.typ) == "allowed_tools" {
+		return err // allowed_tools picks among the declared, checked tools
+	}
+	return g.toolAllowed(l)
+}
+
+// toolAllowed admits a tool whose type the endpoint's allow-list names:
+// tools the agent itself executes, and server-side tools that reach
+// nothing. Everything else — provider-side web search and fetch, code
+// execution, file search, MCP connectors, tools not known yet — is
+// refused.
+func (g *guard) toolAllowed(l leaf) error {
+	absent := l.seen&mType == 0 || l.typNull
+	if !absent && l.typ == nil {
+		return refuse(kindInvalid, `a tool's "type" must be a string`)
+	}
+	if toolTypeAllowed(g.ep, l.typ, absent) {
+		return nil
+	}
+	name := "(none)"
+	if !absent {
+		name = quoteForMessage(l.typ)
+	}
+	return refuse(kindForbidden, "tool type "+name+" is not allowed: "+serverSideRule)
+}
+
+const serverSideRule = "server-side tools that fetch, search, execute or reach account data are not allowed through cordon; declare client tools, which the agent executes"
+
+// Tool types admitted per API. Anthropic client tools carry no type (or
+// "custom"); bash, text editor, computer and memory are versioned
+// built-ins the agent executes. OpenAI's are function and custom tools,
+// and in the Responses API the built-ins the agent executes plus image
+// generation, which runs at the provider but fetches nothing.
+var (
+	anthropicToolPrefixes = []string{"bash_", "text_editor_", "computer_", "memory_"}
+	chatTools             = []string{"function", "custom"}
+	responsesTools        = []string{"function", "custom", "local_shell", "computer_use_preview", "apply_patch", "shell", "image_generation"}
+)
+
+func toolTypeAllowed(ep *endpoint, typ []byte, absent bool) bool {
+	switch {
+	case ep == nil:
+		return false
+	case ep.api == apiAnthropic:
+		if absent || string(typ) == "custom" {
+			return true
+		}
+		for _, p := range anthropicToolPrefixes {
+			if len(typ) > len(p) && string(typ[:len(p)]) == p {
+				return true
+			}
+		}
+		return false
+	case absent:
+		return false
+	}
+	list := chatTools
+	if ep.resp {
+		list = responsesTools
+	}
+	for _, t := range list {
+		if string(typ) == t {
+			return true
+		}
+	}
+	return false
+}
+
+func refuseServerSide(name []byte) *refusal {
+	return refuse(kindForbidden, quoteForMessage(name)+" is not allowed: "+serverSideRule)
 }
 
 // walk consumes any value, inspecting every object in it.
@@ -188,10 +363,26 @@ func (g *guard) walk(s *jscan) error {
 // so a parent can read its "source" or "image_url".
 func (g *guard) object(s *jscan) (leaf, error) {
 	var n node
+	inputRefs := 0 // file references inside this object's "input"
 	err := s.object(func(k []byte, esc bool) error {
 		name := text(k, esc)
 		bit := members[string(name)]
 		if bit == 0 {
+			switch string(name) {
+			case "input_schema", "parameters", "schema":
+				// A JSON Schema: a property may be called file_id.
+				g.opaque++
+				err := g.walk(s)
+				g.opaque--
+				return err
+			case "input":
+				// A tool_use block's arguments are the model's own
+				// output, not references the provider resolves.
+				before := g.fileRefs
+				err := g.walk(s)
+				inputRefs += g.fileRefs - before
+				return err
+			}
 			return g.walk(s)
 		}
 		if n.seen&bit != 0 {
@@ -200,6 +391,10 @@ func (g *guard) object(s *jscan) (leaf, error) {
 		n.seen |= bit
 		switch bit {
 		case mType:
+			if s.peek() == 'n' {
+				n.typNull = true
+				return s.literal("null")
+			}
 			return g.str(s, &n.typ, true)
 		case mMediaType:
 			return g.str(s, &n.mediaType, true)
@@ -209,7 +404,15 @@ func (g *guard) object(s *jscan) (leaf, error) {
 			return g.str(s, &n.url, true)
 		case mFileData:
 			return g.str(s, &n.fileData, true)
-		case mFileID:
+		case mFileID, mFileIDs:
+			// A provider file reference, wherever it is: it could
+			// name data the route's account holds for someone else.
+			if s.peek() != 'n' && g.opaque == 0 {
+				g.fileRefs++
+			}
+			if bit == mFileIDs {
+				return g.walk(s)
+			}
 			return g.str(s, &n.fileID, false)
 		case mFileURL:
 			return g.str(s, &n.fileURL, false)
@@ -231,6 +434,9 @@ func (g *guard) object(s *jscan) (leaf, error) {
 	})
 	if err != nil {
 		return leaf{}, err
+	}
+	if string(n.typ) == "tool_use" {
+		g.fileRefs -= inputRefs
 	}
 	return n.leaf, g.classify(&n)
 }
@@ -267,9 +473,11 @@ func (g *guard) child(s *jscan, dst *leaf) error {
 }
 
 var (
-	errRemote = refuse(kindForbidden, "attachments must be inline (base64 or data: URL): a remote URL would make the provider fetch a destination nobody declared")
-	errByRef  = refuse(kindForbidden, "attachments must be inline (base64 or data: URL): provider file references are not allowed")
-	errMCP    = refuse(kindForbidden, "remote MCP servers are not allowed: tools are reached through the cordon tool broker")
+	errRemote  = refuse(kindForbidden, "attachments must be inline (base64 or data: URL): a remote URL would make the provider fetch a destination nobody declared")
+	errByRef   = refuse(kindForbidden, "attachments must be inline (base64 or data: URL): provider file references are not allowed")
+	errMCP     = refuse(kindForbidden, "remote MCP servers are not allowed: tools are reached through the cordon tool broker")
+	errFileRef = refuse(kindForbidden, "provider file references (file_id) are not allowed: they could name data the route's account holds for someone else; send content inline")
+	errItemRef = refuse(kindForbidden, "item references are not allowed: they name data stored in the provider account; send the items inline")
 )
 
 // classify recognises an attachment by its shape (type plus payload member)
@@ -305,7 +513,7 @@ func (g *guard) classify(n *node) error {
 		if n.imageURL != nil {
 			return g.dataURL(n.imageURL)
 		}
-	case "input_image": // OpenAI Responses
+	case "input_image", "computer_screenshot": // OpenAI Responses
 		if n.fileID != nil {
 			return errByRef
 		}
@@ -336,6 +544,10 @@ func (g *guard) classify(n *node) error {
 	case "mcp": // OpenAI Responses remote MCP tool
 		if n.seen&mServerURL != 0 {
 			return errMCP
+		}
+	case "item_reference": // OpenAI Responses: an item stored in the account
+		if g.ep != nil && g.ep.resp {
+			return errItemRef
 		}
 	}
 	return nil

@@ -49,7 +49,7 @@ func TestGuardRequest(t *testing.T) {
 		{name: "empty", body: ``, refused: true, kind: kindInvalid},
 	}
 	for _, tt := range tests {
-		info, ref := guardRequest([]byte(tt.body), &lim)
+		info, ref := guardRequest([]byte(tt.body), &lim, &endpoints[0])
 		if tt.refused {
 			if ref == nil || ref.kind != tt.kind {
 				t.Errorf("%s: guardRequest(%q) = %v, want refusal kind %d", tt.name, tt.body, ref, tt.kind)

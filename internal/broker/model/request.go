@@ -43,6 +43,7 @@ type exchange struct {
 	body       *bodyBuf
 	bodyLen    int64
 	info       reqInfo
+	plan       capPlan // what the broker adds to the body
 	route      *route
 	want       crossing.Amount
 	res        crossing.Reservation
@@ -91,17 +92,29 @@ func (b *Broker) release(x *exchange) {
 
 // bodyBuf holds a request body. The handler and the transport each hold a
 // reference (the transport may close the body after RoundTrip returns); the
-// buffer goes back to the pool when both are done.
+// buffer goes back to the pool when both are done. Read serves segs: the
+// body, or the body cut around the broker's edits.
 type bodyBuf struct {
 	b      []byte
-	rd     bytes.Reader
+	segs   [][]byte
+	arr    [2*len(capPlan{}.edits) + 1][]byte // backing array of segs
 	refs   atomic.Int32
 	closed atomic.Bool
 }
 
 var bodyPool = sync.Pool{New: func() any { return &bodyBuf{b: make([]byte, 0, 16<<10)} }}
 
-func (bb *bodyBuf) Read(p []byte) (int, error) { return bb.rd.Read(p) }
+func (bb *bodyBuf) Read(p []byte) (int, error) {
+	for len(bb.segs) > 0 && len(bb.segs[0]) == 0 {
+		bb.segs = bb.segs[1:]
+	}
+	if len(bb.segs) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, bb.segs[0])
+	bb.segs[0] = bb.segs[0][n:]
+	return n, nil
+}
 
 func (bb *bodyBuf) Close() error {
 	if bb.closed.CompareAndSwap(false, true) {
@@ -113,7 +126,7 @@ func (bb *bodyBuf) Close() error {
 func (bb *bodyBuf) release() {
 	if bb.refs.Add(-1) == 0 && cap(bb.b) <= maxPooled {
 		bb.b = bb.b[:0]
-		bb.rd.Reset(nil)
+		bb.segs, bb.arr = nil, [len(bb.arr)][]byte{}
 		bodyPool.Put(bb)
 	}
 }
@@ -206,8 +219,8 @@ func validHeaderValue[T string | []byte](v T) bool {
 // Query parameters forwarded (Claude Code sends /v1/messages?beta=true).
 var forwardQuery = map[string]bool{"beta": true}
 
-// upstreamRequest builds the provider request: the validated body as is,
-// the allowed headers, and the route's credential for the route's upstream
+// upstreamRequest builds the provider request: the validated body as is
+// (with the output cap the broker set, if any), the allowed headers, and the route's credential for the route's upstream
 // only.
 func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchange, secret []byte) (*http.Request, error) {
 	target := x.route.urls[x.ep.idx]
@@ -223,13 +236,13 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 		}
 	}
 	x.body.refs.Add(1)
-	x.body.rd.Reset(x.body.b)
+	x.body.segs = x.plan.segments(x.body.b, x.body.arr[:0])
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, x.body)
 	if err != nil {
 		x.body.Close()
 		return nil, err
 	}
-	req.ContentLength = x.bodyLen
+	req.ContentLength = x.bodyLen + int64(x.plan.grow())
 	h := req.Header
 	for k, vs := range r.Header {
 		if forwardedRequestHeader(k) {

@@ -342,6 +342,8 @@ func TestNewValidates(t *testing.T) {
 		{"no response limit", func(o *Options) { o.Limits.MaxResponseBytes = 0 }},
 		{"no stream limit", func(o *Options) { o.Limits.MaxConcurrentStreams = 0 }},
 		{"bad mime glob", func(o *Options) { o.Limits.AllowedMIME = []string{"image/["} }},
+		{"negative default output cap", func(o *Options) { o.Limits.DefaultMaxOutputTokens = -1 }},
+		{"absurd default output cap", func(o *Options) { o.Limits.DefaultMaxOutputTokens = maxOutputCap + 1 }},
 	}
 	for _, tt := range tests {
 		o := good()
