@@ -122,6 +122,7 @@ func (b *Broker) serveForward(w http.ResponseWriter, r *http.Request, at *attemp
 			at.usage.Connections = 1
 		}
 		at.budget = m.settle(at.usage)
+		at.usage.EgressBytes = m.charged
 		b.finish(ctx, at, decision, reason)
 	}
 	if err != nil {

@@ -135,6 +135,7 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, at *attemp
 	at.bytesIn, at.bytesOut = t.in.Load(), t.out.Load()
 	at.usage = crossing.Amount{Connections: 1, EgressBytes: at.bytesIn + at.bytesOut}
 	at.budget = m.settle(at.usage)
+	at.usage.EgressBytes = m.charged // what the budget was charged
 	b.finish(ctx, at, crossing.Allow, cut)
 }
 
@@ -150,8 +151,10 @@ type meter struct {
 	mu      sync.Mutex
 	avail   int64 // reserved, not yet claimed
 	state   crossing.BudgetState
-	chunks  []crossing.Reservation
-	refused bool // the ledger refused, or the meter is settled
+	chunks  []crossing.Reservation // at most one: the chunk being claimed from
+	settled int64                  // bytes already settled as used with used-up chunks
+	charged int64                  // egress bytes charged in all, known after settle
+	refused bool                   // the ledger refused, or the meter is settled
 }
 
 // claim returns how many bytes (1..want) the caller may move now. With
@@ -160,6 +163,10 @@ type meter struct {
 func (m *meter) claim(want int64) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.state.Limits.EgressBytes <= 0 && !m.refused {
+		// No byte budget: nothing to hold; the bytes are settled at close.
+		return want, nil
+	}
 	if m.avail == 0 {
 		if err := m.reserveLocked(); err != nil {
 			return 0, err
@@ -177,6 +184,22 @@ func (m *meter) reserveLocked() error {
 	if m.refused {
 		return errBudget
 	}
+	// The chunk in hand is used up: settle it as used at once rather than
+	// hold it, so a long tunnel holds one chunk, not one per MiB moved
+	// (every ledger call of the workload sums the holds).
+	for _, c := range m.chunks {
+		ctx, cancel := context.WithTimeout(m.ctx, ledgerTimeout)
+		st, err := m.b.ledger.Settle(ctx, c, crossing.Amount{EgressBytes: c.Held.EgressBytes})
+		cancel()
+		if err != nil {
+			m.b.log.Error("egress ledger settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
+			m.refused = true
+			return errBudget
+		}
+		m.settled += c.Held.EgressBytes
+		m.state = st
+	}
+	m.chunks = nil
 	size := int64(budgetChunk)
 	for try := 0; try < 2; try++ {
 		if lim := m.state.Limits.EgressBytes; lim > 0 {
@@ -219,6 +242,7 @@ func (m *meter) settle(used crossing.Amount) crossing.BudgetState {
 	defer cancel()
 	m.mu.Lock()
 	chunks := m.chunks
+	settled := m.settled
 	m.chunks, m.avail, m.refused = nil, 0, true // a late claim must not hold new budget
 	m.mu.Unlock()
 	for _, c := range chunks {
@@ -226,6 +250,11 @@ func (m *meter) settle(used crossing.Amount) crossing.BudgetState {
 			m.b.log.Error("egress ledger settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
 		}
 	}
+	// Bytes of used-up chunks were settled already (a used-up chunk is
+	// charged whole, so the charge may exceed the bytes moved by less than
+	// a chunk); count only the rest.
+	m.charged = max(used.EgressBytes, settled)
+	used.EgressBytes = max(0, used.EgressBytes-settled)
 	st, err := m.b.ledger.Settle(ctx, m.main, used)
 	if err != nil {
 		m.b.log.Error("egress ledger settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))

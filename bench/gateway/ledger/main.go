@@ -1,0 +1,314 @@
+// Command ledger times the gateway's ledger path in isolation: the
+// privileged side's gateway.LedgerServer on a SOCK_SEQPACKET socketpair in
+// front of a fresh SQLite store (as `cordon run --config` wires it), driven
+// by a client speaking the same JSON messages as the gateway's
+// ledgerClient. It reports, per model request (reserve, settle, record)
+// and per egress connection of 1 MiB (reserve, 2 chunk reserves, 2 chunk
+// settles, settle, record):
+//
+//   - serial latency of each round trip, and of the store call alone,
+//     back to back and paced one sequence every 20 ms (as at c=1);
+//   - the ceiling of sequences per second with 64 concurrent callers;
+//   - CPU time per sequence (this whole process: server, store, client).
+//
+// It also times a 1 MiB egress chunk reserve and settle while one tunnel
+// holds N chunk reservations (-held), and the settling of all of them when
+// the tunnel closes. It prints one JSON object.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// The wire messages of internal/gateway's ledger protocol.
+type req struct {
+	ID      uint64                `json:"id"`
+	Op      string                `json:"op"`
+	Broker  string                `json:"broker,omitempty"`
+	Want    crossing.Amount       `json:"want,omitempty"`
+	Streams int64                 `json:"streams,omitempty"`
+	Res     *crossing.Reservation `json:"res,omitempty"`
+	Used    crossing.Amount       `json:"used,omitempty"`
+	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
+}
+
+type resp struct {
+	ID  uint64               `json:"id"`
+	Res crossing.Reservation `json:"res"`
+	Err string               `json:"err,omitempty"`
+}
+
+type client struct {
+	conn    net.Conn
+	next    atomic.Uint64
+	mu      sync.Mutex
+	pending map[uint64]chan resp
+}
+
+func (c *client) read() {
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := c.conn.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var r resp
+		if json.Unmarshal(buf[:n], &r) != nil {
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[r.ID]
+		delete(c.pending, r.ID)
+		c.mu.Unlock()
+		ch <- r
+	}
+}
+
+func (c *client) call(r req) resp {
+	r.ID = c.next.Add(1)
+	ch := make(chan resp, 1)
+	c.mu.Lock()
+	c.pending[r.ID] = ch
+	c.mu.Unlock()
+	b, _ := json.Marshal(r)
+	if _, err := c.conn.Write(b); err != nil {
+		log.Fatal(err)
+	}
+	out := <-ch
+	if out.Err != "" {
+		log.Fatalf("ledger %s: %s", r.Op, out.Err)
+	}
+	return out
+}
+
+var id = crossing.Identity{Workload: "bench", Tenant: "acme", Purpose: "bench", SandboxID: "ledger-bench"}
+
+// receipt is a model receipt of the size the broker writes.
+func receipt(broker string) *crossing.Receipt {
+	return &crossing.Receipt{Time: time.Now(), Identity: id, Broker: broker, Action: "anthropic.messages", Target: "claude-bench-1",
+		RequestDigest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", Decision: crossing.Allow,
+		Reason: "route claude", UpstreamCode: 200, BytesIn: 4096, BytesOut: 2500,
+		Usage: crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 10, Bytes: 6600}, Duration: 21 * time.Millisecond, FirstByte: 11 * time.Millisecond}
+}
+
+type timings map[string][]time.Duration
+
+func (t timings) time(name string, f func()) {
+	s := time.Now()
+	f()
+	t[name] = append(t[name], time.Since(s))
+}
+
+func modelSeq(c *client, t timings) {
+	var r resp
+	t.time("reserve", func() {
+		r = c.call(req{Op: "reserve", Broker: "model", Want: crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 1024, Bytes: 4096}, Streams: 1})
+	})
+	t.time("settle", func() {
+		c.call(req{Op: "settle", Res: &r.Res, Used: crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 10, Bytes: 6600}})
+	})
+	t.time("record", func() { c.call(req{Op: "record", Receipt: receipt("model")}) })
+}
+
+func egressSeq(c *client, t timings) {
+	var main, c1, c2 resp
+	t.time("reserve", func() { main = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{Connections: 1}}) })
+	t.time("reserve", func() { c1 = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{EgressBytes: 1 << 20}}) })
+	t.time("reserve", func() { c2 = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{EgressBytes: 1 << 20}}) })
+	t.time("settle", func() { c.call(req{Op: "settle", Res: &c1.Res}) })
+	t.time("settle", func() { c.call(req{Op: "settle", Res: &c2.Res}) })
+	t.time("settle", func() {
+		c.call(req{Op: "settle", Res: &main.Res, Used: crossing.Amount{Connections: 1, EgressBytes: 1<<20 + 8000}})
+	})
+	rc := receipt("egress")
+	rc.Action, rc.Target, rc.RequestDigest = "connect", "allowed.test:443", ""
+	t.time("record", func() { c.call(req{Op: "record", Receipt: rc}) })
+}
+
+// storeSeq is the model sequence against the store directly: the SQLite
+// cost without the socket and JSON.
+func storeSeq(st *store.Store, b store.Budget, t timings) {
+	ctx := context.Background()
+	var r crossing.Reservation
+	var err error
+	t.time("reserve", func() {
+		r, _, err = st.Reserve(ctx, id, "model", crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 1024, Bytes: 4096}, 1, b)
+	})
+	must(err)
+	t.time("settle", func() {
+		_, err = st.Settle(ctx, r, crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 10, Bytes: 6600}, b)
+	})
+	must(err)
+	t.time("record", func() { _, err = st.RecordReceipt(ctx, *receipt("model")) })
+	must(err)
+}
+
+func must(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func main() {
+	n := flag.Int("n", 2000, "serial sequences per kind")
+	dur := flag.Duration("dur", 3*time.Second, "duration of each concurrent run")
+	conc := flag.Int("c", 64, "concurrent callers")
+	pacedN := flag.Int("paced", 150, "model sequences one every 20 ms")
+	heldMarks := flag.String("held", "0,1024,4096", "held chunk reservations at which to time a chunk reserve and settle")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "cordon-ledger-bench-")
+	must(err)
+	defer os.RemoveAll(dir)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		<-sigs
+		os.RemoveAll(dir)
+		os.Exit(130)
+	}()
+	must(os.Chmod(dir, 0o711))
+	st, err := store.Open(dir, store.DefaultPool)
+	must(err)
+	defer st.Close()
+	// The production budget of the benchmark config: every limit set, a
+	// 24h window.
+	b := store.Budget{Limits: crossing.Amount{Requests: 1e9, InputTokens: 1e15, OutputTokens: 1e15, EgressBytes: 1 << 50, Connections: 1e9},
+		Streams: 1024, Window: 24 * time.Hour}
+
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	must(err)
+	sconn, err := net.FileConn(os.NewFile(uintptr(pair[0]), "server"))
+	must(err)
+	cconn, err := net.FileConn(os.NewFile(uintptr(pair[1]), "client"))
+	must(err)
+	srv := &gateway.LedgerServer{Store: st, ID: id, Budget: b, Logger: slog.New(slog.DiscardHandler)}
+	go srv.Serve(sconn)
+	c := &client{conn: cconn, pending: map[uint64]chan resp{}}
+	go c.read()
+
+	out := map[string]any{}
+	serial := func(name string, seq func(timings)) {
+		for range 50 { // warm caches and the WAL
+			seq(timings{})
+		}
+		t := timings{}
+		cpu0, start := cpuTime(), time.Now()
+		for range *n {
+			seq(t)
+		}
+		el := time.Since(start)
+		o := map[string]any{"cpu_us_per_seq": us(cpuTime()-cpu0) / float64(*n), "wall_us_per_seq": us(el) / float64(*n)}
+		for k, v := range t {
+			o[k+"_us"] = pct(v)
+		}
+		out[name] = o
+	}
+	serial("store_model_serial", func(t timings) { storeSeq(st, b, t) })
+	// As at concurrency 1 through the gateway: one model sequence every
+	// 20 ms, the processes idle in between.
+	paced := timings{}
+	for range *pacedN {
+		time.Sleep(20 * time.Millisecond)
+		modelSeq(c, paced)
+	}
+	o := map[string]any{}
+	for k, v := range paced {
+		o[k+"_us"] = pct(v)
+	}
+	out["ledger_model_paced_20ms"] = o
+	serial("ledger_model_serial", func(t timings) { modelSeq(c, t) })
+	serial("ledger_egress_serial", func(t timings) { egressSeq(c, t) })
+
+	concurrent := func(name string, seq func(timings)) {
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		stop := time.Now().Add(*dur)
+		cpu0, start := cpuTime(), time.Now()
+		for range *conc {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					seq(timings{})
+					done.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		el := time.Since(start)
+		out[name] = map[string]any{"seq_per_s": float64(done.Load()) / el.Seconds(), "cpu_us_per_seq": us(cpuTime()-cpu0) / float64(done.Load()), "c": *conc}
+	}
+	concurrent("ledger_model_c64", func(t timings) { modelSeq(c, t) })
+	concurrent("ledger_egress_c64", func(t timings) { egressSeq(c, t) })
+	// One egress tunnel holds a 1 MiB chunk reservation for every MiB it
+	// has moved until it closes; every Reserve sums all held reservations
+	// of the workload. Time a chunk reserve (and its settle) as the held
+	// count grows, as it does on a long download.
+	held := map[string]any{}
+	var holding []crossing.Reservation
+	var marks []int
+	for _, f := range strings.Split(*heldMarks, ",") {
+		if n, err := strconv.Atoi(f); err == nil {
+			marks = append(marks, n)
+		}
+	}
+	for _, mark := range marks {
+		for len(holding) < mark {
+			holding = append(holding, c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{EgressBytes: 1 << 20}}).Res)
+		}
+		t := timings{}
+		for range 200 {
+			var r resp
+			t.time("reserve", func() { r = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{EgressBytes: 1 << 20}}) })
+			t.time("settle", func() { c.call(req{Op: "settle", Res: &r.Res}) })
+		}
+		held[fmt.Sprint(mark)] = map[string]any{"reserve_us": pct(t["reserve"]), "settle_us": pct(t["settle"])}
+	}
+	start := time.Now()
+	for _, r := range holding {
+		c.call(req{Op: "settle", Res: &r})
+	}
+	held["settle_all"] = map[string]any{"n": len(holding), "ms": float64(time.Since(start).Microseconds()) / 1e3}
+	out["egress_chunks_held"] = held
+	b2, _ := json.MarshalIndent(out, "", " ")
+	fmt.Println(string(b2))
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func pct(ds []time.Duration) map[string]float64 {
+	slices.Sort(ds)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(ds)))) - 1
+		return math.Round(us(ds[max(0, min(i, len(ds)-1))])*10) / 10
+	}
+	return map[string]float64{"p50": q(.5), "p99": q(.99), "n": float64(len(ds))}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
