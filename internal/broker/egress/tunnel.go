@@ -16,8 +16,12 @@ import (
 )
 
 const (
-	// budgetChunk is how many egress bytes one extra Reserve holds.
-	budgetChunk = 1 << 20
+	// budgetChunk is how many egress bytes one extra Reserve holds: a
+	// sixteenth of what is left of the budget, between 1 and 16 MiB, so a
+	// bulk transfer costs two ledger calls per 16 MiB while a nearly spent
+	// budget is still shared out finely.
+	budgetChunk    = 1 << 20
+	budgetChunkMax = 16 << 20
 	// leaseSize is the most one copy step moves before asking the meter
 	// again: it bounds the overshoot of a byte budget and how long a
 	// blocked writer can hide progress from the idle watchdog.
@@ -201,6 +205,9 @@ func (m *meter) reserveLocked() error {
 	}
 	m.chunks = nil
 	size := int64(budgetChunk)
+	if left := m.state.Limits.EgressBytes - m.state.Used.EgressBytes; left/16 > size {
+		size = min(left/16, budgetChunkMax)
+	}
 	for try := 0; try < 2; try++ {
 		if lim := m.state.Limits.EgressBytes; lim > 0 {
 			size = min(size, lim-m.state.Used.EgressBytes)
