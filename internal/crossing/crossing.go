@@ -95,6 +95,14 @@ type Ledger interface {
 	Record(ctx context.Context, rc Receipt) error
 }
 
+// SettleRecorder is a Ledger that can settle a reservation and record the
+// crossing's receipt in one step (one round trip, one commit). Brokers use
+// it when the ledger offers it; the receipt's Budget is filled from the
+// settlement.
+type SettleRecorder interface {
+	SettleRecord(ctx context.Context, r Reservation, used Amount, rc Receipt) (BudgetState, error)
+}
+
 type identityKey struct{}
 
 // WithIdentity returns ctx carrying id; the gateway calls it once per

@@ -148,6 +148,16 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 		r := *req.Res
 		r.Identity = s.ID
 		resp.State, err = s.Store.Settle(ctx, r, req.Used, s.Budget)
+	case "settle_record":
+		if req.Res == nil || req.Receipt == nil {
+			err = errors.New("settle_record without a reservation and a receipt")
+			break
+		}
+		r := *req.Res
+		r.Identity = s.ID
+		rc := *req.Receipt
+		rc.Identity = s.ID
+		resp.State, err = s.Store.SettleRecord(ctx, r, req.Used, s.Budget, &rc)
 	case "record":
 		if req.Receipt == nil {
 			err = errors.New("record without a receipt")
@@ -270,6 +280,13 @@ func (c *ledgerClient) Settle(ctx context.Context, r crossing.Reservation, used 
 	resp, err := c.call(ctx, ledgerReq{Op: "settle", Res: &r, Used: used})
 	return resp.State, err
 }
+
+func (c *ledgerClient) SettleRecord(ctx context.Context, r crossing.Reservation, used crossing.Amount, rc crossing.Receipt) (crossing.BudgetState, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "settle_record", Res: &r, Used: used, Receipt: &rc})
+	return resp.State, err
+}
+
+var _ crossing.SettleRecorder = (*ledgerClient)(nil)
 
 func (c *ledgerClient) Record(ctx context.Context, rc crossing.Receipt) error {
 	_, err := c.call(ctx, ledgerReq{Op: "record", Receipt: &rc})

@@ -147,3 +147,28 @@ func TestDenialReceiptsRateLimited(t *testing.T) {
 		t.Fatalf("after a second: admitted %v, dropped %d, want true and %d", ok, d, 1000-denyReceiptsBurst)
 	}
 }
+
+// Settle and record in one message: one commit, the sandbox's identity,
+// the receipt carrying the budget after the settlement.
+func TestLedgerSettleRecord(t *testing.T) {
+	st := testStore(t)
+	a, b := net.Pipe()
+	defer a.Close()
+	id := crossing.Identity{Workload: "mine", SandboxID: "sb1"}
+	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 100}}}
+	go srv.Serve(b)
+	c := newLedgerClient(a)
+	ctx := context.Background()
+	r, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{OutputTokens: 50}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := c.SettleRecord(ctx, r, crossing.Amount{OutputTokens: 20}, crossing.Receipt{Identity: crossing.Identity{Workload: "forged"}, Broker: "model", Decision: crossing.Allow})
+	if err != nil || bs.Used.OutputTokens != 20 {
+		t.Fatalf("SettleRecord = %+v, %v", bs, err)
+	}
+	rs, err := st.Receipts(ctx, store.ReceiptFilter{})
+	if err != nil || len(rs) != 1 || rs[0].Identity != id || rs[0].Budget.Used.OutputTokens != 20 {
+		t.Fatalf("receipts = %+v, %v", rs, err)
+	}
+}

@@ -118,6 +118,13 @@ func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string
 // Settle releases a reservation and adds what was really used to the
 // window the reservation was made in.
 func (s *Store) Settle(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget) (crossing.BudgetState, error) {
+	return s.SettleRecord(ctx, r, usage, b, nil)
+}
+
+// SettleRecord settles a reservation and, when rc is not nil, records its
+// receipt (with the budget state after the settlement) in the same write
+// transaction: one commit per crossing instead of two.
+func (s *Store) SettleRecord(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (crossing.BudgetState, error) {
 	if err := nonNegative(usage); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle: %w", err)
 	}
@@ -145,10 +152,17 @@ func (s *Store) Settle(ctx context.Context, r crossing.Reservation, usage crossi
 	if err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
+	st := crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}
+	if rc != nil {
+		rc.Budget = st
+		if _, err := recordTx(ctx, tx, *rc); err != nil {
+			return crossing.BudgetState{}, err
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
-	return crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}, nil
+	return st, nil
 }
 
 // DropReservations releases every reservation a sandbox still holds (its
@@ -160,11 +174,17 @@ func (s *Store) DropReservations(ctx context.Context, sandboxID string) error {
 
 // RecordReceipt appends a receipt and returns its id.
 func (s *Store) RecordReceipt(ctx context.Context, rc crossing.Receipt) (int64, error) {
+	return recordTx(ctx, s.db, rc)
+}
+
+func recordTx(ctx context.Context, db interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, rc crossing.Receipt) (int64, error) {
 	body, err := json.Marshal(rc)
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO receipts (time, workload, sandbox_id, broker, decision, body) VALUES (?,?,?,?,?,?)`,
+	res, err := db.ExecContext(ctx, `INSERT INTO receipts (time, workload, sandbox_id, broker, decision, body) VALUES (?,?,?,?,?,?)`,
 		rc.Time.UnixNano(), rc.Identity.Workload, rc.Identity.SandboxID, rc.Broker, rc.Decision, string(body))
 	if err != nil {
 		return 0, fmt.Errorf("%w: record receipt: %v", crossing.ErrUnavailable, err)

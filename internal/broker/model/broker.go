@@ -507,13 +507,6 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 				slog.String("model", x.rc.Target), slog.Int64("reserved_output_tokens", x.want.OutputTokens),
 				slog.Int64("reported_output_tokens", x.rc.Usage.OutputTokens))
 		}
-		st, err := b.ledger.Settle(ctx, x.res, x.rc.Usage)
-		if err != nil {
-			b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
-				slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", err.Error()))
-		} else {
-			x.rc.Budget = st
-		}
 	}
 	if x.outcome != "" && x.rc.Decision == crossing.Allow {
 		x.rc.Reason += "; " + x.outcome
@@ -527,7 +520,28 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 	if x.rc.Decision == "" {
 		x.rc.Decision = crossing.Deny
 	}
-	err := b.ledger.Record(ctx, x.rc)
+	var err error
+	if sr, ok := b.ledger.(crossing.SettleRecorder); ok && x.reserved {
+		// One round trip and one commit: settle and record together.
+		var st crossing.BudgetState
+		if st, err = sr.SettleRecord(ctx, x.res, x.rc.Usage, x.rc); err == nil {
+			x.rc.Budget = st
+		} else {
+			b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
+				slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", err.Error()))
+		}
+	} else {
+		if x.reserved {
+			st, serr := b.ledger.Settle(ctx, x.res, x.rc.Usage)
+			if serr != nil {
+				b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
+					slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", serr.Error()))
+			} else {
+				x.rc.Budget = st
+			}
+		}
+		err = b.ledger.Record(ctx, x.rc)
+	}
 	lvl := slog.LevelInfo
 	if err != nil {
 		// The answer is already with the agent; the missing evidence is
