@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -46,6 +47,10 @@ func (e *exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
 	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	if sbinit.CgoEnabled {
+		fmt.Fprintln(g.stderr, "cordon: unsupported: this binary was built with cgo; the sandbox init cannot harden every thread under cgo. Rebuild with CGO_ENABLED=0")
+		return ExitRefused
+	}
 	root := &cobra.Command{
 		Use:   "cordon",
 		Short: "Run an untrusted program or AI agent inside an evidenced Linux boundary",

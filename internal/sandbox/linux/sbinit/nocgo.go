@@ -2,6 +2,7 @@
 
 package sbinit
 
-// The sandbox init hardens every OS thread with syscall.AllThreadsSyscall,
-// which Go refuses when cgo is enabled. Build with CGO_ENABLED=0.
-var _ = cordon_must_be_built_with_CGO_ENABLED_0
+// CgoEnabled is true in a cgo build. The sandbox init hardens every OS
+// thread with syscall.AllThreadsSyscall, which Go refuses under cgo, so
+// such a build fails closed at start: build with CGO_ENABLED=0.
+const CgoEnabled = true
