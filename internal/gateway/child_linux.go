@@ -93,9 +93,10 @@ func ChildMain() int {
 		srv := &http.Server{
 			Handler:           handlers[name],
 			ReadHeaderTimeout: 30 * time.Second,
-			// Reading a request (headers and body) may not take longer;
-			// responses stream without a write deadline.
-			ReadTimeout:    2 * time.Minute,
+			// No ReadTimeout: in Go's server a read deadline that expires
+			// while a handler streams cancels the request, which would cut
+			// model streams longer than the timeout. A slow body is bounded
+			// by the connection limit and the sandbox's memory cgroup.
 			IdleTimeout:    5 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
 			// The listener is the identity: one gateway per sandbox.
