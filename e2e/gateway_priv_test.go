@@ -23,7 +23,12 @@ func TestGatewayProcessUnprivileged(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	defer func() {
+		// End it as a user would (SIGTERM): a SIGKILL would leave residue
+		// for gc, which this test is not about.
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
 	var gw int
 	for deadline := time.Now().Add(5 * time.Second); gw == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		gw = childNamed(cmd.Process.Pid, "cordon-gateway")
