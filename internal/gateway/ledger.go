@@ -90,15 +90,29 @@ func (b *bucket) admit(now time.Time) (int64, bool) {
 	return d, true
 }
 
-// Serve answers requests on conn until it closes.
+// Serve answers requests on conn until it closes. Requests are answered
+// in batches: whatever arrived while the previous batch was being written
+// is handled in one transaction (group commit), each under its own
+// savepoint.
 func (s *LedgerServer) Serve(conn net.Conn) {
 	var wmu sync.Mutex
+	reply := func(resp ledgerResp) {
+		b, _ := json.Marshal(resp)
+		wmu.Lock()
+		_, _ = conn.Write(b)
+		wmu.Unlock()
+	}
+	reqs := make(chan ledgerReq, maxLedgerInFlight)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.batches(reqs, reply)
+	}()
+	defer func() {
+		close(reqs)
+		<-done
+	}()
 	buf := make([]byte, maxLedgerMessage)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	// A bounded number of requests in flight: a compromised gateway cannot
-	// make the privileged side start goroutines without end.
-	sem := make(chan struct{}, maxLedgerInFlight)
 	for {
 		n, err := conn.Read(buf)
 		if err != nil || n == 0 {
@@ -116,21 +130,52 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 			}
 			continue
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			resp := s.handle(req)
-			b, _ := json.Marshal(resp)
-			wmu.Lock()
-			_, _ = conn.Write(b)
-			wmu.Unlock()
-		}()
+		reqs <- req
 	}
 }
 
-func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
-	ctx := context.Background()
+// maxLedgerBatch bounds the requests committed together.
+const maxLedgerBatch = 64
+
+func (s *LedgerServer) batches(reqs <-chan ledgerReq, reply func(ledgerResp)) {
+	for first := range reqs {
+		batch := []ledgerReq{first}
+	drain:
+		for len(batch) < maxLedgerBatch {
+			select {
+			case r, ok := <-reqs:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		resps := make([]ledgerResp, len(batch))
+		err := s.Store.Batch(context.Background(), func(tx *store.Tx) {
+			for i, r := range batch {
+				resps[i] = s.handle(tx, r)
+			}
+		})
+		for i := range resps {
+			if err != nil {
+				resps[i] = ledgerResp{ID: batch[i].ID, Err: err.Error(), Kind: "unavailable"}
+			}
+			reply(resps[i])
+		}
+	}
+}
+
+// ledgerOps are the store operations a request may make; *store.Tx in a
+// batch.
+type ledgerOps interface {
+	Reserve(id crossing.Identity, broker string, want crossing.Amount, streams int64, b store.Budget) (crossing.Reservation, crossing.BudgetState, error)
+	SettleRecord(r crossing.Reservation, usage crossing.Amount, b store.Budget, rc *crossing.Receipt) (crossing.BudgetState, error)
+	Record(rc crossing.Receipt) (int64, error)
+}
+
+func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 	resp := ledgerResp{ID: req.ID}
 	var err error
 	switch req.Op {
@@ -139,7 +184,7 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 			err = fmt.Errorf("unknown broker %q", req.Broker)
 			break
 		}
-		resp.Res, resp.State, err = s.Store.Reserve(ctx, s.ID, req.Broker, req.Want, req.Streams, s.Budget)
+		resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
 	case "settle":
 		if req.Res == nil {
 			err = errors.New("settle without a reservation")
@@ -147,7 +192,7 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 		}
 		r := *req.Res
 		r.Identity = s.ID
-		resp.State, err = s.Store.Settle(ctx, r, req.Used, s.Budget)
+		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, nil)
 	case "settle_record":
 		if req.Res == nil || req.Receipt == nil {
 			err = errors.New("settle_record without a reservation and a receipt")
@@ -157,7 +202,7 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 		r.Identity = s.ID
 		rc := *req.Receipt
 		rc.Identity = s.ID
-		resp.State, err = s.Store.SettleRecord(ctx, r, req.Used, s.Budget, &rc)
+		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
 	case "record":
 		if req.Receipt == nil {
 			err = errors.New("record without a receipt")
@@ -172,7 +217,7 @@ func (s *LedgerServer) handle(req ledgerReq) ledgerResp {
 				rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 			}
 		}
-		_, err = s.Store.RecordReceipt(ctx, rc)
+		_, err = ops.Record(rc)
 	default:
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}

@@ -84,15 +84,15 @@ func FuzzLedgerRequest(f *testing.F) {
 			return
 		}
 		srv := &LedgerServer{Store: nil, ID: crossing.Identity{Workload: "w"}}
-		if req.Op == "reserve" || req.Op == "settle" || req.Op == "record" {
+		if req.Op == "reserve" || req.Op == "settle" || req.Op == "record" || req.Op == "settle_record" {
 			if req.Op == "settle" && req.Res == nil || req.Op == "record" && req.Receipt == nil {
-				if resp := srv.handle(req); resp.Err == "" {
+				if resp := srv.handle(failingOps{}, req); resp.Err == "" {
 					t.Fatalf("handle(%s) without its payload succeeded", b)
 				}
 			}
 			return
 		}
-		if resp := srv.handle(req); resp.Err == "" || resp.Kind != "unavailable" {
+		if resp := srv.handle(failingOps{}, req); resp.Err == "" || resp.Kind != "unavailable" {
 			t.Fatalf("handle(%s) = %+v, want an error", b, resp)
 		}
 	})
@@ -172,3 +172,14 @@ func TestLedgerSettleRecord(t *testing.T) {
 		t.Fatalf("receipts = %+v, %v", rs, err)
 	}
 }
+
+// failingOps is a store that is never reached in the fuzz test.
+type failingOps struct{}
+
+func (failingOps) Reserve(crossing.Identity, string, crossing.Amount, int64, store.Budget) (crossing.Reservation, crossing.BudgetState, error) {
+	return crossing.Reservation{}, crossing.BudgetState{}, crossing.ErrUnavailable
+}
+func (failingOps) SettleRecord(crossing.Reservation, crossing.Amount, store.Budget, *crossing.Receipt) (crossing.BudgetState, error) {
+	return crossing.BudgetState{}, crossing.ErrUnavailable
+}
+func (failingOps) Record(crossing.Receipt) (int64, error) { return 0, crossing.ErrUnavailable }

@@ -77,17 +77,20 @@ func over(used, want, lim crossing.Amount) string {
 // Reserve holds want (and streams concurrent-stream slots) against the
 // workload's budget in one write transaction, so reservations from every
 // process sharing this store can never together exceed a limit.
-func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string, want crossing.Amount, streams int64, b Budget) (crossing.Reservation, crossing.BudgetState, error) {
+func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string, want crossing.Amount, streams int64, b Budget) (r crossing.Reservation, st crossing.BudgetState, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		r, st, err = reserveIn(ctx, tx, id, broker, want, streams, b)
+		return err
+	})
+	return r, st, err
+}
+
+func reserveIn(ctx context.Context, tx *sql.Tx, id crossing.Identity, broker string, want crossing.Amount, streams int64, b Budget) (crossing.Reservation, crossing.BudgetState, error) {
 	if err := nonNegative(want); err != nil || streams < 0 {
 		return crossing.Reservation{}, crossing.BudgetState{}, fmt.Errorf("reserve: negative amount (%v, streams %d)", err, streams)
 	}
 	now := time.Now()
 	win := b.windowStart(now)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return crossing.Reservation{}, crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
-	}
-	defer tx.Rollback()
 	u, held, err := used(ctx, tx, id.Workload, win)
 	if err != nil {
 		return crossing.Reservation{}, crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
@@ -107,12 +110,25 @@ func (s *Store) Reserve(ctx context.Context, id crossing.Identity, broker string
 		return crossing.Reservation{}, st, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
 	rid, _ := res.LastInsertId()
-	if err := tx.Commit(); err != nil {
-		return crossing.Reservation{}, st, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
-	}
 	st.Used = u.Add(want)
 	st.Streams = held + streams
 	return crossing.Reservation{ID: rid, Identity: id, Broker: broker, Held: want, At: now}, st, nil
+}
+
+// inTx runs fn in one write transaction and commits it.
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // Settle releases a reservation and adds what was really used to the
@@ -124,22 +140,25 @@ func (s *Store) Settle(ctx context.Context, r crossing.Reservation, usage crossi
 // SettleRecord settles a reservation and, when rc is not nil, records its
 // receipt (with the budget state after the settlement) in the same write
 // transaction: one commit per crossing instead of two.
-func (s *Store) SettleRecord(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (crossing.BudgetState, error) {
+func (s *Store) SettleRecord(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (st crossing.BudgetState, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		st, err = settleRecordIn(ctx, tx, r, usage, b, rc)
+		return err
+	})
+	return st, err
+}
+
+func settleRecordIn(ctx context.Context, tx *sql.Tx, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (crossing.BudgetState, error) {
 	if err := nonNegative(usage); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle: %w", err)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
-	}
-	defer tx.Rollback()
 	var win int64
 	// Only the sandbox that holds a reservation may settle it.
 	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? AND sandbox_id = ? AND workload = ? RETURNING window_start`,
 		r.ID, r.Identity.SandboxID, r.Identity.Workload).Scan(&win); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle reservation %d: %w", r.ID, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
+	_, err := tx.ExecContext(ctx, `INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
 		VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (workload, window_start) DO UPDATE SET
 		requests = requests + excluded.requests, input_tokens = input_tokens + excluded.input_tokens,
 		output_tokens = output_tokens + excluded.output_tokens, bytes = bytes + excluded.bytes,
@@ -159,10 +178,65 @@ func (s *Store) SettleRecord(ctx context.Context, r crossing.Reservation, usage 
 			return crossing.BudgetState{}, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
-	}
 	return st, nil
+}
+
+// Batch runs several ledger operations in one write transaction (group
+// commit): each runs under its own savepoint, so one that fails leaves
+// the others intact. If the commit fails, every operation failed.
+func (s *Store) Batch(ctx context.Context, fn func(*Tx)) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		fn(&Tx{ctx: ctx, tx: tx})
+		return nil
+	})
+}
+
+// Tx is a batch's transaction.
+type Tx struct {
+	ctx context.Context
+	tx  *sql.Tx
+}
+
+// op runs fn under a savepoint, rolled back to if fn fails.
+func (t *Tx) op(fn func() error) error {
+	if _, err := t.tx.ExecContext(t.ctx, "SAVEPOINT ledger_op"); err != nil {
+		return fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	err := fn()
+	if err != nil {
+		_, _ = t.tx.ExecContext(t.ctx, "ROLLBACK TO ledger_op")
+	}
+	if _, rerr := t.tx.ExecContext(t.ctx, "RELEASE ledger_op"); rerr != nil && err == nil {
+		err = fmt.Errorf("%w: %v", crossing.ErrUnavailable, rerr)
+	}
+	return err
+}
+
+// Reserve is Store.Reserve inside the batch.
+func (t *Tx) Reserve(id crossing.Identity, broker string, want crossing.Amount, streams int64, b Budget) (r crossing.Reservation, st crossing.BudgetState, err error) {
+	err = t.op(func() error {
+		r, st, err = reserveIn(t.ctx, t.tx, id, broker, want, streams, b)
+		return err
+	})
+	return r, st, err
+}
+
+// SettleRecord is Store.SettleRecord inside the batch.
+func (t *Tx) SettleRecord(r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (st crossing.BudgetState, err error) {
+	err = t.op(func() error {
+		st, err = settleRecordIn(t.ctx, t.tx, r, usage, b, rc)
+		return err
+	})
+	return st, err
+}
+
+// Record is Store.RecordReceipt inside the batch.
+func (t *Tx) Record(rc crossing.Receipt) (id int64, err error) {
+	err = t.op(func() error {
+		id, err = recordTx(t.ctx, t.tx, rc)
+		return err
+	})
+	return id, err
 }
 
 // DropReservations releases every reservation a sandbox still holds (its
