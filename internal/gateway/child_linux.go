@@ -24,8 +24,6 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
-func contextBackground() context.Context { return context.Background() }
-
 // secrets is the gateway's copy of the custodied values.
 type secrets map[string][]byte
 

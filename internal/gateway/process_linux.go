@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,17 +225,7 @@ func (p *Process) Stop() error {
 	p.ledger.Close()
 	var err error
 	if p.store != nil {
-		err = p.store.DropReservations(contextBackground(), p.id.SandboxID)
+		err = p.store.DropReservations(context.Background(), p.id.SandboxID)
 	}
 	return err
-}
-
-// Exited reports whether the gateway process has ended.
-func (p *Process) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }

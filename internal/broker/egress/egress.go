@@ -407,6 +407,27 @@ func (b *Broker) release(workload string) {
 
 // reserve holds one connection in the ledger and returns the meter that
 // budgets the connection's bytes. A refusal is returned as status+reason.
+// open admits host:port (allow-list, resolution, address checks, the
+// connection limit) and reserves the connection's budget, refusing the
+// request itself when either says no. On success the caller must call
+// release when the connection ends.
+func (b *Broker) open(w http.ResponseWriter, r *http.Request, at *attempt, host string, port int) (addrs []netip.Addr, m *meter, release func(), ok bool) {
+	ctx := r.Context()
+	addrs, status, reason := b.admit(ctx, at, host, port)
+	if status != 0 {
+		b.refuse(w, r, at, status, reason)
+		return nil, nil, nil, false
+	}
+	release = func() { b.release(at.id.Workload) }
+	m, status, reason = b.reserve(ctx, at)
+	if status != 0 {
+		release()
+		b.refuse(w, r, at, status, reason)
+		return nil, nil, nil, false
+	}
+	return addrs, m, release, true
+}
+
 func (b *Broker) reserve(ctx context.Context, at *attempt) (*meter, int, string) {
 	rctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
 	res, st, err := b.ledger.Reserve(rctx, at.id, brokerName, crossing.Amount{Connections: 1}, 0)

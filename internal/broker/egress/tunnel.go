@@ -51,17 +51,11 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, at *attemp
 		return
 	}
 	ctx := r.Context()
-	addrs, status, reason := b.admit(ctx, at, host, port)
-	if status != 0 {
-		b.refuse(w, r, at, status, reason)
+	addrs, m, release, ok := b.open(w, r, at, host, port)
+	if !ok {
 		return
 	}
-	defer b.release(at.id.Workload)
-	m, status, reason := b.reserve(ctx, at)
-	if status != 0 {
-		b.refuse(w, r, at, status, reason)
-		return
-	}
+	defer release()
 
 	hj, ok := w.(http.Hijacker)
 	if !ok {
