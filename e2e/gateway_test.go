@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,7 +104,4 @@ func TestGatewayKeyNeverInSandbox(t *testing.T) {
 	if r.Code != 125 || strings.Contains(r.Stderr, fakeKey) {
 		t.Fatalf("--env with the secret = %d %q, want 125 without the value", r.Code, r.Stderr)
 	}
-	u, _ := url.Parse(up.srv.URL)
-	_ = u
-	var _ = json.Marshal
 }
