@@ -253,9 +253,14 @@ func (c *meteredConn) Write(b []byte) (int, error) {
 			return done, err
 		}
 		c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+		// Count before the bytes can reach the upstream, correct after: the
+		// transport writes in its own goroutine, so an upstream answer (and
+		// the settlement that follows it) may otherwise run before a count
+		// made after Write returns.
+		c.p.in.Add(k)
 		n, err := c.Conn.Write(b[done : done+int(k)])
 		c.p.m.refund(k - int64(n))
-		c.p.in.Add(int64(n))
+		c.p.in.Add(int64(n) - k)
 		done += n
 		if err != nil {
 			return done, err
