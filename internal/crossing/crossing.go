@@ -68,6 +68,30 @@ type Receipt struct {
 	Untrusted     []string      `json:"untrusted,omitempty"` // e.g. tool_use blocks passed through as data
 	Duration      time.Duration `json:"duration_ns"`
 	FirstByte     time.Duration `json:"first_byte_ns,omitempty"`
+	// Policy is the policy decision that let the crossing through (or
+	// refused it); set by the privileged side.
+	Policy *PolicyDecision `json:"policy,omitempty"`
+	// Approval is the id of the approval this crossing consumed.
+	Approval string `json:"approval,omitempty"`
+	// CallKey is the tool call's replay key (idempotency key, or MCP
+	// session and JSON-RPC id).
+	CallKey string `json:"call_key,omitempty"`
+	// ResultDigest is "sha256:<hex>" of the result returned to the agent
+	// (readback).
+	ResultDigest string `json:"result_digest,omitempty"`
+}
+
+// PolicyDecision is what policy said about one crossing.
+type PolicyDecision struct {
+	// Digest is "sha256:<hex>" of the policy set that decided.
+	Digest string `json:"digest"`
+	// Determining are the ids of the policies that decided: the permits
+	// that allowed, or the forbids that denied.
+	Determining []string `json:"determining,omitempty"`
+	// Errors are evaluation errors (each is a deny).
+	Errors []string `json:"errors,omitempty"`
+	// ApprovalRequired is set when a determining permit requires approval.
+	ApprovalRequired bool `json:"approval_required,omitempty"`
 }
 
 // Decisions.

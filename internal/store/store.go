@@ -118,7 +118,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 2
+	schemaVersion = 3
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -127,8 +127,10 @@ const (
 )
 
 // schema is applied under BEGIN IMMEDIATE when user_version is below
-// schemaVersion; every statement is idempotent, so applying it to a
-// version-1 database adds the version-2 tables.
+// schemaVersion, followed by the version-3 fragments (logSchema,
+// approvalSchema, toolCallSchema, each beside the code that uses it);
+// every statement is idempotent, so applying them to an older database
+// adds the newer tables.
 const schema = `
 CREATE TABLE IF NOT EXISTS sandboxes (
 	id          TEXT    NOT NULL PRIMARY KEY,
@@ -309,7 +311,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1:
+	case 0, 1, 2:
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
@@ -339,7 +341,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if done, err := checkVersion(v); done || err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
+	if _, err := tx.ExecContext(ctx, schema+logSchema+approvalSchema+toolCallSchema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {

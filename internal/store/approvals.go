@@ -1,0 +1,5 @@
+package store
+
+// approvalSchema holds approval requests (version 3).
+const approvalSchema = `
+`
