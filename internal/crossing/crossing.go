@@ -38,6 +38,39 @@ type Reservation struct {
 	Broker   string    `json:"broker"`
 	Held     Amount    `json:"held"`
 	At       time.Time `json:"at"`
+	// Policy is the decision the privileged side made for the crossing
+	// the reservation is for (also set when policy denied it).
+	Policy *PolicyDecision `json:"policy,omitempty"`
+}
+
+// Ask is what a crossing asks policy: the action and the resource. A
+// broker attaches it to the context of the Reserve that opens the
+// crossing (WithAsk); the privileged side evaluates policy on it with
+// the sandbox's own identity as the principal.
+type Ask struct {
+	Action string `json:"action"` // "model.invoke", "egress.connect", "tool.call", …
+	// Resource is the resource's entity type: "Model", "Host", "Tool",
+	// "State".
+	Resource string `json:"resource"`
+	Target   string `json:"target"`           // its id: model id, host, "server/tool", scope
+	Server   string `json:"server,omitempty"` // Tool: the MCP server
+	Port     int    `json:"port,omitempty"`   // Host: the port
+	// ArgumentDigest is "sha256:<hex>" of a tool call's canonical
+	// arguments.
+	ArgumentDigest string `json:"argument_digest,omitempty"`
+}
+
+type askKey struct{}
+
+// WithAsk returns ctx carrying the policy question for the next Reserve.
+func WithAsk(ctx context.Context, a Ask) context.Context {
+	return context.WithValue(ctx, askKey{}, a)
+}
+
+// AskFrom returns the policy question bound to ctx.
+func AskFrom(ctx context.Context) (Ask, bool) {
+	a, ok := ctx.Value(askKey{}).(Ask)
+	return a, ok
 }
 
 // BudgetState is the workload's budget after a decision: used (settled +
@@ -103,6 +136,10 @@ const (
 // ErrBudgetExceeded is returned by Reserve when the reservation would
 // overspend a limit. Wrap it with which limit.
 var ErrBudgetExceeded = errors.New("budget exceeded")
+
+// ErrPolicyDenied is returned by Reserve when policy refuses the crossing;
+// the Reservation returned with it carries the decision.
+var ErrPolicyDenied = errors.New("denied by policy")
 
 // ErrUnavailable means the ledger (store) cannot be reached: the crossing
 // must be refused, never let through.
