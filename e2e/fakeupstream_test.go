@@ -21,8 +21,14 @@ type fakeUpstream struct {
 	key    string // the custodied key the broker must inject
 	answer string
 
-	mu       sync.Mutex
-	requests []seenRequest
+	// toolName and toolInput, when set, make the upstream act as a model
+	// that calls that tool once (when the request offers it) and then
+	// answers with the tool result's text.
+	toolName, toolInput string
+
+	mu          sync.Mutex
+	requests    []seenRequest
+	toolResults []string
 }
 
 type seenRequest struct {
@@ -32,6 +38,7 @@ type seenRequest struct {
 	Model     string
 	Stream    bool
 	UserAgent string
+	Tools     []string
 }
 
 func newFakeUpstream(t *testing.T, key, answer string) *fakeUpstream {
@@ -52,17 +59,37 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Model  string `json:"model"`
 		Stream bool   `json:"stream"`
+		Tools  []struct {
+			Name string `json:"name"`
+		} `json:"tools"`
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
 	}
 	_ = json.Unmarshal(body, &req)
 	f.mu.Lock()
 	f.requests = append(f.requests, seenRequest{Path: r.URL.Path, APIKey: r.Header.Get("x-api-key"), Auth: r.Header.Get("Authorization"),
-		Model: req.Model, Stream: req.Stream, UserAgent: r.Header.Get("User-Agent")})
+		Model: req.Model, Stream: req.Stream, UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(req.Tools)})
 	f.mu.Unlock()
 	anthropicKey := r.Header.Get("x-api-key") == f.key
 	openaiKey := r.Header.Get("Authorization") == "Bearer "+f.key
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/v1/messages/count_tokens") && anthropicKey:
 		writeJSON(w, map[string]any{"input_tokens": 12})
+	case r.URL.Path == "/v1/messages" && anthropicKey && f.toolName != "" && req.Stream && offers(req.Tools, f.toolName):
+		var last json.RawMessage
+		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "user" {
+			last = req.Messages[n-1].Content
+		}
+		if res, ok := toolResult(last); ok {
+			f.mu.Lock()
+			f.toolResults = append(f.toolResults, res)
+			f.mu.Unlock()
+			f.anthropicStreamText(w, req.Model, "the tool said: "+res)
+			return
+		}
+		f.anthropicToolUse(w, req.Model)
 	case r.URL.Path == "/v1/messages" && anthropicKey:
 		if req.Stream {
 			f.anthropicStream(w, req.Model)
@@ -110,11 +137,80 @@ func sse(w http.ResponseWriter, event string, data any) {
 // anthropicStream sends the real Messages event sequence, the text in
 // a few deltas.
 func (f *fakeUpstream) anthropicStream(w http.ResponseWriter, model string) {
+	f.anthropicStreamText(w, model, f.answer)
+}
+
+func toolNames(tools []struct {
+	Name string `json:"name"`
+}) []string {
+	var out []string
+	for _, t := range tools {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func offers(tools []struct {
+	Name string `json:"name"`
+}, name string) bool {
+	for _, t := range tools {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// toolResult returns the text of the first tool_result block in content.
+func toolResult(content json.RawMessage) (string, bool) {
+	var blocks []struct {
+		Type    string          `json:"type"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(content, &blocks) != nil {
+		return "", false
+	}
+	for _, b := range blocks {
+		if b.Type != "tool_result" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(b.Content, &s) == nil {
+			return s, true
+		}
+		var parts []struct {
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(b.Content, &parts)
+		var sb strings.Builder
+		for _, p := range parts {
+			sb.WriteString(p.Text)
+		}
+		return sb.String(), true
+	}
+	return "", false
+}
+
+// anthropicToolUse streams a turn that calls f.toolName with f.toolInput.
+func (f *fakeUpstream) anthropicToolUse(w http.ResponseWriter, model string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_tool", "type": "message", "role": "assistant",
+		"model": model, "content": []any{}, "stop_reason": nil, "usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})
+	sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+		"content_block": map[string]any{"type": "tool_use", "id": "toolu_e2e1", "name": f.toolName, "input": map[string]any{}}})
+	sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "input_json_delta", "partial_json": f.toolInput}})
+	sse(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+	sse(w, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "tool_use", "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": 9}})
+	sse(w, "message_stop", map[string]any{"type": "message_stop"})
+}
+
+func (f *fakeUpstream) anthropicStreamText(w http.ResponseWriter, model, answer string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_fake", "type": "message", "role": "assistant",
 		"model": model, "content": []any{}, "stop_reason": nil, "usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})
 	sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
-	words := strings.SplitAfter(f.answer, " ")
+	words := strings.SplitAfter(answer, " ")
 	for _, wd := range words {
 		sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": wd}})
 	}

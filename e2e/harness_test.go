@@ -63,6 +63,12 @@ func setup(m *testing.M) (int, error) {
 	if err := build(filepath.Join(probeDir, "sdkclient"), "./sdkclient"); err != nil {
 		return 0, err
 	}
+	if err := build(filepath.Join(probeDir, "mcpclient"), "./mcpclient"); err != nil {
+		return 0, err
+	}
+	if err := build(filepath.Join(probeDir, "mcpserver"), "./mcpserver"); err != nil {
+		return 0, err
+	}
 	baseDir = filepath.Join(dir, "states")
 	if err := os.Mkdir(baseDir, 0o711); err != nil {
 		return 0, err

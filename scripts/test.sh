@@ -10,6 +10,8 @@ export CGO_ENABLED=0
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v unshare >/dev/null || need+=(util-linux)
+# Headless Chromium drives the approval console's browser test.
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	echo "installing: ${need[*]}"
 	apt-get update -qq >/dev/null

@@ -11,6 +11,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/custody"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -18,8 +19,9 @@ import (
 // gatewayPlan is a loaded configuration with its custodian, ready to start
 // a gateway once the sandbox is admitted.
 type gatewayPlan struct {
-	cfg  *config.Config
-	cust *custody.Custodian
+	cfg    *config.Config
+	cust   *custody.Custodian
+	policy *policy.Set
 }
 
 // prepareGateway loads --config and the custodian, refuses a configuration
@@ -40,6 +42,14 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 	for _, w := range cfg.Warnings() {
 		g.logger().Warn(w)
 	}
+	// An invalid policy refuses to start; no policy files: the built-in
+	// permit-all, and the config's allow-lists decide alone.
+	pol := policy.Default()
+	if len(cfg.Policy) > 0 {
+		if pol, err = policy.Load(cfg.Policy...); err != nil {
+			return nil, sandbox.Fail(sandbox.KindPolicyRejected, "policy", err)
+		}
+	}
 	cust, err := custody.Load(cfg.Secrets, os.Getenv)
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
@@ -54,7 +64,7 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 	}
 	// The gateway's variables come last so they win over --env.
 	spec.Env = append(spec.Env, gateway.Env()...)
-	return &gatewayPlan{cfg: cfg, cust: cust}, nil
+	return &gatewayPlan{cfg: cfg, cust: cust, policy: pol}, nil
 }
 
 // visibleInSandbox reports whether a host path can be seen from inside: it
@@ -86,15 +96,8 @@ func visibleInSandbox(spec sandbox.Spec) func(string) bool {
 }
 
 // start opens the gateway's listeners in the admitted sandbox and starts
-// the unprivileged gateway process.
-func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger) (*gateway.Process, error) {
-	pid := 0
-	if ip, ok := sb.(interface{ InitPid() int }); ok {
-		pid = ip.InitPid()
-	}
-	if pid <= 0 {
-		return nil, sandbox.Failf(sandbox.KindStart, "gateway", "the sandbox has no live init")
-	}
+// the unprivileged gateway process, with the tool servers' pipes.
+func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tools *toolServers) (*gateway.Process, error) {
 	c := p.cfg
 	cc := gateway.ChildConfig{
 		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
@@ -102,19 +105,16 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 			MaxAttachments: c.Limits.MaxAttachments, MaxAttachmentBytes: c.Limits.MaxAttachmentBytes,
 			AllowedMIME: c.Limits.AllowedAttachmentMIME, MaxConcurrentStreams: streamsLimit(c.Budgets.ConcurrentStreams)},
 		Secrets: map[string][]byte{},
-		Egress:  gateway.Egress{Resolve: map[string][]string{}},
+		Egress:  egressConfig(c.Egress),
+		ToolLimits: gateway.ToolLimits{MaxFrameBytes: int(c.Limits.MaxMCPMessageBytes), MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
+			MaxResultBytes: int(c.Limits.MaxToolResultBytes), ApprovalWait: c.Approvals.Wait},
+		Version: Version,
 	}
 	for _, m := range c.Models {
 		cc.Routes = append(cc.Routes, gateway.Route{Name: m.Name, API: m.API, Upstream: m.Upstream, Credential: m.Credential, Models: m.Models})
 	}
-	for _, r := range c.Egress.Allow {
-		cc.Egress.Allow = append(cc.Egress.Allow, gateway.EgressRule{Host: r.Host, Ports: r.Ports})
-	}
-	for _, r := range c.Egress.UnsafeAllowRanges {
-		cc.Egress.UnsafeAllowRanges = append(cc.Egress.UnsafeAllowRanges, r.String())
-	}
-	for h, a := range c.Egress.Resolve {
-		cc.Egress.Resolve[h] = []string{a.String()}
+	for _, t := range c.Tools {
+		cc.Tools = append(cc.Tools, gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential})
 	}
 	for _, n := range p.cust.Names() {
 		v, err := p.cust.Secret(n)
@@ -122,6 +122,42 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 			return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
 		}
 		cc.Secrets[n] = v
+	}
+	var pipes []gateway.ToolPipe
+	if tools != nil {
+		pipes, tools.pipes = tools.pipes, nil // the gateway process owns them now
+	}
+	return startGateway(sb, st, log, cc, p.policy, c, pipes)
+}
+
+// egressConfig is an egress allow-list as the gateway process gets it.
+func egressConfig(e config.Egress) gateway.Egress {
+	out := gateway.Egress{Resolve: map[string][]string{}}
+	for _, r := range e.Allow {
+		out.Allow = append(out.Allow, gateway.EgressRule{Host: r.Host, Ports: r.Ports})
+	}
+	for _, r := range e.UnsafeAllowRanges {
+		out.UnsafeAllowRanges = append(out.UnsafeAllowRanges, r.String())
+	}
+	for h, a := range e.Resolve {
+		out.Resolve[h] = []string{a.String()}
+	}
+	return out
+}
+
+// startGateway starts one sandbox's gateway process as the top uid of the
+// sandbox's lease, in the sandbox's cgroups.
+func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe) (*gateway.Process, error) {
+	pid := 0
+	if ip, ok := sb.(interface{ InitPid() int }); ok {
+		pid = ip.InitPid()
+	}
+	if pid <= 0 {
+		for _, tp := range pipes {
+			tp.In.Close()
+			tp.Out.Close()
+		}
+		return nil, sandbox.Failf(sandbox.KindStart, "gateway", "the sandbox has no live init")
 	}
 	// The gateway runs as the top uid of the sandbox's leased range: unique
 	// to this sandbox, owning nothing, and no sandbox process runs as it
@@ -134,9 +170,16 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 	if a, ok := sb.(interface{ Adopt(int) error }); ok {
 		adopt = a.Adopt
 	}
+	servers := map[string]bool{}
+	for _, t := range cc.Tools {
+		servers[t.Name] = true
+	}
 	proc, err := gateway.Start(gateway.StartOptions{
 		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
-		Budget: store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
+		Budget:    store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
+		Policy:    pol,
+		Tools:     gateway.ToolPolicy{Servers: servers, CallLimit: c.Budgets.ToolCalls, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL},
+		ToolPipes: pipes,
 	})
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindStart, "gateway", fmt.Errorf("%w", err))

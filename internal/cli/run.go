@@ -311,7 +311,12 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
 	}
 	if gw != nil {
-		proc, err := gw.start(sb, st, g.logger())
+		tools, err := gw.startTools(ctx, prov, st, g.logger(), g.stderr)
+		if err != nil {
+			return finish(ExitRefused, err)
+		}
+		defer tools.stop(context.WithoutCancel(ctx))
+		proc, err := gw.start(sb, st, g.logger(), tools)
 		if err != nil {
 			return finish(ExitRefused, err)
 		}

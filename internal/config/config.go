@@ -68,6 +68,18 @@ type Config struct {
 	// Secrets maps a secret's name to where the custodian reads its value.
 	// Key: secrets.
 	Secrets map[string]Secret
+	// Tools are the upstream MCP tool servers the tool broker offers, in
+	// file order. Key: tools.
+	Tools []Tool
+	// Approvals configure how calls wait for approval. Key: approvals.
+	Approvals Approvals
+	// Policy lists the Cedar policy files every crossing must also
+	// satisfy, in order (package policy loads and validates them). Each is
+	// an existing regular file, listed once; relative paths in the file
+	// are resolved against the directory of the configuration file, and
+	// Policy holds the resolved, clean paths. Empty: the built-in
+	// permit-all policy, and the allow-lists decide alone. Key: policy.
+	Policy []string
 
 	// Source is the name the configuration was parsed from.
 	Source string
@@ -180,6 +192,8 @@ type Budgets struct {
 	// ConcurrentStreams is the number of model streams open at once. Key:
 	// concurrent_streams.
 	ConcurrentStreams int64
+	// ToolCalls is the number of tool calls. Key: tool_calls.
+	ToolCalls int64
 }
 
 // Limits returns the budgets as the ledger's limits (zero is unlimited).
@@ -213,6 +227,15 @@ type Limits struct {
 	// empty list refuses all. Default DefaultAttachmentMIME. Key:
 	// allowed_attachment_mime.
 	AllowedAttachmentMIME []string
+	// MaxToolArgumentBytes bounds one tool call's arguments; default
+	// 64KiB, at most 128KiB. Key: max_tool_argument_bytes.
+	MaxToolArgumentBytes int64
+	// MaxToolResultBytes bounds one tool result; default 128KiB, at most
+	// 160KiB. Key: max_tool_result_bytes.
+	MaxToolResultBytes int64
+	// MaxMCPMessageBytes bounds one MCP message from the agent; default
+	// 1MiB. Key: max_mcp_message_bytes.
+	MaxMCPMessageBytes int64
 }
 
 // Secret says where the custodian reads one secret. Exactly one field is

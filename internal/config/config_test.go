@@ -29,7 +29,14 @@ func defaultLimits() Limits {
 		MaxAttachments:        20,
 		MaxAttachmentBytes:    10 << 20,
 		AllowedAttachmentMIME: []string{"image/png", "image/jpeg", "image/gif", "image/webp", "application/pdf"},
+		MaxToolArgumentBytes:  DefaultMaxToolArgBytes,
+		MaxToolResultBytes:    DefaultMaxToolResultBytes,
+		MaxMCPMessageBytes:    DefaultMaxMCPMessageBytes,
 	}
+}
+
+func defaultApprovals() Approvals {
+	return Approvals{Wait: DefaultApprovalWait, TTL: DefaultApprovalTTL}
 }
 
 func TestExamplesLoad(t *testing.T) {
@@ -103,8 +110,10 @@ secrets:
 			{Name: "gpt", API: "openai", Upstream: "http://127.0.0.1:8080/v1", UpstreamURL: &url.URL{Scheme: "http", Host: "127.0.0.1:8080", Path: "/v1"}, Credential: "openai-key", Models: []string{"gpt-5*", "o4-mini"}},
 		},
 		Budgets: Budgets{Window: 24 * time.Hour, Requests: 1000, InputTokens: 5000000, OutputTokens: 500000, EgressBytes: 1 << 30, Connections: 16, ConcurrentStreams: 4},
-		Limits:  Limits{MaxRequestBytes: 512 << 10, MaxResponseBytes: 1 << 20, MaxAttachments: 0, MaxAttachmentBytes: 10 << 20, AllowedAttachmentMIME: []string{"image/png"}},
-		Secrets: map[string]Secret{"anthropic-key": {Env: "ANTHROPIC_API_KEY"}, "openai-key": {File: "/etc/cordon/openai"}},
+		Limits: Limits{MaxRequestBytes: 512 << 10, MaxResponseBytes: 1 << 20, MaxAttachments: 0, MaxAttachmentBytes: 10 << 20, AllowedAttachmentMIME: []string{"image/png"},
+			MaxToolArgumentBytes: DefaultMaxToolArgBytes, MaxToolResultBytes: DefaultMaxToolResultBytes, MaxMCPMessageBytes: DefaultMaxMCPMessageBytes},
+		Secrets:   map[string]Secret{"anthropic-key": {Env: "ANTHROPIC_API_KEY"}, "openai-key": {File: "/etc/cordon/openai"}},
+		Approvals: defaultApprovals(),
 	}
 	if d := cmp.Diff(want, got, cmpNet...); d != "" {
 		t.Errorf("Parse mismatch (-want +got):\n%s", d)
@@ -119,7 +128,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse = %v", err)
 	}
-	want := &Config{Version: Version, Workload: "demo", Tenant: "acme", Purpose: "coding", Limits: defaultLimits(), Secrets: map[string]Secret{}}
+	want := &Config{Version: Version, Workload: "demo", Tenant: "acme", Purpose: "coding", Limits: defaultLimits(), Secrets: map[string]Secret{}, Approvals: defaultApprovals()}
 	if d := cmp.Diff(want, c, cmpNet...); d != "" {
 		t.Errorf("Parse mismatch (-want +got):\n%s", d)
 	}
@@ -408,6 +417,67 @@ func TestCheckLeaks(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), value) || strings.Contains(err.Error(), "file-secret-value") {
 			t.Errorf("%s: CheckLeaks error %q prints the secret", tc.name, err)
+		}
+	}
+}
+
+func TestPolicyFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"policy/default.cedar", "extra.cedar"} {
+		p = filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("permit (principal, action, resource);\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	abs := filepath.Join(dir, "extra.cedar")
+	load := func(body string) (*Config, error) {
+		t.Helper()
+		cfg := filepath.Join(dir, "cordon.yaml")
+		if err := os.WriteFile(cfg, []byte(head+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return Load(cfg)
+	}
+
+	c, err := load("policy:\n  - policy/default.cedar\n  - " + abs + "\n")
+	if err != nil {
+		t.Fatalf("Load = %v", err)
+	}
+	want := []string{filepath.Join(dir, "policy/default.cedar"), abs}
+	if d := cmp.Diff(want, c.Policy); d != "" {
+		t.Errorf("Policy (-want +got):\n%s", d)
+	}
+	if c, err := load(""); err != nil || c.Policy != nil {
+		t.Errorf("no policy key: Policy = %q, %v; want nil", c.Policy, err)
+	}
+
+	for _, tc := range []struct {
+		name, yaml string
+		line       int
+		field, msg string
+	}{
+		{"missing file", "policy:\n  - nope.cedar\n", 6, "policy[0]", `"nope.cedar": no such file (` + filepath.Join(dir, "nope.cedar") + ")"},
+		{"relative to the config, not the cwd", "policy: [default.cedar]\n", 5, "policy[0]", "no such file"},
+		{"directory", "policy: [policy]\n", 5, "policy[0]", "not a regular file"},
+		{"empty path", "policy: ['']\n", 5, "policy[0]", "want the path of a Cedar policy file"},
+		{"listed twice", "policy:\n  - extra.cedar\n  - ./extra.cedar\n", 7, "policy[1]", `"./extra.cedar" is the same file as policy[0]`},
+		{"a string, not a list", "policy: extra.cedar\n", 5, "policy", "want a list"},
+		{"unknown key beside it", "policy: [extra.cedar]\npolicies: [extra.cedar]\n", 6, "policies", `unknown field "policies"`},
+	} {
+		_, err := load(tc.yaml)
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Load = %v, want an *Error", tc.name, err)
+			continue
+		}
+		if e.Line != tc.line || e.Field != tc.field || !strings.Contains(e.Msg, tc.msg) {
+			t.Errorf("%s: Load = %+v\nwant line %d, field %q, msg containing %q", tc.name, *e, tc.line, tc.field, tc.msg)
+		}
+		if !strings.HasPrefix(err.Error(), filepath.Join(dir, "cordon.yaml")+":") {
+			t.Errorf("%s: error %q does not name file:line", tc.name, err)
 		}
 	}
 }

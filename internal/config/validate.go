@@ -1,10 +1,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"mime"
 	"net/netip"
 	"net/url"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -19,15 +22,18 @@ import (
 // The raw schema, as decoded with KnownFields(true). Keys are the yaml
 // tags; the doc comments live on the validated types in config.go.
 type rawConfig struct {
-	Version  string               `yaml:"version"`
-	Workload string               `yaml:"workload"`
-	Tenant   string               `yaml:"tenant"`
-	Purpose  string               `yaml:"purpose"`
-	Egress   rawEgress            `yaml:"egress"`
-	Models   []rawModel           `yaml:"models"`
-	Budgets  rawBudgets           `yaml:"budgets"`
-	Limits   rawLimits            `yaml:"limits"`
-	Secrets  map[string]rawSecret `yaml:"secrets"`
+	Version   string               `yaml:"version"`
+	Workload  string               `yaml:"workload"`
+	Tenant    string               `yaml:"tenant"`
+	Purpose   string               `yaml:"purpose"`
+	Egress    rawEgress            `yaml:"egress"`
+	Models    []rawModel           `yaml:"models"`
+	Budgets   rawBudgets           `yaml:"budgets"`
+	Limits    rawLimits            `yaml:"limits"`
+	Secrets   map[string]rawSecret `yaml:"secrets"`
+	Tools     []rawTool            `yaml:"tools"`
+	Approvals rawApprovals         `yaml:"approvals"`
+	Policy    []string             `yaml:"policy"`
 }
 
 type rawEgress struct {
@@ -57,6 +63,7 @@ type rawBudgets struct {
 	EgressBytes       sizeValue `yaml:"egress_bytes"`
 	Connections       intValue  `yaml:"connections"`
 	ConcurrentStreams intValue  `yaml:"concurrent_streams"`
+	ToolCalls         intValue  `yaml:"tool_calls"`
 }
 
 type rawLimits struct {
@@ -65,6 +72,9 @@ type rawLimits struct {
 	MaxAttachments        intValue  `yaml:"max_attachments"`
 	MaxAttachmentBytes    sizeValue `yaml:"max_attachment_bytes"`
 	AllowedAttachmentMIME *[]string `yaml:"allowed_attachment_mime"`
+	MaxToolArgumentBytes  sizeValue `yaml:"max_tool_argument_bytes"`
+	MaxToolResultBytes    sizeValue `yaml:"max_tool_result_bytes"`
+	MaxMCPMessageBytes    sizeValue `yaml:"max_mcp_message_bytes"`
 }
 
 type rawSecret struct {
@@ -300,7 +310,42 @@ func build(raw *rawConfig, ix *index) *Config {
 			c.Limits.AllowedAttachmentMIME = append(c.Limits.AllowedAttachmentMIME, t)
 		}
 	}
+	buildTools(c, raw, ix)
+	buildPolicy(c, raw.Policy, ix)
 	return c
+}
+
+// buildPolicy resolves the policy files against the configuration's
+// directory and checks that each is a regular file. Their contents are
+// package policy's to validate.
+func buildPolicy(c *Config, files []string, ix *index) {
+	dir := filepath.Dir(ix.source)
+	seen := map[string]int{}
+	for i, f := range files {
+		p := fmt.Sprintf("policy[%d]", i)
+		if f == "" || strings.ContainsRune(f, 0) {
+			ix.errf(p, "want the path of a Cedar policy file, e.g. policy/default.cedar")
+			continue
+		}
+		resolved := f
+		if !filepath.IsAbs(f) {
+			resolved = filepath.Join(dir, f)
+		}
+		resolved = filepath.Clean(resolved)
+		switch st, err := os.Stat(resolved); {
+		case err != nil && errors.Is(err, fs.ErrNotExist):
+			ix.errf(p, "%q: no such file (%s)", f, resolved)
+		case err != nil:
+			ix.errf(p, "%q: %v", f, err)
+		case !st.Mode().IsRegular():
+			ix.errf(p, "%q: not a regular file (%s)", f, resolved)
+		}
+		if j, dup := seen[resolved]; dup {
+			ix.errf(p, "%q is the same file as policy[%d]", f, j)
+		}
+		seen[resolved] = i
+		c.Policy = append(c.Policy, resolved)
+	}
 }
 
 func buildEgress(c *Config, e *rawEgress, ix *index) {

@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
 	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
@@ -79,6 +81,13 @@ func ChildMain() int {
 	if err != nil {
 		return fail("brokers", err)
 	}
+	tctx, tcancel := context.WithTimeout(context.Background(), readyTimeout-time.Second)
+	tb, err := buildTools(tctx, cfg, ledger, log, firstListen+len(cfg.Listeners))
+	tcancel()
+	if err != nil {
+		return fail("tool broker", err)
+	}
+	handlers["tools"] = tb
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for i, name := range cfg.Listeners {
@@ -133,13 +142,14 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 		routes = append(routes, model.Route{Name: r.Name, API: r.API, Upstream: u, Credential: r.Credential, Models: r.Models})
 	}
 	l := cfg.Limits
-	mb, err := model.New(model.Options{
-		Routes: routes, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log,
-		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
-			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
+	var mb http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "cordon: this workload has no model routes", http.StatusForbidden)
 	})
-	if err != nil {
-		return nil, err
+	if len(routes) > 0 {
+		var err error
+		if mb, err = newModelBroker(routes, l, ledger, cfg, log); err != nil {
+			return nil, err
+		}
 	}
 	var rules []egress.Rule
 	for _, r := range cfg.Egress.Allow {
@@ -168,6 +178,68 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 		return nil, err
 	}
 	return map[string]http.Handler{"model": mb, "egress": eb}, nil
+}
+
+func newModelBroker(routes []model.Route, l ModelLimits, ledger crossing.Ledger, cfg ChildConfig, log *slog.Logger) (http.Handler, error) {
+	return model.New(model.Options{
+		Routes: routes, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log,
+		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
+			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
+	})
+}
+
+// buildTools connects to every upstream tool server — stdio servers over
+// the pipes starting at descriptor fd, remote ones over streamable HTTP
+// with their credential — and builds the tool broker.
+func buildTools(ctx context.Context, cfg ChildConfig, ledger tool.Ledger, log *slog.Logger, fd int) (*tool.Broker, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
+	var ups []tool.Upstream
+	for _, ts := range cfg.Tools {
+		var t mcp.Transport
+		switch {
+		case ts.Stdio:
+			in, out := os.NewFile(uintptr(fd), "tool-in-"+ts.Name), os.NewFile(uintptr(fd+1), "tool-out-"+ts.Name)
+			fd += 2
+			t = &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: 4 << 20}
+		case ts.URL != "":
+			hc := &http.Client{Transport: &bearer{base: http.DefaultTransport, secrets: secrets(cfg.Secrets), name: ts.Credential}}
+			t = &mcp.StreamableClientTransport{Endpoint: ts.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}
+		default:
+			return nil, fmt.Errorf("tool server %s: no transport", ts.Name)
+		}
+		cs, err := client.Connect(ctx, t, nil)
+		if err != nil {
+			return nil, fmt.Errorf("tool server %s: connect: %w", ts.Name, err)
+		}
+		ups = append(ups, tool.Upstream{Name: ts.Name, Session: cs, Allow: ts.Allow, Timeout: ts.Timeout})
+	}
+	l := cfg.ToolLimits
+	return tool.New(ctx, tool.Options{
+		Identity: cfg.Identity, Upstreams: ups, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
+		Limits:       tool.Limits{MaxFrameBytes: l.MaxFrameBytes, MaxArgumentBytes: l.MaxArgumentBytes, MaxResultBytes: l.MaxResultBytes},
+		ApprovalWait: l.ApprovalWait,
+	})
+}
+
+// bearer sends a remote tool server its custodied credential. The agent
+// never sees it: the gateway adds it to the gateway's own requests.
+type bearer struct {
+	base    http.RoundTripper
+	secrets secrets
+	name    string
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.name == "" {
+		return b.base.RoundTrip(r)
+	}
+	v, err := b.secrets.Secret(b.name)
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(v))
+	return b.base.RoundTrip(r)
 }
 
 // maxConnsPerListener bounds the agent's concurrent connections to one

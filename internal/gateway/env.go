@@ -7,6 +7,7 @@ import "fmt"
 const (
 	ModelPort  = 80 // Model Access Broker: Anthropic and OpenAI routes
 	EgressPort = 81 // HTTP/HTTPS proxy (CONNECT and absolute-form)
+	ToolsPort  = 82 // MCP (streamable HTTP) at /mcp: the tool broker
 )
 
 // Placeholder keys: clients refuse to start without a key, so the agent
@@ -30,5 +31,9 @@ func Env() []string {
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
 		"http_proxy=" + proxy, "https_proxy=" + proxy,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+		"CORDON_MCP_URL=" + MCPURL(),
 	}
 }
+
+// MCPURL is the tool broker's MCP endpoint inside every sandbox.
+func MCPURL() string { return fmt.Sprintf("http://127.0.0.1:%d/mcp", ToolsPort) }

@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -31,13 +36,20 @@ const (
 
 type ledgerReq struct {
 	ID      uint64                `json:"id"`
-	Op      string                `json:"op"` // reserve, settle, record
+	Op      string                `json:"op"` // reserve, settle, settle_record, record, tool_*
 	Broker  string                `json:"broker,omitempty"`
 	Want    crossing.Amount       `json:"want,omitempty"`
 	Streams int64                 `json:"streams,omitempty"`
+	Ask     *crossing.Ask         `json:"ask,omitempty"` // reserve: the policy question
 	Res     *crossing.Reservation `json:"res,omitempty"`
 	Used    crossing.Amount       `json:"used,omitempty"`
 	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
+	// Tool broker operations (toolledger.go).
+	Tools    []tool.Ref    `json:"tools,omitempty"`
+	Begin    *tool.Begin   `json:"begin,omitempty"`
+	End      *tool.End     `json:"end,omitempty"`
+	Approval string        `json:"approval,omitempty"`
+	Wait     time.Duration `json:"wait,omitempty"`
 }
 
 type ledgerResp struct {
@@ -45,7 +57,12 @@ type ledgerResp struct {
 	Res   crossing.Reservation `json:"res"`
 	State crossing.BudgetState `json:"state"`
 	Err   string               `json:"err,omitempty"`
-	Kind  string               `json:"kind,omitempty"` // "budget", "unavailable"
+	Kind  string               `json:"kind,omitempty"` // "budget", "policy", "unavailable", tool kinds
+	// Tool broker answers.
+	Allowed       []bool      `json:"allowed,omitempty"`
+	Began         *tool.Began `json:"began,omitempty"`
+	ReceiptID     int64       `json:"receipt_id,omitempty"`
+	ApprovalState string      `json:"approval_state,omitempty"`
 }
 
 // LedgerServer answers the gateway's ledger requests from the store. The
@@ -56,10 +73,22 @@ type LedgerServer struct {
 	ID     crossing.Identity
 	Budget store.Budget
 	Logger *slog.Logger
+	// Policy decides every crossing with the sandbox's identity as the
+	// principal; nil means policy.Default().
+	Policy *policy.Set
+	// Tools is the tool broker's privileged side; nil refuses tool ops.
+	Tools *ToolPolicy
 	// Ready is closed when the gateway reports it serves its listeners.
 	Ready chan struct{}
 
 	denials bucket
+	mu      sync.Mutex
+	// decided keeps the policy decision of each open reservation, so the
+	// receipt carries what this side decided, not what the gateway says.
+	decided map[int64]*crossing.PolicyDecision
+	// last is the budget state after the sandbox's latest crossing:
+	// policy's context.budget.
+	last crossing.BudgetState
 }
 
 // bucket is a token bucket for denial receipts.
@@ -112,6 +141,7 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 		close(reqs)
 		<-done
 	}()
+	tools := semaphore.NewWeighted(maxToolOps)
 	buf := make([]byte, maxLedgerMessage)
 	for {
 		n, err := conn.Read(buf)
@@ -128,6 +158,18 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 				close(s.Ready)
 				s.Ready = nil
 			}
+			continue
+		}
+		if strings.HasPrefix(req.Op, "tool_") {
+			// Tool operations may wait (for an approval): never in the batch.
+			if !tools.TryAcquire(1) {
+				reply(ledgerResp{ID: req.ID, Err: "too many tool operations in flight", Kind: "unavailable"})
+				continue
+			}
+			go func() {
+				defer tools.Release(1)
+				reply(s.handleTool(req))
+			}()
 			continue
 		}
 		reqs <- req
@@ -184,7 +226,16 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			err = fmt.Errorf("unknown broker %q", req.Broker)
 			break
 		}
+		var d *crossing.PolicyDecision
+		if d, err = s.askPolicy(req); err != nil {
+			resp.Res.Policy = d
+			break
+		}
 		resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
+		if err == nil {
+			resp.Res.Policy = d
+			s.remember(resp.Res.ID, d, resp.State)
+		}
 	case "settle":
 		if req.Res == nil {
 			err = errors.New("settle without a reservation")
@@ -202,6 +253,7 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		r.Identity = s.ID
 		rc := *req.Receipt
 		rc.Identity = s.ID
+		rc.Policy = s.forget(r.ID)
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
 	case "record":
 		if req.Receipt == nil {
@@ -210,6 +262,9 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		}
 		rc := *req.Receipt
 		rc.Identity = s.ID
+		if rc.Policy != nil {
+			rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
+		}
 		if rc.Decision != crossing.Allow {
 			if dropped, ok := s.denials.admit(time.Now()); !ok {
 				break
@@ -226,6 +281,8 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		switch {
 		case errors.Is(err, crossing.ErrBudgetExceeded):
 			resp.Kind = "budget"
+		case errors.Is(err, crossing.ErrPolicyDenied):
+			resp.Kind = "policy"
 		default:
 			resp.Kind = "unavailable"
 		}
@@ -305,7 +362,12 @@ func (c *ledgerClient) call(ctx context.Context, req ledgerReq) (ledgerResp, err
 			return resp, nil
 		case "budget":
 			return resp, fmt.Errorf("%w: %s", crossing.ErrBudgetExceeded, resp.Err)
+		case "policy":
+			return resp, fmt.Errorf("%w: %s", crossing.ErrPolicyDenied, resp.Err)
 		default:
+			if err := toolError(resp); err != nil {
+				return resp, err
+			}
 			return resp, fmt.Errorf("%w: %s", crossing.ErrUnavailable, resp.Err)
 		}
 	case <-ctx.Done():
@@ -317,7 +379,11 @@ func (c *ledgerClient) call(ctx context.Context, req ledgerReq) (ledgerResp, err
 }
 
 func (c *ledgerClient) Reserve(ctx context.Context, _ crossing.Identity, broker string, want crossing.Amount, streams int64) (crossing.Reservation, crossing.BudgetState, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "reserve", Broker: broker, Want: want, Streams: streams})
+	req := ledgerReq{Op: "reserve", Broker: broker, Want: want, Streams: streams}
+	if a, ok := crossing.AskFrom(ctx); ok {
+		req.Ask = &a
+	}
+	resp, err := c.call(ctx, req)
 	return resp.Res, resp.State, err
 }
 

@@ -37,7 +37,7 @@ func TestLedgerIdentityIsTheSandboxes(t *testing.T) {
 	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{Requests: 1}}}
 	go srv.Serve(b)
 	c := newLedgerClient(a)
-	ctx := context.Background()
+	ctx := modelAsk(context.Background())
 	forged := crossing.Identity{Workload: "victim", SandboxID: "other"}
 	r, _, err := c.Reserve(ctx, forged, "model", crossing.Amount{Requests: 1}, 0)
 	if err != nil {
@@ -102,7 +102,7 @@ func FuzzLedgerRequest(f *testing.F) {
 // usage would never be counted) nor hand budget back with negative amounts.
 func TestLedgerRefusesForeignSettleAndNegatives(t *testing.T) {
 	st := testStore(t)
-	ctx := context.Background()
+	ctx := modelAsk(context.Background())
 	victim := crossing.Identity{Workload: "victim", SandboxID: "v1"}
 	bud := store.Budget{Limits: crossing.Amount{OutputTokens: 100}, Streams: 1}
 	vr, _, err := st.Reserve(ctx, victim, "model", crossing.Amount{OutputTokens: 50}, 1, bud)
@@ -158,7 +158,7 @@ func TestLedgerSettleRecord(t *testing.T) {
 	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 100}}}
 	go srv.Serve(b)
 	c := newLedgerClient(a)
-	ctx := context.Background()
+	ctx := modelAsk(context.Background())
 	r, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{OutputTokens: 50}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -183,3 +183,7 @@ func (failingOps) SettleRecord(crossing.Reservation, crossing.Amount, store.Budg
 	return crossing.BudgetState{}, crossing.ErrUnavailable
 }
 func (failingOps) Record(crossing.Receipt) (int64, error) { return 0, crossing.ErrUnavailable }
+
+func modelAsk(ctx context.Context) context.Context {
+	return crossing.WithAsk(ctx, crossing.Ask{Action: "model.invoke", Resource: "Model", Target: "m"})
+}

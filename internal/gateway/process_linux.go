@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -68,16 +69,45 @@ type Egress struct {
 	Resolve           map[string][]string `json:"resolve"`
 }
 
+// ToolServer is one upstream MCP server as the gateway process gets it.
+type ToolServer struct {
+	Name    string        `json:"name"`
+	Allow   []string      `json:"allow,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// Stdio: the server runs in its own sandbox; the gateway speaks to it
+	// over two pipes (StartOptions.ToolPipes).
+	Stdio bool `json:"stdio,omitempty"`
+	// URL of a remote streamable-HTTP server; Credential names the secret
+	// sent to it as a bearer token.
+	URL        string `json:"url,omitempty"`
+	Credential string `json:"credential,omitempty"`
+}
+
+// ToolLimits bound MCP traffic.
+type ToolLimits struct {
+	MaxFrameBytes    int           `json:"max_frame_bytes,omitempty"`
+	MaxArgumentBytes int           `json:"max_argument_bytes,omitempty"`
+	MaxResultBytes   int           `json:"max_result_bytes,omitempty"`
+	ApprovalWait     time.Duration `json:"approval_wait,omitempty"`
+}
+
 // ChildConfig is everything the gateway process needs, sent on a pipe
 // (never argv or the environment: it carries the custodied secrets).
 type ChildConfig struct {
-	Identity  crossing.Identity `json:"identity"`
-	Routes    []Route           `json:"routes"`
-	Limits    ModelLimits       `json:"limits"`
-	Egress    Egress            `json:"egress"`
-	Secrets   map[string][]byte `json:"secrets"`
-	Listeners []string          `json:"listeners"` // "model", "egress"
+	Identity   crossing.Identity `json:"identity"`
+	Routes     []Route           `json:"routes"`
+	Limits     ModelLimits       `json:"limits"`
+	Egress     Egress            `json:"egress"`
+	Tools      []ToolServer      `json:"tools,omitempty"`
+	ToolLimits ToolLimits        `json:"tool_limits"`
+	Secrets    map[string][]byte `json:"secrets"`
+	Listeners  []string          `json:"listeners"` // "model", "egress", "tools"
+	Version    string            `json:"version,omitempty"`
 }
+
+// ToolPipe is the gateway's end of a stdio tool server: it writes
+// requests to In and reads responses from Out.
+type ToolPipe struct{ In, Out *os.File }
 
 // StartOptions configure one sandbox's gateway.
 type StartOptions struct {
@@ -94,7 +124,21 @@ type StartOptions struct {
 	// cgroups before it reads its configuration (so before any agent
 	// traffic): the agent cannot make its gateway exhaust the host.
 	Adopt func(pid int) error
+	// Policy decides every crossing (nil: policy.Default()).
+	Policy *policy.Set
+	// Tools configures the tool broker's privileged side.
+	Tools ToolPolicy
+	// ToolPipes are the pipes of the Stdio entries of Config.Tools, in
+	// order; Start closes them in this process once handed over.
+	ToolPipes []ToolPipe
 }
+
+// readyTimeout bounds the gateway's start, including listing every tool
+// server's tools.
+const readyTimeout = 30 * time.Second
+
+// DefaultApprovalTTL is how long an approval request stays open.
+const DefaultApprovalTTL = 15 * time.Minute
 
 // Process is a running gateway.
 type Process struct {
@@ -114,8 +158,8 @@ func Start(o StartOptions) (*Process, error) {
 	if o.UID == 0 || o.GID == 0 {
 		o.UID, o.GID = DefaultUID, DefaultUID
 	}
-	ports := map[string]int{"model": ModelPort, "egress": EgressPort}
-	o.Config.Listeners = []string{"model", "egress"}
+	ports := map[string]int{"model": ModelPort, "egress": EgressPort, "tools": ToolsPort}
+	o.Config.Listeners = []string{"model", "egress", "tools"}
 	var ps []int
 	for _, n := range o.Config.Listeners {
 		ps = append(ps, ports[n])
@@ -152,9 +196,19 @@ func Start(o StartOptions) (*Process, error) {
 		stderr = os.Stderr
 	}
 	p := &Process{ledger: ledgerConn, done: make(chan struct{}), store: o.Store, id: o.Config.Identity}
+	extra := append([]*os.File{cfgR, childEnd}, lfiles...)
+	for _, tp := range o.ToolPipes {
+		extra = append(extra, tp.In, tp.Out)
+	}
+	defer func() {
+		for _, tp := range o.ToolPipes {
+			tp.In.Close()
+			tp.Out.Close()
+		}
+	}()
 	p.cmd = &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{Argv0}, Env: []string{},
-		Stderr: stderr, ExtraFiles: append([]*os.File{cfgR, childEnd}, lfiles...),
+		Stderr: stderr, ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: o.UID, Gid: o.GID, Groups: []uint32{}},
 			Pdeathsig:  syscall.SIGKILL,
@@ -194,7 +248,15 @@ func Start(o StartOptions) (*Process, error) {
 		return nil, fmt.Errorf("configure the gateway process: %w", err)
 	}
 	ready := make(chan struct{})
-	srv := &LedgerServer{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready}
+	tools := o.Tools
+	if tools.Servers == nil {
+		tools.Servers = map[string]bool{}
+	}
+	if tools.ApprovalTTL <= 0 {
+		tools.ApprovalTTL = DefaultApprovalTTL
+	}
+	srv := &LedgerServer{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready,
+		Policy: o.Policy, Tools: &tools}
 	go srv.Serve(ledgerConn)
 	// The program starts only once its way out is up: a gateway that failed
 	// to start refuses the run rather than leaving it without a broker.
@@ -204,9 +266,9 @@ func Start(o StartOptions) (*Process, error) {
 	case <-p.done:
 		p.Stop()
 		return nil, errors.New("the gateway process exited before serving (see its error above)")
-	case <-time.After(10 * time.Second):
+	case <-time.After(readyTimeout):
 		p.Stop()
-		return nil, errors.New("the gateway process did not become ready within 10s")
+		return nil, fmt.Errorf("the gateway process did not become ready within %s (tool servers must answer initialize and tools/list by then)", readyTimeout)
 	}
 }
 
@@ -225,7 +287,16 @@ func (p *Process) Stop() error {
 	p.ledger.Close()
 	var err error
 	if p.store != nil {
-		err = p.store.DropReservations(context.Background(), p.id.SandboxID)
+		ctx := context.Background()
+		err = p.store.DropReservations(ctx, p.id.SandboxID)
+		// Calls still started have no known outcome: quarantined. Approvals
+		// the sandbox waited for die with it.
+		if _, qerr := p.store.QuarantineStarted(ctx, p.id.SandboxID); qerr != nil && err == nil {
+			err = qerr
+		}
+		if _, rerr := p.store.RevokeApprovals(ctx, p.id.SandboxID); rerr != nil && err == nil {
+			err = rerr
+		}
 	}
 	return err
 }

@@ -101,6 +101,7 @@ type Record struct {
 type Store struct {
 	db   *sql.DB
 	pool Pool
+	now  func() time.Time // nil: time.Now; tests set a clock (approvals.go)
 }
 
 // hostFiles names the host databases a pool must not collide with. Tests
@@ -118,7 +119,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 3
+	schemaVersion = 4
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -127,7 +128,7 @@ const (
 )
 
 // schema is applied under BEGIN IMMEDIATE when user_version is below
-// schemaVersion, followed by the version-3 fragments (logSchema,
+// schemaVersion, followed by the fragments of versions 3 and 4 (logSchema,
 // approvalSchema, toolCallSchema, each beside the code that uses it);
 // every statement is idempotent, so applying them to an older database
 // adds the newer tables.
@@ -311,7 +312,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1, 2:
+	case 0, 1, 2, 3: // 3: written while the version-3 fragments were still empty
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)

@@ -33,6 +33,7 @@ const (
 	ReasonResolveFailed   = "resolve-failed"   // 403: the allowed name did not resolve
 	ReasonAddressDenied   = "address-denied"   // 403: a resolved address is in a denied range
 	ReasonBudgetExceeded  = "budget-exceeded"  // 403, or a tunnel cut: the ledger refused a reservation
+	ReasonPolicyDenied    = "policy-denied"    // 403: policy (Cedar) refused the connection
 	ReasonConnectionLimit = "connection-limit" // 403: Options.MaxConnections tunnels already open
 
 	ReasonLedgerUnavailable = "ledger-unavailable" // 503: the ledger could not be reached
@@ -226,6 +227,7 @@ type attempt struct {
 	budget   crossing.BudgetState
 	usage    crossing.Amount
 	upstream int // HTTP status from upstream
+	policy   *crossing.PolicyDecision
 }
 
 // refuse answers a request with a refusal status and the reason header,
@@ -272,6 +274,7 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 			BytesOut:     at.bytesOut,
 			Usage:        at.usage,
 			Duration:     d,
+			Policy:       at.policy,
 		}
 		rctx, cancel := detached(ctx)
 		err := b.ledger.Record(rctx, rc)
@@ -419,7 +422,7 @@ func (b *Broker) open(w http.ResponseWriter, r *http.Request, at *attempt, host 
 		return nil, nil, nil, false
 	}
 	release = func() { b.release(at.id.Workload) }
-	m, status, reason = b.reserve(ctx, at)
+	m, status, reason = b.reserve(ctx, at, port)
 	if status != 0 {
 		release()
 		b.refuse(w, r, at, status, reason)
@@ -428,12 +431,15 @@ func (b *Broker) open(w http.ResponseWriter, r *http.Request, at *attempt, host 
 	return addrs, m, release, true
 }
 
-func (b *Broker) reserve(ctx context.Context, at *attempt) (*meter, int, string) {
+func (b *Broker) reserve(ctx context.Context, at *attempt, port int) (*meter, int, string) {
 	rctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
+	rctx = crossing.WithAsk(rctx, crossing.Ask{Action: "egress.connect", Resource: "Host", Target: at.host, Port: port})
 	res, st, err := b.ledger.Reserve(rctx, at.id, brokerName, crossing.Amount{Connections: 1}, 0)
 	cancel()
-	at.budget = st
+	at.budget, at.policy = st, res.Policy
 	switch {
+	case errors.Is(err, crossing.ErrPolicyDenied):
+		return nil, http.StatusForbidden, ReasonPolicyDenied
 	case errors.Is(err, crossing.ErrBudgetExceeded):
 		return nil, http.StatusForbidden, ReasonBudgetExceeded
 	case err != nil:

@@ -374,9 +374,13 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
 	x.want = b.reservation(x)
-	res, st, err := b.ledger.Reserve(ctx, x.rc.Identity, "model", x.want, streams)
-	x.rc.Budget = st
+	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target}
+	res, st, err := b.ledger.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, "model", x.want, streams)
+	x.rc.Budget, x.rc.Policy = st, res.Policy
 	switch {
+	case errors.Is(err, crossing.ErrPolicyDenied):
+		b.deny(r.Context(), w, x, refuse(kindForbidden, "denied by policy for this workload; nothing was forwarded"))
+		return
 	case errors.Is(err, crossing.ErrBudgetExceeded):
 		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
 		return

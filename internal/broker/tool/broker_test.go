@@ -23,7 +23,7 @@ const testSecret = "sk-test-SECRET-value-123456"
 type secrets struct{}
 
 func (secrets) Secret(string) ([]byte, error) { return []byte(testSecret), nil }
-func (secrets) Values() [][]byte             { return [][]byte{[]byte(testSecret)} }
+func (secrets) Values() [][]byte              { return [][]byte{[]byte(testSecret)} }
 
 // fakeLedger is the privileged side in memory.
 type fakeLedger struct {

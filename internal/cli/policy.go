@@ -1,0 +1,347 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/policy"
+	"github.com/cordon-project/cordon/internal/sandbox"
+)
+
+// maxRequestBytes bounds the --request of cordon policy explain.
+const maxRequestBytes = 1 << 20
+
+func policyCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Check Cedar policy files and explain the decisions they make",
+		Long: `Every crossing of the gateway — a model call, an egress connection, a tool
+call, a state read or write — asks Cedar policy, in addition to the
+configuration's allow-lists: both must allow, and a deny from either wins.
+The configuration names the policy files (policy: [FILE...]); they are
+validated against cordon's schema when a run starts, and an invalid policy
+refuses to start. Each receipt records the policies that decided and the
+digest of the policy set.
+
+A request is: principal Workload::"<workload>" in Tenant::"<tenant>";
+action Action::"model.invoke" | "egress.connect" | "tool.call" |
+"state.read" | "state.write"; resource Model::"<model id>",
+Host::"<host name>", Tool::"<server>/<tool>" in Server::"<server>", or
+State::"<scope>"; context {purpose, user?, argument_digest, port, budget}.
+A permit annotated @approval("required") makes an allow it decides wait
+for an operator's approval. An evaluation error is a deny.
+
+Examples:
+
+  # the schema policies are written against
+  cordon policy schema
+
+  # validate files before naming them in the configuration
+  cordon policy check examples/policy/default.cedar examples/policy/approvals.cedar
+
+  # what would policy say about a tool call from this configuration's workload?
+  cordon policy explain --config cordon.yaml \
+    --request '{"action":"tool.call","resource":{"type":"Tool","id":"fs/write_file"}}'
+
+See docs/policy.md.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(policyCheckCmd(g), policyExplainCmd(g), policySchemaCmd(g))
+	return cmd
+}
+
+// PolicyCheckReport is the --json output of cordon policy check.
+type PolicyCheckReport struct {
+	OK       bool          `json:"ok"`
+	Files    []string      `json:"files"`
+	Policies int           `json:"policies,omitempty"`
+	IDs      []string      `json:"ids,omitempty"`
+	Digest   string        `json:"digest,omitempty"`
+	Errors   []PolicyError `json:"errors,omitempty"`
+}
+
+// PolicyError is one problem in a policy file.
+type PolicyError struct {
+	File    string `json:"file"`
+	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
+	Policy  string `json:"policy,omitempty"`
+	Message string `json:"message"`
+}
+
+func policyCheckCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "check FILE...",
+		Short: "Validate Cedar policy files against cordon's schema",
+		Long: `Parse the files as one policy set and validate every policy against cordon's
+schema (cordon policy schema), as a run does at start. On success print the
+number of policies and the set's digest — the digest receipts record — and
+exit 0. Otherwise print each problem as FILE:LINE:COLUMN: policy ID: message
+and exit 125: a syntax error, a type error (comparing a String to a Long, a
+condition that is not a Bool), an unknown entity type, attribute or action,
+an optional attribute read without "has", an action on a resource type it
+does not apply to, a bad @approval or a duplicate @id. For a schema error
+the position is where the policy starts.
+
+Policy ids are @id("...") when present, else FILE-BASE-NAME:INDEX (from 0).
+
+Examples:
+
+  cordon policy check examples/policy/default.cedar
+  ok: 6 policies, digest sha256:…
+
+  cordon policy check --json policy/*.cedar`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, files []string) error {
+			s, err := policy.Load(files...)
+			rep := PolicyCheckReport{OK: err == nil, Files: files}
+			if err != nil {
+				rep.Errors = policyErrors(err)
+			} else {
+				rep.Policies, rep.IDs, rep.Digest = s.Len(), s.IDs(), s.Digest()
+			}
+			switch {
+			case asJSON:
+				if err := writeJSON(g.stdout, rep); err != nil {
+					return err
+				}
+			case err != nil:
+				printPolicyErrors(g.stderr, rep.Errors)
+			default:
+				fmt.Fprintf(g.stdout, "ok: %d policies, digest %s\n", rep.Policies, rep.Digest)
+			}
+			if err != nil {
+				return &exitError{code: ExitRefused}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+// policyErrors lists the problems in an error from policy.Load.
+func policyErrors(err error) []PolicyError {
+	var out []PolicyError
+	var walk func(error)
+	walk = func(err error) {
+		var le *policy.LoadError
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		if errors.As(err, &le) {
+			out = append(out, PolicyError{File: le.File, Line: le.Line, Column: le.Column, Policy: le.Policy, Message: le.Err.Error()})
+			return
+		}
+		out = append(out, PolicyError{Message: err.Error()})
+	}
+	walk(err)
+	return out
+}
+
+func printPolicyErrors(w io.Writer, errs []PolicyError) {
+	for _, e := range errs {
+		var b strings.Builder
+		if e.File != "" {
+			b.WriteString(e.File)
+			if e.Line > 0 {
+				fmt.Fprintf(&b, ":%d:%d", e.Line, e.Column)
+			}
+			b.WriteString(": ")
+		}
+		if e.Policy != "" {
+			fmt.Fprintf(&b, "policy %s: ", e.Policy)
+		}
+		b.WriteString(e.Message)
+		fmt.Fprintln(w, b.String())
+	}
+}
+
+// explainRequest is the --request of cordon policy explain: the request
+// without the identity, which comes from the configuration.
+type explainRequest struct {
+	Action   string          `json:"action"`
+	User     string          `json:"user,omitempty"`
+	Resource policy.Resource `json:"resource"`
+	Context  policy.Context  `json:"context"`
+}
+
+func policyExplainCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var cfgPath, reqArg string
+	cmd := &cobra.Command{
+		Use:   "explain --config FILE --request JSON",
+		Short: "Show what policy decides about one request, and which policies decided it",
+		Long: `Decide one request with the policy files the configuration names (or the
+built-in permit-all policy when it names none) and print the decision, the
+determining policies with their source, whether approval is required, and
+any evaluation error. The workload, tenant and purpose come from the
+configuration; the request gives the rest as JSON (--request '{...}',
+--request @FILE, or --request - for standard input):
+
+  {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write",
+   "user":     "ada",                                          (optional)
+   "resource": {"type": "Model" | "Host" | "Tool" | "State",
+                "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
+                "server": "fs"},                               (Tool; default: id before "/")
+   "context":  {"port": 443, "argument_digest": "sha256:…",
+                "budget": {"used": {"requests": 3}, "limits": {"requests": 1000}, "streams": 0}}}
+
+Absent fields are "" or 0, as the gateway sends them. This is policy's half
+of the decision only: the configuration's allow-lists must allow too. Exit
+status 0 whatever the decision; 125 when the configuration, the policy or the
+request is invalid.
+
+Examples:
+
+  cordon policy explain --config cordon.yaml \
+    --request '{"action":"model.invoke","resource":{"type":"Model","id":"claude-sonnet-4-5"}}'
+
+  cordon policy explain --config cordon.yaml --json \
+    --request '{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443}}'
+
+  cordon policy explain --config cordon.yaml --request @request.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" || reqArg == "" {
+				return sandbox.Failf(sandbox.KindUsage, "policy explain", "--config and --request are required")
+			}
+			cfg, err := config.Load(cfgPath)
+			if err != nil {
+				return sandbox.Fail(sandbox.KindUsage, "config", err)
+			}
+			set := policy.Default()
+			if len(cfg.Policy) > 0 {
+				if set, err = policy.Load(cfg.Policy...); err != nil {
+					if asJSON {
+						_ = writeJSON(g.stdout, PolicyCheckReport{Files: cfg.Policy, Errors: policyErrors(err)})
+					} else {
+						printPolicyErrors(g.stderr, policyErrors(err))
+					}
+					return &exitError{code: ExitRefused}
+				}
+			}
+			r, err := readExplainRequest(reqArg, cmd.InOrStdin())
+			if err != nil {
+				return sandbox.Fail(sandbox.KindUsage, "request", err)
+			}
+			x := set.Explain(policy.Request{
+				Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
+				Action: r.Action, Resource: r.Resource, Context: r.Context,
+			})
+			if asJSON {
+				return writeJSON(g.stdout, x)
+			}
+			printExplanation(g.stdout, x, len(cfg.Policy) == 0)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfgPath, "config", "", "the configuration whose workload asks and whose policy files decide")
+	fl.StringVar(&reqArg, "request", "", "the request as JSON, @FILE, or - for standard input")
+	fl.BoolVar(&asJSON, "json", false, "print the explanation as JSON")
+	return cmd
+}
+
+// readExplainRequest decodes --request strictly: unknown fields and
+// trailing data are errors.
+func readExplainRequest(arg string, stdin io.Reader) (explainRequest, error) {
+	var b []byte
+	var err error
+	switch {
+	case arg == "-":
+		b, err = io.ReadAll(io.LimitReader(stdin, maxRequestBytes+1))
+	case strings.HasPrefix(arg, "@"):
+		var f *os.File
+		if f, err = os.Open(arg[1:]); err == nil {
+			b, err = io.ReadAll(io.LimitReader(f, maxRequestBytes+1))
+			f.Close()
+		}
+	default:
+		b = []byte(arg)
+	}
+	var r explainRequest
+	switch {
+	case err != nil:
+		return r, err
+	case len(b) > maxRequestBytes:
+		return r, fmt.Errorf("larger than %d bytes", maxRequestBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("want a JSON object such as {\"action\":\"tool.call\",\"resource\":{\"type\":\"Tool\",\"id\":\"fs/read_file\"}}: %w", err)
+	}
+	if dec.More() {
+		return r, fmt.Errorf("trailing data after the JSON object")
+	}
+	return r, nil
+}
+
+func printExplanation(w io.Writer, x policy.Explanation, builtin bool) {
+	decision := "deny"
+	if x.Allow {
+		decision = "allow"
+	}
+	fmt.Fprintf(w, "decision: %s\n", decision)
+	if x.Decision.ApprovalRequired {
+		fmt.Fprintln(w, "approval: required")
+	}
+	set := x.Decision.Digest
+	if builtin {
+		set += " (built in: the configuration names no policy files)"
+	}
+	fmt.Fprintf(w, "policy set: %s\n", set)
+	switch {
+	case len(x.Policies) == 0 && len(x.Decision.Errors) == 0:
+		fmt.Fprintln(w, "determining: none (no permit matched: denied by default)")
+	case len(x.Policies) > 0:
+		fmt.Fprintln(w, "determining:")
+	}
+	for _, p := range x.Policies {
+		extra := ""
+		if p.ApprovalRequired {
+			extra = ", requires approval"
+		}
+		fmt.Fprintf(w, "  %s (%s, %s:%d:%d%s)\n", p.ID, p.Effect, p.File, p.Line, p.Column, extra)
+		for _, l := range strings.Split(strings.TrimRight(p.Source, "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	if len(x.Decision.Errors) > 0 {
+		fmt.Fprintln(w, "errors (each is a deny):")
+		for _, e := range x.Decision.Errors {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+func policySchemaCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Print the Cedar schema policies are validated against",
+		Long: `Print cordon's Cedar schema (human-readable format). Policies are validated
+against it in strict mode; save it to use with Cedar's own tools.
+
+Example:
+
+  cordon policy schema > cordon.cedarschema`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := io.WriteString(g.stdout, policy.Schema())
+			return err
+		},
+	}
+}

@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/policy"
+)
+
+// runPolicy runs `cordon policy ARGS...` as Main would and returns its
+// output and exit status.
+func runPolicy(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	g := &globals{stdout: &out, stderr: &errb}
+	cmd := policyCmd(g)
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	var ee *exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.code
+	default:
+		fmt.Fprintf(&errb, "cordon: %s\n", describe(err))
+		code = ExitRefused
+	}
+	return out.String(), errb.String(), code
+}
+
+func writeTemp(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const (
+	examplesDefault   = "../../examples/policy/default.cedar"
+	examplesApprovals = "../../examples/policy/approvals.cedar"
+)
+
+func TestPolicyCheck(t *testing.T) {
+	s, err := policy.Load(examplesDefault, examplesApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runPolicy(t, "", "check", examplesDefault, examplesApprovals)
+	want := fmt.Sprintf("ok: %d policies, digest %s\n", s.Len(), s.Digest())
+	if code != 0 || out != want || errOut != "" {
+		t.Errorf("check = %d, %q, %q; want 0, %q", code, out, errOut, want)
+	}
+
+	out, _, code = runPolicy(t, "", "check", "--json", examplesDefault)
+	var rep PolicyCheckReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.OK || rep.Policies != 6 || !strings.HasPrefix(rep.Digest, "sha256:") || rep.IDs[0] != "models.claude" {
+		t.Errorf("check --json = %d, %q (%v)", code, out, err)
+	}
+}
+
+func TestPolicyCheckRefuses(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, src string
+		want      string // a line of stderr
+	}{
+		{"string compared to long", "permit (principal, action, resource);\n\n@id(\"port\")\npermit (principal, action == Action::\"egress.connect\", resource)\n  when { context.port == \"443\" };\n",
+			"bad.cedar:3:1: policy port: the types Long and String are not compatible"},
+		{"unknown entity type", "permit (principal == Agent::\"x\", action, resource);\n",
+			"bad.cedar:1:1: policy bad.cedar:0: unrecognized entity type `Agent`"},
+		{"unknown attribute", "permit (principal, action, resource) when { principal.team == \"x\" };\n",
+			"bad.cedar:1:1: policy bad.cedar:0: attribute `team` on entity type `Workload` not found"},
+		{"unknown action", "permit (principal, action == Action::\"model.call\", resource);\n",
+			"bad.cedar:1:1: policy bad.cedar:0: unrecognized action `Action::\"model.call\"`"},
+		{"syntax", "permit (principal, action, resource)\n  when { context.port == };\n",
+			"bad.cedar:2:27: syntax error at \";\": invalid primary"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := writeTemp(t, dir, "bad.cedar", tt.src)
+			out, errOut, code := runPolicy(t, "", "check", f)
+			want := strings.Replace(tt.want, "bad.cedar:", f+":", 1)
+			if code != ExitRefused || out != "" || !strings.Contains(errOut, want+"\n") {
+				t.Errorf("check = %d, %q, %q; want %d and the line %q", code, out, errOut, ExitRefused, want)
+			}
+			out, _, code = runPolicy(t, "", "check", "--json", f)
+			var rep PolicyCheckReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != ExitRefused || rep.OK || len(rep.Errors) == 0 || rep.Errors[0].File != f || rep.Errors[0].Line == 0 {
+				t.Errorf("check --json = %d, %q (%v)", code, out, err)
+			}
+		})
+	}
+	if _, errOut, code := runPolicy(t, "", "check", filepath.Join(dir, "missing.cedar")); code != ExitRefused || !strings.Contains(errOut, "no such file") {
+		t.Errorf("check missing = %d, %q", code, errOut)
+	}
+	if _, _, code := runPolicy(t, "", "check"); code != ExitRefused {
+		t.Errorf("check without files = %d, want %d", code, ExitRefused)
+	}
+}
+
+const explainConfig = `version: cordon/v1
+workload: demo
+tenant: acme
+purpose: coding
+policy:
+  - policy/default.cedar
+  - policy/approvals.cedar
+`
+
+func explainSetup(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{examplesDefault, examplesApprovals} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeTemp(t, dir, "policy/"+filepath.Base(f), string(b))
+	}
+	return writeTemp(t, dir, "cordon.yaml", explainConfig)
+}
+
+func TestPolicyExplain(t *testing.T) {
+	cfg := explainSetup(t)
+	tests := []struct {
+		name, request string
+		want          []string // lines of stdout, in order
+	}{
+		{"approval", `{"action":"tool.call","resource":{"type":"Tool","id":"fs/write_file"}}`,
+			[]string{"decision: allow", "approval: required", "determining:", "  tools (permit, ", "  fs.write (permit, ", ", requires approval)", `resource in Server::"fs"`}},
+		{"forbid", `{"action":"tool.call","resource":{"type":"Tool","id":"fs/delete_file","server":"fs"}}`,
+			[]string{"decision: deny", "determining:", "  fs.no-delete (forbid, "}},
+		{"default deny", `{"action":"model.invoke","resource":{"type":"Model","id":"llama-3"}}`,
+			[]string{"decision: deny", "determining: none (no permit matched: denied by default)"}},
+		{"egress with port", `{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443}}`,
+			[]string{"decision: allow", "  egress.github (permit, "}},
+		{"malformed request is a deny", `{"action":"tool.call","resource":{"type":"Model","id":"x"}}`,
+			[]string{"decision: deny", "errors (each is a deny):", "  request: action tool.call applies to a Tool"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runPolicy(t, "", "explain", "--config", cfg, "--request", tt.request)
+			if code != 0 || errOut != "" {
+				t.Fatalf("explain = %d, %q, %q", code, out, errOut)
+			}
+			rest := out
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("explain output:\n%s\nwant, in order, %q", out, tt.want)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+
+	out, _, code := runPolicy(t, `{"action":"tool.call","user":"ada","resource":{"type":"Tool","id":"fs/write_file"},"context":{"argument_digest":"sha256:00"}}`,
+		"explain", "--json", "--config", cfg, "--request", "-")
+	var x policy.Explanation
+	if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 || !x.Allow || !x.Decision.ApprovalRequired || len(x.Policies) != 2 || x.Policies[1].ID != "fs.write" {
+		t.Errorf("explain --json = %d, %q (%v)", code, out, err)
+	}
+	req := writeTemp(t, t.TempDir(), "req.json", `{"action":"model.invoke","resource":{"type":"Model","id":"claude-sonnet-4-5"}}`)
+	if out, _, code := runPolicy(t, "", "explain", "--config", cfg, "--request", "@"+req); code != 0 || !strings.HasPrefix(out, "decision: allow\n") {
+		t.Errorf("explain @file = %d, %q", code, out)
+	}
+}
+
+func TestPolicyExplainRefuses(t *testing.T) {
+	cfg := explainSetup(t)
+	dir := filepath.Dir(cfg)
+	bad := writeTemp(t, dir, "bad.yaml", strings.Replace(explainConfig, "policy/approvals.cedar", "policy/bad.cedar", 1))
+	writeTemp(t, dir, "policy/bad.cedar", "permit (principal, action, resource) when { 1 };\n")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown request field", []string{"--config", cfg, "--request", `{"action":"tool.call","resource":{"type":"Tool","id":"fs/x"},"tenant":"other"}`}, `unknown field "tenant"`},
+		{"not JSON", []string{"--config", cfg, "--request", `action=tool.call`}, "want a JSON object"},
+		{"trailing data", []string{"--config", cfg, "--request", `{} {}`}, "trailing data"},
+		{"no request", []string{"--config", cfg}, "--config and --request are required"},
+		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml"), "--request", `{}`}, "no such file"},
+		{"invalid policy", []string{"--config", bad, "--request", `{}`}, "bad.cedar:1:1: policy bad.cedar:0: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := runPolicy(t, "", append([]string{"explain"}, tt.args...)...)
+			if code != ExitRefused || !strings.Contains(errOut, tt.want) {
+				t.Errorf("explain %q = %d, %q, %q; want %d and %q", tt.args, code, out, errOut, ExitRefused, tt.want)
+			}
+		})
+	}
+}
+
+func TestPolicySchema(t *testing.T) {
+	out, _, code := runPolicy(t, "", "schema")
+	if code != 0 || out != policy.Schema() || !strings.Contains(out, `action "tool.call"`) {
+		t.Errorf("schema = %d, %q", code, out)
+	}
+}

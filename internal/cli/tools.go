@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// toolServers are the contained upstream MCP servers of one run: each in
+// its own sandbox on its own lease, with only the binds it declares, and
+// — when it declares egress — its own gateway. They speak MCP over their
+// stdin and stdout, which are pipes to the agent's gateway process.
+type toolServers struct {
+	sbs   []sandbox.Sandbox
+	gws   []*gateway.Process
+	pipes []gateway.ToolPipe
+}
+
+// startTools starts every command tool server of the plan, admitted at
+// DEDICATED_CONTAINER like any sandbox. On error, whatever started is
+// stopped.
+func (p *gatewayPlan) startTools(ctx context.Context, prov *linux.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) (ts *toolServers, err error) {
+	ts = &toolServers{}
+	defer func() {
+		if err != nil {
+			ts.stop(context.WithoutCancel(ctx))
+			ts = nil
+		}
+	}()
+	for _, t := range p.cfg.Tools {
+		if len(t.Command) == 0 {
+			continue
+		}
+		if err := ts.start(ctx, p, t, prov, st, log, stderr); err != nil {
+			return nil, sandbox.Fail(sandbox.KindOf(err), "tool server "+t.Name, err)
+		}
+	}
+	return ts, nil
+}
+
+func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool, prov *linux.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) error {
+	env := []string{}
+	for _, k := range sortedKeys(t.Env) {
+		env = append(env, k+"="+t.Env[k])
+	}
+	for _, k := range sortedKeys(t.SecretEnv) {
+		v, err := p.cust.Secret(t.SecretEnv[k])
+		if err != nil {
+			return sandbox.Fail(sandbox.KindCustody, "custodian", err)
+		}
+		env = append(env, k+"="+string(v))
+	}
+	if len(t.Egress.Allow) > 0 {
+		env = append(env, gateway.Env()...)
+	}
+	inR, inW, err := os.Pipe() // gateway → server's stdin
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe() // server's stdout → gateway
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return err
+	}
+	closeAll := func() {
+		for _, f := range []*os.File{inR, inW, outR, outW} {
+			f.Close()
+		}
+	}
+	spec := sandbox.Spec{
+		Workload: p.cfg.Workload, Argv: t.Command, Env: env, Level: sandbox.DedicatedContainer,
+		Limits: sandbox.Limits{MemoryBytes: t.Memory},
+		Stdin:  inR, Stdout: outW, Stderr: &prefixWriter{w: stderr, prefix: "tool " + t.Name + ": "},
+	}
+	for _, b := range t.Binds {
+		spec.Binds = append(spec.Binds, sandbox.Bind{Source: b.Source, Target: b.Target, Writable: b.Writable})
+	}
+	sb, err := prov.Provision(ctx, spec)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	ts.sbs = append(ts.sbs, sb)
+	adm, err := sb.Start(ctx)
+	inR.Close()
+	outW.Close()
+	if err == nil && adm.Level < sandbox.DedicatedContainer {
+		err = sandbox.Failf(sandbox.KindEvidence, "admission", "the evidence supports %s, below %s", adm.Level, sandbox.DedicatedContainer)
+	}
+	if err == nil && len(t.Egress.Allow) > 0 {
+		var gw *gateway.Process
+		gw, err = p.startToolGateway(sb, st, log, t)
+		if gw != nil {
+			ts.gws = append(ts.gws, gw)
+		}
+	}
+	if err == nil {
+		err = sb.Exec(ctx)
+	}
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return err
+	}
+	ts.pipes = append(ts.pipes, gateway.ToolPipe{In: inW, Out: outR})
+	return nil
+}
+
+// startToolGateway gives a tool server its own gateway: egress only, on
+// the server's own allow-list, under the workload's policy and budgets.
+func (p *gatewayPlan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, t config.Tool) (*gateway.Process, error) {
+	c := p.cfg
+	cc := gateway.ChildConfig{
+		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
+		Limits:   gateway.ModelLimits{MaxRequestBytes: 1, MaxResponseBytes: 1, MaxConcurrentStreams: 1},
+		Egress:   egressConfig(t.Egress),
+		Secrets:  map[string][]byte{},
+	}
+	return startGateway(sb, st, log, cc, p.policy, c, nil)
+}
+
+// stop ends every tool server and its gateway, and releases their leases.
+func (ts *toolServers) stop(ctx context.Context) {
+	if ts == nil {
+		return
+	}
+	for _, tp := range ts.pipes {
+		tp.In.Close()
+		tp.Out.Close()
+	}
+	var wg sync.WaitGroup
+	for _, sb := range ts.sbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = sb.Stop(ctx)
+			_ = sb.Deprovision(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, gw := range ts.gws {
+		_ = gw.Stop()
+	}
+}
+
+// prefixWriter prefixes each line a tool server writes to stderr.
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	mid    bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sb strings.Builder
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		if !p.mid {
+			sb.WriteString(p.prefix)
+		}
+		sb.WriteString(line)
+		p.mid = !strings.HasSuffix(line, "\n")
+	}
+	if _, err := io.WriteString(p.w, sb.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

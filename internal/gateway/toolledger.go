@@ -1,0 +1,295 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/broker/tool"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/policy"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// maxToolOps bounds the tool operations the privileged side serves at
+// once (each may wait for an approval).
+const maxToolOps = 64
+
+// ToolPolicy is the privileged side's configuration of the tool broker.
+type ToolPolicy struct {
+	// Servers are the configured upstream names.
+	Servers map[string]bool
+	// CallLimit bounds the workload's tool calls per Window (0: no
+	// limit; a zero Window counts every call ever made).
+	CallLimit int64
+	Window    time.Duration
+	// ApprovalTTL is how long an approval request stays open, and how
+	// long an approval can be used once given.
+	ApprovalTTL time.Duration
+}
+
+// Kinds of tool refusals on the wire.
+const (
+	kindKeyReused      = "key_reused"
+	kindInProgress     = "in_progress"
+	kindQuarantined    = "quarantined"
+	kindApprovalDenied = "approval_denied"
+)
+
+func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
+	resp := ledgerResp{ID: req.ID}
+	if s.Tools == nil {
+		resp.Err, resp.Kind = "no tool servers are configured", "unavailable"
+		return resp
+	}
+	ctx := context.Background()
+	var err error
+	switch req.Op {
+	case "tool_filter":
+		resp.Allowed = make([]bool, len(req.Tools))
+		for i, r := range req.Tools {
+			if s.Tools.Servers[r.Server] {
+				_, derr := s.decide(toolAsk(r.Server, r.Tool, ""))
+				resp.Allowed[i] = derr == nil
+			}
+		}
+	case "tool_begin":
+		if req.Begin == nil {
+			err = errors.New("tool_begin without a call")
+			break
+		}
+		var b tool.Began
+		b, err = s.beginTool(ctx, *req.Begin)
+		resp.Began = &b
+	case "tool_await":
+		resp.ApprovalState, err = s.awaitApproval(ctx, req.Approval, req.Wait)
+	case "tool_end":
+		if req.End == nil {
+			err = errors.New("tool_end without an outcome")
+			break
+		}
+		resp.ReceiptID, err = s.endTool(ctx, *req.End)
+	default:
+		err = fmt.Errorf("unknown ledger op %q", req.Op)
+	}
+	if err != nil {
+		resp.Err = err.Error()
+		switch {
+		case errors.Is(err, crossing.ErrBudgetExceeded):
+			resp.Kind = "budget"
+		case errors.Is(err, crossing.ErrPolicyDenied):
+			resp.Kind = "policy"
+		case errors.Is(err, tool.ErrKeyReused):
+			resp.Kind = kindKeyReused
+		case errors.Is(err, tool.ErrInProgress):
+			resp.Kind = kindInProgress
+		case errors.Is(err, tool.ErrQuarantined):
+			resp.Kind = kindQuarantined
+		case errors.Is(err, tool.ErrDenied):
+			resp.Kind = kindApprovalDenied
+		default:
+			resp.Kind = "unavailable"
+		}
+	}
+	return resp
+}
+
+func toolAsk(server, name, digest string) crossing.Ask {
+	return crossing.Ask{Action: policy.ActionToolCall, Resource: "Tool", Target: server + "/" + name, Server: server, ArgumentDigest: digest}
+}
+
+// requestDigest binds an approval to the exact request: the workload,
+// the tool and its canonical arguments.
+func requestDigest(workload, target string, canon []byte) string {
+	b, _ := json.Marshal(struct {
+		Arguments json.RawMessage `json:"arguments"`
+		Tool      string          `json:"tool"`
+		Workload  string          `json:"workload"`
+	}{canon, target, workload})
+	return tool.Digest(b)
+}
+
+// beginTool: policy, replay check, approval, budget, write-ahead record.
+// A retransmission never consumes an approval (the replay check comes
+// first when policy requires one), and a call is recorded as started
+// before anything is sent. Without an approval, the replay check and the
+// record are one transaction.
+func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began, error) {
+	if !s.Tools.Servers[in.Server] {
+		return tool.Began{}, fmt.Errorf("%w: unknown tool server %q", crossing.ErrPolicyDenied, in.Server)
+	}
+	canon, err := tool.Canonical(in.Arguments)
+	if err != nil {
+		return tool.Began{}, fmt.Errorf("%w: arguments: %v", crossing.ErrPolicyDenied, err)
+	}
+	argDigest := tool.Digest(canon)
+	target := in.Server + "/" + in.Tool
+	d, err := s.decide(toolAsk(in.Server, in.Tool, argDigest))
+	if err != nil {
+		return tool.Began{Policy: d}, err
+	}
+	var approval string
+	if d.ApprovalRequired {
+		if in.Key != "" {
+			old, err := s.Store.LookupToolCall(ctx, s.ID.Workload, in.Key)
+			switch {
+			case err == nil:
+				return replayOf(old, argDigest)
+			case !errors.Is(err, store.ErrCallNotFound):
+				return tool.Began{}, err
+			}
+		}
+		reqDigest := requestDigest(s.ID.Workload, target, canon)
+		a, err := s.Store.ConsumeApproval(ctx, s.ID.Workload, reqDigest)
+		switch {
+		case err == nil:
+			approval = a.ID
+		case errors.Is(err, store.ErrApprovalDenied):
+			return tool.Began{Policy: d}, fmt.Errorf("%w: approval %s was denied", tool.ErrDenied, a.ID)
+		case errors.Is(err, store.ErrApprovalPending), errors.Is(err, store.ErrApprovalNotFound):
+			a, err = s.Store.RequestApproval(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
+				Action: policy.ActionToolCall, Target: target, Digest: reqDigest, Arguments: canon}, s.Tools.ApprovalTTL)
+			if err != nil {
+				return tool.Began{Policy: d}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+			}
+			return tool.Began{Status: tool.StatusApprovalPending, Policy: d, Approval: &tool.Approval{ID: a.ID, Expires: a.Expires}}, nil
+		default:
+			return tool.Began{Policy: d}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+		}
+	}
+	var since time.Time
+	if w := s.Tools.Window; w > 0 {
+		// The same windows as the other budgets (store.Budget).
+		secs := max(int64(w/time.Second), 1)
+		since = time.Unix(time.Now().Unix()/secs*secs, 0)
+	}
+	c, err := s.Store.BeginToolCall(ctx, store.ToolCall{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID, Key: in.Key,
+		Server: in.Server, Tool: in.Tool, Digest: argDigest, Arguments: canon, Approval: approval, Policy: d}, s.Tools.CallLimit, since)
+	var exists *store.CallExistsError
+	if errors.As(err, &exists) {
+		return replayOf(exists.Call, argDigest)
+	}
+	if err != nil {
+		return tool.Began{Policy: d}, err
+	}
+	return tool.Began{Status: tool.StatusGo, Call: c.ID, Policy: d, ApprovalID: approval}, nil
+}
+
+// replayOf answers a call whose key was seen before.
+func replayOf(old store.ToolCall, argDigest string) (tool.Began, error) {
+	switch {
+	case old.Digest != argDigest:
+		return tool.Began{}, fmt.Errorf("%w (call %d)", tool.ErrKeyReused, old.ID)
+	case old.State == store.CallStarted:
+		return tool.Began{}, fmt.Errorf("%w (call %d)", tool.ErrInProgress, old.ID)
+	case old.State != store.CallDone:
+		return tool.Began{}, fmt.Errorf("%w (call %d); an operator must reconcile it: cordon calls list", tool.ErrQuarantined, old.ID)
+	}
+	return tool.Began{Status: tool.StatusReplay, Call: old.ID, Policy: old.Policy, Result: old.Result, Receipt: old.ReceiptID}, nil
+}
+
+// awaitApproval waits (bounded) for this workload's approval id to be
+// decided and returns its state.
+func (s *LedgerServer) awaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
+	wait = min(max(wait, 0), 10*time.Second)
+	deadline := time.Now().Add(wait)
+	for {
+		a, err := s.Store.Approval(ctx, id)
+		if err != nil || a.Workload != s.ID.Workload {
+			return "", fmt.Errorf("%w: approval %s not found", tool.ErrDenied, clipID(id))
+		}
+		if a.State != store.ApprovalPending || !time.Now().Before(deadline) {
+			return a.State, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func clipID(id string) string {
+	if len(id) > 40 {
+		return id[:40] + "…"
+	}
+	return id
+}
+
+// endTool records the outcome and the receipt, with the identity, key,
+// policy decision and approval this side stored at begin.
+func (s *LedgerServer) endTool(ctx context.Context, e tool.End) (int64, error) {
+	rc := e.Receipt
+	rc.Identity = s.ID
+	rc.Broker = tool.Name
+	rc.Decision = crossing.Allow
+	if e.Result != nil && !json.Valid(e.Result) {
+		return 0, errors.New("tool_end: result is not JSON")
+	}
+	rc.ResultDigest = ""
+	if e.Result != nil {
+		rc.ResultDigest = tool.Digest(e.Result)
+	}
+	ambiguous := e.Outcome == tool.OutcomeAmbiguous
+	id, call, err := s.Store.EndToolCall(ctx, e.Call, s.ID.SandboxID, e.Outcome, ambiguous, e.Result, rc)
+	if err != nil {
+		return 0, err
+	}
+	if call.Approval != "" {
+		if err := s.Store.SetApprovalReceipt(ctx, call.Approval, id); err != nil {
+			s.log().Warn("link approval to its receipt", "approval", call.Approval, "err", err)
+		}
+	}
+	return id, nil
+}
+
+func (s *LedgerServer) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
+}
+
+// toolError maps a tool refusal kind back to its error on the gateway's
+// side; nil for other kinds.
+func toolError(resp ledgerResp) error {
+	var base error
+	switch resp.Kind {
+	case kindKeyReused:
+		base = tool.ErrKeyReused
+	case kindInProgress:
+		base = tool.ErrInProgress
+	case kindQuarantined:
+		base = tool.ErrQuarantined
+	case kindApprovalDenied:
+		base = tool.ErrDenied
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s", base, resp.Err)
+}
+
+var _ tool.Ledger = (*ledgerClient)(nil)
+
+func (c *ledgerClient) Filter(ctx context.Context, refs []tool.Ref) ([]bool, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "tool_filter", Tools: refs})
+	return resp.Allowed, err
+}
+
+func (c *ledgerClient) Begin(ctx context.Context, b tool.Begin) (tool.Began, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "tool_begin", Begin: &b})
+	var out tool.Began
+	if resp.Began != nil {
+		out = *resp.Began
+	}
+	return out, err
+}
+
+func (c *ledgerClient) AwaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "tool_await", Approval: id, Wait: wait})
+	return resp.ApprovalState, err
+}
+
+func (c *ledgerClient) End(ctx context.Context, e tool.End) (int64, error) {
+	resp, err := c.call(ctx, ledgerReq{Op: "tool_end", End: &e})
+	return resp.ReceiptID, err
+}
