@@ -12,6 +12,7 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v unshare >/dev/null || need+=(util-linux)
 # Headless Chromium drives the approval console's browser test.
 command -v chromium >/dev/null || need+=(chromium)
+command -v node >/dev/null || need+=(nodejs)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	echo "installing: ${need[*]}"
 	apt-get update -qq >/dev/null
@@ -25,6 +26,14 @@ if [ ! -x "$claude_dir/node_modules/@anthropic-ai/claude-code/bin/claude.exe" ];
 	command -v npm >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
 	mkdir -p "$claude_dir"
 	(cd "$claude_dir" && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@2.1.328)
+fi
+# The upstream MCP server nobody here wrote, pinned: the tool broker's e2e
+# tests run it contained on the trusted side.
+mcpfs_dir=${CORDON_TEST_MCPFS_DIR:-/opt/cordon-test/mcpfs}
+if [ ! -f "$mcpfs_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
+	command -v npm >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	mkdir -p "$mcpfs_dir"
+	(cd "$mcpfs_dir" && npm install --no-audit --no-fund --loglevel=error @modelcontextprotocol/server-filesystem@2026.8.31)
 fi
 command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
 
