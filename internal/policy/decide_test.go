@@ -327,11 +327,11 @@ func TestApprovalsExample(t *testing.T) {
 		tool            string
 		allow, approval bool
 	}{
-		{"fs/read_file", true, false},
+		{"fs/read_text_file", true, false},
 		{"fs/write_file", true, true},
 		{"fs/delete_file", false, false},
 		{"fs/unknown", false, false},
-		{"git/read_file", false, false},
+		{"git/read_text_file", false, false},
 	}
 	for _, tt := range tests {
 		allow, d := s.Decide(req(ActionToolCall, "Tool", tt.tool))
