@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,39 @@ func TestToolLedgerApprovalSingleUse(t *testing.T) {
 	if _, err := c.Begin(ctx, tool.Begin{Server: "fs", Tool: "write", Arguments: args}); !errors.Is(err, tool.ErrDenied) {
 		t.Fatalf("denied request: %v", err)
 	}
+}
+
+// FuzzToolLedgerRequest: whatever a compromised gateway sends as a tool
+// operation, the privileged side answers without crashing and never ends,
+// replays or approves another sandbox's call.
+func FuzzToolLedgerRequest(f *testing.F) {
+	f.Add([]byte(`{"id":1,"op":"tool_begin","begin":{"key":"k","server":"fs","tool":"read","arguments":{"a":1}}}`))
+	f.Add([]byte(`{"id":2,"op":"tool_end","end":{"call":1,"outcome":"ok","result":{"content":[]}}}`))
+	f.Add([]byte(`{"id":3,"op":"tool_filter","tools":[{"server":"fs","tool":"delete"}]}`))
+	f.Add([]byte(`{"id":4,"op":"tool_await","approval":"apr_000000000000000000000000","wait":1}`))
+	f.Add([]byte(`{"id":5,"op":"tool_begin","begin":{"key":"victim-key","server":"fs","tool":"read","arguments":{}}}`))
+	srv, _, st := policyServer(&testing.T{})
+	ctx := context.Background()
+	victim, err := st.BeginToolCall(ctx, store.ToolCall{Workload: "w", SandboxID: "victim", Key: "victim-key", Server: "fs", Tool: "read",
+		Digest: tool.Digest([]byte(`{"secret":1}`)), Arguments: json.RawMessage(`{"secret":1}`)}, 0, time.Time{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req ledgerReq
+		if json.Unmarshal(b, &req) != nil || !strings.HasPrefix(req.Op, "tool_") {
+			return
+		}
+		if req.Wait > 50*time.Millisecond {
+			req.Wait = 50 * time.Millisecond
+		}
+		resp := srv.handleTool(req)
+		if resp.Began != nil && resp.Began.Status == tool.StatusReplay && strings.Contains(string(resp.Began.Result), "secret") {
+			t.Fatalf("replayed another sandbox's call: %+v", resp.Began)
+		}
+		c, err := st.LookupToolCall(ctx, "w", "victim-key")
+		if err != nil || c.ID != victim.ID || c.State != store.CallStarted {
+			t.Fatalf("another sandbox's call changed: %+v %v", c, err)
+		}
+	})
 }
