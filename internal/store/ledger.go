@@ -142,13 +142,13 @@ func (s *Store) Settle(ctx context.Context, r crossing.Reservation, usage crossi
 // transaction: one commit per crossing instead of two.
 func (s *Store) SettleRecord(ctx context.Context, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (st crossing.BudgetState, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		st, err = settleRecordIn(ctx, tx, r, usage, b, rc)
+		st, err = settleRecordIn(ctx, tx, nil, r, usage, b, rc)
 		return err
 	})
 	return st, err
 }
 
-func settleRecordIn(ctx context.Context, tx *sql.Tx, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (crossing.BudgetState, error) {
+func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (crossing.BudgetState, error) {
 	if err := nonNegative(usage); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle: %w", err)
 	}
@@ -174,7 +174,7 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, r crossing.Reservation, usa
 	st := crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}
 	if rc != nil {
 		rc.Budget = st
-		if _, err := recordTx(ctx, tx, *rc); err != nil {
+		if _, err := recordIn(ctx, tx, lc, *rc); err != nil {
 			return crossing.BudgetState{}, err
 		}
 	}
@@ -195,6 +195,7 @@ func (s *Store) Batch(ctx context.Context, fn func(*Tx)) error {
 type Tx struct {
 	ctx context.Context
 	tx  *sql.Tx
+	log logCache // evidence log hashes this batch appended (evlog.go)
 }
 
 // op runs fn under a savepoint, rolled back to if fn fails.
@@ -205,6 +206,7 @@ func (t *Tx) op(fn func() error) error {
 	err := fn()
 	if err != nil {
 		_, _ = t.tx.ExecContext(t.ctx, "ROLLBACK TO ledger_op")
+		t.log.reset() // it may hold hashes the rollback removed
 	}
 	if _, rerr := t.tx.ExecContext(t.ctx, "RELEASE ledger_op"); rerr != nil && err == nil {
 		err = fmt.Errorf("%w: %v", crossing.ErrUnavailable, rerr)
@@ -224,7 +226,7 @@ func (t *Tx) Reserve(id crossing.Identity, broker string, want crossing.Amount, 
 // SettleRecord is Store.SettleRecord inside the batch.
 func (t *Tx) SettleRecord(r crossing.Reservation, usage crossing.Amount, b Budget, rc *crossing.Receipt) (st crossing.BudgetState, err error) {
 	err = t.op(func() error {
-		st, err = settleRecordIn(t.ctx, t.tx, r, usage, b, rc)
+		st, err = settleRecordIn(t.ctx, t.tx, &t.log, r, usage, b, rc)
 		return err
 	})
 	return st, err
@@ -233,7 +235,7 @@ func (t *Tx) SettleRecord(r crossing.Reservation, usage crossing.Amount, b Budge
 // Record is Store.RecordReceipt inside the batch.
 func (t *Tx) Record(rc crossing.Receipt) (id int64, err error) {
 	err = t.op(func() error {
-		id, err = recordTx(t.ctx, t.tx, rc)
+		id, err = recordIn(t.ctx, t.tx, &t.log, rc)
 		return err
 	})
 	return id, err
@@ -246,24 +248,42 @@ func (s *Store) DropReservations(ctx context.Context, sandboxID string) error {
 	return err
 }
 
-// RecordReceipt appends a receipt and returns its id.
-func (s *Store) RecordReceipt(ctx context.Context, rc crossing.Receipt) (int64, error) {
-	return recordTx(ctx, s.db, rc)
+// RecordReceipt appends a receipt, and its leaf in the evidence log, in one
+// write transaction and returns its id.
+func (s *Store) RecordReceipt(ctx context.Context, rc crossing.Receipt) (id int64, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		id, err = recordTx(ctx, tx, rc)
+		return err
+	})
+	return id, err
 }
 
-func recordTx(ctx context.Context, db interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}, rc crossing.Receipt) (int64, error) {
+// recordTx inserts a receipt and appends it to the evidence log (evlog.go)
+// in tx: the receipt commits with its leaf or not at all.
+func recordTx(ctx context.Context, tx *sql.Tx, rc crossing.Receipt) (int64, error) {
+	return recordIn(ctx, tx, nil, rc)
+}
+
+// recordIn is recordTx with a batch's cache of the log's hashes (nil: none).
+func recordIn(ctx context.Context, tx *sql.Tx, lc *logCache, rc crossing.Receipt) (int64, error) {
 	body, err := json.Marshal(rc)
 	if err != nil {
 		return 0, err
 	}
-	res, err := db.ExecContext(ctx, `INSERT INTO receipts (time, workload, sandbox_id, broker, decision, body) VALUES (?,?,?,?,?,?)`,
+	res, err := tx.ExecContext(ctx, `INSERT INTO receipts (time, workload, sandbox_id, broker, decision, body) VALUES (?,?,?,?,?,?)`,
 		rc.Time.UnixNano(), rc.Identity.Workload, rc.Identity.SandboxID, rc.Broker, rc.Decision, string(body))
 	if err != nil {
 		return 0, fmt.Errorf("%w: record receipt: %v", crossing.ErrUnavailable, err)
 	}
-	return res.LastInsertId()
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("%w: record receipt: %v", crossing.ErrUnavailable, err)
+	}
+	// The leaf's data is exactly the body text stored above.
+	if err := appendLeaf(ctx, tx, lc, id, body); err != nil {
+		return 0, err
+	}
+	return id, nil
 }
 
 // ReceiptFilter selects receipts; zero fields match everything.
