@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite"
 )
 
 // mcpfsDir is where scripts/test.sh installs the pinned upstream MCP
@@ -351,5 +354,57 @@ approvals: {wait: 1s}
 	l := cordon(t, cordonBin, st, "approvals", "list", "--all", "--json")
 	if !strings.Contains(l.Stdout, fmt.Sprint(status["approval_id"])) || !strings.Contains(l.Stdout, `"revoked"`) {
 		t.Fatalf("the pending approval of a stopped sandbox is not revoked:\n%s", l.Stdout)
+	}
+}
+
+// Receipts of a real run are leaves of the signed Merkle log: the log
+// verifies, a receipt has an inclusion proof, and editing a stored receipt
+// afterwards (as someone with the database file would) is reported with
+// its position.
+func TestEvidenceLogVerifiesAndDetectsTampering(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	cfg := writeConfig(t, fmt.Sprintf(`tools:
+  - name: t
+    command: [/tools/mcpserver]
+    binds: [{source: %s, target: /tools}]
+`, probeDir))
+	for _, txt := range []string{"one", "two", "three"} {
+		toolLines(t, cordon(t, cordonBin, st, "run", "--config", cfg, "--ro", probeDir+":/probe", "--", "/probe/mcpclient", "call", "t__echo", fmt.Sprintf(`{"text":%q}`, txt)))
+	}
+	v := cordon(t, cordonBin, st, "evidence", "verify")
+	if v.Code != 0 || !strings.Contains(v.Stdout, "ok: 3 receipts") {
+		t.Fatalf("verify: %d\n%s\n%s", v.Code, v.Stdout, v.Stderr)
+	}
+	if p := cordon(t, cordonBin, st, "evidence", "verify", "--receipt", "2"); p.Code != 0 || !strings.Contains(p.Stdout, "proof of receipt 2: ok") {
+		t.Fatalf("proof: %d\n%s\n%s", p.Code, p.Stdout, p.Stderr)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(st, "cordon.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'trigger'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var triggers []string
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		triggers = append(triggers, n)
+	}
+	rows.Close()
+	for _, n := range triggers {
+		if _, err := db.Exec(`DROP TRIGGER "` + n + `"`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`UPDATE receipts SET body = replace(body, '"decision":"allow"', '"decision":"deny"') WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	v = cordon(t, cordonBin, st, "evidence", "verify")
+	if v.Code == 0 || !strings.Contains(v.Stdout+v.Stderr, "receipt 2") {
+		t.Fatalf("tampered receipt not reported: %d\n%s\n%s", v.Code, v.Stdout, v.Stderr)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/ledger"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 )
@@ -311,6 +312,24 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
 	}
 	if gw != nil {
+		// Receipts are leaves of the evidence log; it signs a checkpoint
+		// every few seconds and once more after the gateway has stopped
+		// (this defer runs after the gateway's). No log, no crossings.
+		evlog, err := ledger.Open(st, g.stateDir)
+		if err != nil {
+			return finish(ExitRefused, sandbox.Fail(sandbox.KindStore, "evidence log", err))
+		}
+		evlog.Logger = g.logger()
+		cctx, stopCheckpoints := context.WithCancel(context.WithoutCancel(ctx))
+		checkpointed := make(chan error, 1)
+		go func() { checkpointed <- evlog.RunCheckpointer(cctx, checkpointEvery) }()
+		defer func() {
+			stopCheckpoints()
+			if err := <-checkpointed; err != nil {
+				g.logger().Error("evidence log: final checkpoint", "err", err)
+			}
+			tr.mark("checkpoint")
+		}()
 		tools, err := gw.startTools(ctx, prov, st, g.logger(), g.stderr)
 		if err != nil {
 			return finish(ExitRefused, err)
@@ -362,6 +381,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	}
 	return finish(code, nil)
 }
+
+// checkpointEvery is how often a run signs an evidence-log checkpoint.
+const checkpointEvery = 5 * time.Second
 
 func writeFileAtomic(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
