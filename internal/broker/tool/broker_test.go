@@ -426,3 +426,30 @@ func TestCanonical(t *testing.T) {
 		t.Fatal("duplicate accepted")
 	}
 }
+
+// A client that sent a progress token hears that the call waits for an
+// approval while it waits.
+func TestApprovalWaitSendsProgress(t *testing.T) {
+	f := newFixture(t)
+	var got atomic.Int64
+	var msg atomic.Value
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			got.Add(1)
+			msg.Store(r.Params.Message)
+		},
+	}).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: f.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	p := &mcp.CallToolParams{Name: "up__guarded", Arguments: map[string]any{"text": "x"}}
+	p.SetProgressToken("tok-1")
+	res, err := cs.CallTool(context.Background(), p)
+	if err != nil || !res.IsError || !strings.Contains(resultText(res), "approval pending") {
+		t.Fatalf("call: %v %v", err, res)
+	}
+	if got.Load() == 0 || !strings.Contains(msg.Load().(string), "waiting for approval") {
+		t.Fatalf("progress notifications: %d %v", got.Load(), msg.Load())
+	}
+}
