@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -406,5 +407,61 @@ func TestEvidenceLogVerifiesAndDetectsTampering(t *testing.T) {
 	v = cordon(t, cordonBin, st, "evidence", "verify")
 	if v.Code == 0 || !strings.Contains(v.Stdout+v.Stderr, "receipt 2") {
 		t.Fatalf("tampered receipt not reported: %d\n%s\n%s", v.Code, v.Stdout, v.Stderr)
+	}
+}
+
+// SIGKILL of cordon while a call waits for approval and another is in
+// flight: after gc (or the next run) the approval is revoked — it can never
+// authorise a later sandbox — and the call in flight is quarantined.
+func TestToolCrossingsReleasedAfterKill(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	pol := filepath.Join(t.TempDir(), "p.cedar")
+	os.WriteFile(pol, []byte(`
+@id("sleep") permit(principal, action == Action::"tool.call", resource == Tool::"t/sleep");
+@id("echo-needs-approval") @approval("required")
+permit(principal, action == Action::"tool.call", resource == Tool::"t/echo");
+`), 0o644)
+	cfg := writeConfig(t, fmt.Sprintf(`policy: [%s]
+tools:
+  - name: t
+    command: [/tools/mcpserver]
+    binds: [{source: %s, target: /tools}]
+    timeout: 60s
+approvals: {wait: 60s}
+`, pol, probeDir))
+	start := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(cordonBin, append([]string{"--state-dir", st, "run", "--config", cfg, "--ro", probeDir + ":/probe", "--", "/probe/mcpclient"}, args...)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	waiting := start("call", "t__echo", `{"text":"rm -rf prod"}`)
+	sleeping := start("call", "t__sleep", `{"seconds":50}`, "sleep-key")
+	var pending, started bool
+	for i := 0; i < 150 && !(pending && started); i++ {
+		time.Sleep(200 * time.Millisecond)
+		pending = strings.Contains(cordon(t, cordonBin, st, "approvals", "list", "--json").Stdout, `"pending"`)
+		started = strings.Contains(cordon(t, cordonBin, st, "calls", "list", "--state", "started").Stdout, "t/sleep")
+	}
+	if !pending || !started {
+		t.Fatalf("pending approval %v, started call %v", pending, started)
+	}
+	for _, c := range []*exec.Cmd{waiting, sleeping} {
+		c.Process.Kill() // SIGKILL, by the PID we started
+		c.Wait()
+	}
+	if r := cordon(t, cordonBin, st, "gc"); r.Code != 0 {
+		t.Fatalf("gc: %d %s", r.Code, r.Stderr)
+	}
+	l := cordon(t, cordonBin, st, "approvals", "list", "--all", "--json")
+	if strings.Contains(l.Stdout, `"pending"`) || !strings.Contains(l.Stdout, `"revoked"`) {
+		t.Fatalf("approval of a killed sandbox not revoked:\n%s", l.Stdout)
+	}
+	q := cordon(t, cordonBin, st, "calls", "list", "--state", "quarantined")
+	if !strings.Contains(q.Stdout, "t/sleep") {
+		t.Fatalf("call in flight at the kill not quarantined:\n%s", q.Stdout)
 	}
 }

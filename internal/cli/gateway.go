@@ -170,15 +170,16 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	if a, ok := sb.(interface{ Adopt(int) error }); ok {
 		adopt = a.Adopt
 	}
-	servers := map[string]bool{}
+	servers, allow := map[string]bool{}, map[string][]string{}
 	for _, t := range cc.Tools {
-		servers[t.Name] = true
+		servers[t.Name], allow[t.Name] = true, t.Allow
 	}
 	proc, err := gateway.Start(gateway.StartOptions{
 		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
-		Budget:    store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
-		Policy:    pol,
-		Tools:     gateway.ToolPolicy{Servers: servers, CallLimit: c.Budgets.ToolCalls, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL},
+		Budget: store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
+		Policy: pol,
+		Tools: gateway.ToolPolicy{Servers: servers, Allow: allow, MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
+			CallLimit: c.Budgets.ToolCalls, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL},
 		ToolPipes: pipes,
 	})
 	if err != nil {

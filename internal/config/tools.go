@@ -117,8 +117,8 @@ func buildTools(c *Config, raw *rawConfig, ix *index) {
 	for i, t := range raw.Tools {
 		p := fmt.Sprintf("tools[%d]", i)
 		switch {
-		case !toolNameRE.MatchString(t.Name) || strings.Contains(t.Name, "__"):
-			ix.errf(p+".name", "%q: want 1–32 of a-z, 0-9, '_' and '-', starting with a letter, without \"__\"", t.Name)
+		case !toolNameRE.MatchString(t.Name) || strings.Contains(t.Name, "__") || strings.HasSuffix(t.Name, "_"):
+			ix.errf(p+".name", "%q: want 1–32 of a-z, 0-9, '_' and '-', starting with a letter, not ending with '_', without \"__\"", t.Name)
 		case seen[t.Name]:
 			ix.errf(p+".name", "tool server %q is declared twice", t.Name)
 		}

@@ -202,7 +202,15 @@ func buildTools(ctx context.Context, cfg ChildConfig, ledger tool.Ledger, log *s
 			fd += 2
 			t = &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: 4 << 20}
 		case ts.URL != "":
-			hc := &http.Client{Transport: &bearer{base: http.DefaultTransport, secrets: secrets(cfg.Secrets), name: ts.Credential}}
+			u, err := url.Parse(ts.URL)
+			if err != nil {
+				return nil, fmt.Errorf("tool server %s: %w", ts.Name, err)
+			}
+			hc := &http.Client{
+				Transport: &bearer{base: http.DefaultTransport, secrets: secrets(cfg.Secrets), name: ts.Credential, scheme: u.Scheme, host: u.Host},
+				// No redirects: the declared URL is the only destination.
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			}
 			t = &mcp.StreamableClientTransport{Endpoint: ts.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}
 		default:
 			return nil, fmt.Errorf("tool server %s: no transport", ts.Name)
@@ -224,12 +232,16 @@ func buildTools(ctx context.Context, cfg ChildConfig, ledger tool.Ledger, log *s
 // bearer sends a remote tool server its custodied credential. The agent
 // never sees it: the gateway adds it to the gateway's own requests.
 type bearer struct {
-	base    http.RoundTripper
-	secrets secrets
-	name    string
+	base         http.RoundTripper
+	secrets      secrets
+	name         string
+	scheme, host string // the declared URL's: the only destination
 }
 
 func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != b.scheme || r.URL.Host != b.host {
+		return nil, fmt.Errorf("tool server request to %s://%s: not the declared server", r.URL.Scheme, r.URL.Host)
+	}
 	if b.name == "" {
 		return b.base.RoundTrip(r)
 	}

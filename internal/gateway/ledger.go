@@ -262,6 +262,14 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		}
 		rc := *req.Receipt
 		rc.Identity = s.ID
+		if rc.Broker == tool.Name && rc.Decision == crossing.Allow {
+			// A tool call is recorded allowed only by tool_end, from the
+			// call this side began.
+			err = errors.New("record: an allowed tool receipt comes only from tool_end")
+			break
+		}
+		// Fields only this side may set (tool_end, settle_record).
+		rc.Approval, rc.CallKey, rc.ResultDigest = "", "", ""
 		if rc.Policy != nil {
 			rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 		}

@@ -287,16 +287,7 @@ func (p *Process) Stop() error {
 	p.ledger.Close()
 	var err error
 	if p.store != nil {
-		ctx := context.Background()
-		err = p.store.DropReservations(ctx, p.id.SandboxID)
-		// Calls still started have no known outcome: quarantined. Approvals
-		// the sandbox waited for die with it.
-		if _, qerr := p.store.QuarantineStarted(ctx, p.id.SandboxID); qerr != nil && err == nil {
-			err = qerr
-		}
-		if _, rerr := p.store.RevokeApprovals(ctx, p.id.SandboxID); rerr != nil && err == nil {
-			err = rerr
-		}
+		err = p.store.ReleaseCrossings(context.Background(), p.id.SandboxID)
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -22,6 +23,13 @@ const maxToolOps = 64
 type ToolPolicy struct {
 	// Servers are the configured upstream names.
 	Servers map[string]bool
+	// Allow holds each server's tool globs from the config (none: all):
+	// checked here too, so a compromised gateway cannot reach a tool the
+	// config does not offer.
+	Allow map[string][]string
+	// MaxArgumentBytes bounds a call's canonical arguments (0: the tool
+	// broker's default).
+	MaxArgumentBytes int
 	// CallLimit bounds the workload's tool calls per Window (0: no
 	// limit; a zero Window counts every call ever made).
 	CallLimit int64
@@ -51,7 +59,7 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 	case "tool_filter":
 		resp.Allowed = make([]bool, len(req.Tools))
 		for i, r := range req.Tools {
-			if s.Tools.Servers[r.Server] {
+			if s.Tools.offered(r.Server, r.Tool) {
 				_, derr := s.decide(toolAsk(r.Server, r.Tool, ""))
 				resp.Allowed[i] = derr == nil
 			}
@@ -97,20 +105,48 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 	return resp
 }
 
+// offered reports whether the config offers server's tool name.
+func (tp *ToolPolicy) offered(server, name string) bool {
+	if !tp.Servers[server] {
+		return false
+	}
+	globs := tp.Allow[server]
+	if len(globs) == 0 {
+		return true
+	}
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// maxKeyBytes bounds a replay key ("key:" or "rpc:SESSION:" and the id).
+const maxKeyBytes = 320
+
 func toolAsk(server, name, digest string) crossing.Ask {
 	return crossing.Ask{Action: policy.ActionToolCall, Resource: "Tool", Target: server + "/" + name, Server: server, ArgumentDigest: digest}
 }
 
-// requestDigest binds an approval to the exact request: the workload,
-// the tool and its canonical arguments.
-func requestDigest(workload, target string, canon []byte) string {
+// requestDigest binds an approval to the exact request: the tenant, the
+// workload and the sandbox that asked, the tool and its canonical
+// arguments. An approval is good for that sandbox only (and is revoked
+// when it stops).
+func requestDigest(id crossing.Identity, target string, canon []byte) string {
 	b, _ := json.Marshal(struct {
 		Arguments json.RawMessage `json:"arguments"`
+		Sandbox   string          `json:"sandbox"`
+		Tenant    string          `json:"tenant"`
 		Tool      string          `json:"tool"`
 		Workload  string          `json:"workload"`
-	}{canon, target, workload})
+	}{canon, id.SandboxID, id.Tenant, target, id.Workload})
 	return tool.Digest(b)
 }
+
+// MaxPendingApprovals bounds a sandbox's approval requests waiting for a
+// human at once.
+const MaxPendingApprovals = 16
 
 // beginTool: policy, replay check, approval, budget, write-ahead record.
 // A retransmission never consumes an approval (the replay check comes
@@ -118,8 +154,15 @@ func requestDigest(workload, target string, canon []byte) string {
 // before anything is sent. Without an approval, the replay check and the
 // record are one transaction.
 func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began, error) {
-	if !s.Tools.Servers[in.Server] {
-		return tool.Began{}, fmt.Errorf("%w: unknown tool server %q", crossing.ErrPolicyDenied, in.Server)
+	if !s.Tools.offered(in.Server, in.Tool) {
+		return tool.Began{}, fmt.Errorf("%w: the configuration offers no tool %q of server %q", crossing.ErrPolicyDenied, clipID(in.Tool), clipID(in.Server))
+	}
+	maxArgs := s.Tools.MaxArgumentBytes
+	if maxArgs <= 0 {
+		maxArgs = tool.DefaultMaxArgumentBytes
+	}
+	if len(in.Arguments) > maxArgs || len(in.Key) > maxKeyBytes {
+		return tool.Began{}, fmt.Errorf("%w: arguments or key over their bounds", crossing.ErrPolicyDenied)
 	}
 	canon, err := tool.Canonical(in.Arguments)
 	if err != nil {
@@ -137,19 +180,25 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 			old, err := s.Store.LookupToolCall(ctx, s.ID.Workload, in.Key)
 			switch {
 			case err == nil:
-				return replayOf(old, argDigest)
+				return replayOf(old, in, argDigest)
 			case !errors.Is(err, store.ErrCallNotFound):
 				return tool.Began{}, err
 			}
 		}
-		reqDigest := requestDigest(s.ID.Workload, target, canon)
+		reqDigest := requestDigest(s.ID, target, canon)
 		a, err := s.Store.ConsumeApproval(ctx, s.ID.Workload, reqDigest)
 		switch {
 		case err == nil:
 			approval = a.ID
 		case errors.Is(err, store.ErrApprovalDenied):
 			return tool.Began{Policy: d}, fmt.Errorf("%w: approval %s was denied", tool.ErrDenied, a.ID)
-		case errors.Is(err, store.ErrApprovalPending), errors.Is(err, store.ErrApprovalNotFound):
+		case errors.Is(err, store.ErrApprovalNotFound):
+			if n, err := s.Store.PendingApprovals(ctx, s.ID.SandboxID); err != nil || n >= MaxPendingApprovals {
+				return tool.Began{Policy: d}, fmt.Errorf("%w: %d approval requests of this sandbox are already waiting (the limit is %d)",
+					tool.ErrDenied, n, MaxPendingApprovals)
+			}
+			fallthrough
+		case errors.Is(err, store.ErrApprovalPending):
 			a, err = s.Store.RequestApproval(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
 				Action: policy.ActionToolCall, Target: target, Digest: reqDigest, Arguments: canon}, s.Tools.ApprovalTTL)
 			if err != nil {
@@ -170,7 +219,7 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 		Server: in.Server, Tool: in.Tool, Digest: argDigest, Arguments: canon, Approval: approval, Policy: d}, s.Tools.CallLimit, since)
 	var exists *store.CallExistsError
 	if errors.As(err, &exists) {
-		return replayOf(exists.Call, argDigest)
+		return replayOf(exists.Call, in, argDigest)
 	}
 	if err != nil {
 		return tool.Began{Policy: d}, err
@@ -179,9 +228,9 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 }
 
 // replayOf answers a call whose key was seen before.
-func replayOf(old store.ToolCall, argDigest string) (tool.Began, error) {
+func replayOf(old store.ToolCall, in tool.Begin, argDigest string) (tool.Began, error) {
 	switch {
-	case old.Digest != argDigest:
+	case old.Digest != argDigest || old.Server != in.Server || old.Tool != in.Tool:
 		return tool.Began{}, fmt.Errorf("%w (call %d)", tool.ErrKeyReused, old.ID)
 	case old.State == store.CallStarted:
 		return tool.Began{}, fmt.Errorf("%w (call %d)", tool.ErrInProgress, old.ID)
@@ -220,7 +269,7 @@ func clipID(id string) string {
 func (s *LedgerServer) endTool(ctx context.Context, e tool.End) (int64, error) {
 	rc := e.Receipt
 	rc.Identity = s.ID
-	rc.Broker = tool.Name
+	rc.Broker, rc.Action = tool.Name, "tools/call"
 	rc.Decision = crossing.Allow
 	if e.Result != nil && !json.Valid(e.Result) {
 		return 0, errors.New("tool_end: result is not JSON")

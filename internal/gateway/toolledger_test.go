@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -237,4 +238,73 @@ func FuzzToolLedgerRequest(f *testing.F) {
 			t.Fatalf("another sandbox's call changed: %+v %v", c, err)
 		}
 	})
+}
+
+// What a compromised gateway might ask is checked again here: tools the
+// config does not offer, oversized arguments or keys, a replay key used
+// for another tool, an allowed tool receipt outside tool_end.
+func TestToolLedgerRechecksTheGateway(t *testing.T) {
+	srv, c, _ := policyServer(t)
+	srv.Tools.Allow = map[string][]string{"fs": {"read", "write"}}
+	srv.Tools.MaxArgumentBytes = 64
+	ctx := context.Background()
+	if _, err := c.Begin(ctx, tool.Begin{Server: "fs", Tool: "list", Arguments: json.RawMessage(`{}`)}); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("tool outside the allow globs: %v", err)
+	}
+	if ok, _ := c.Filter(ctx, []tool.Ref{{Server: "fs", Tool: "list"}}); len(ok) != 1 || ok[0] {
+		t.Fatalf("filter offered a tool outside the allow globs: %v", ok)
+	}
+	big := json.RawMessage(`{"a":"` + strings.Repeat("x", 100) + `"}`)
+	if _, err := c.Begin(ctx, tool.Begin{Server: "fs", Tool: "read", Arguments: big}); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("oversized arguments: %v", err)
+	}
+	if _, err := c.Begin(ctx, tool.Begin{Key: strings.Repeat("k", 400), Server: "fs", Tool: "read", Arguments: json.RawMessage(`{}`)}); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("oversized key: %v", err)
+	}
+	b, err := c.Begin(ctx, tool.Begin{Key: "same", Server: "fs", Tool: "read", Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.End(ctx, tool.End{Call: b.Call, Outcome: tool.OutcomeOK, Result: json.RawMessage(`{"content":[]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Begin(ctx, tool.Begin{Key: "same", Server: "fs", Tool: "write", Arguments: json.RawMessage(`{}`)}); !errors.Is(err, tool.ErrKeyReused) {
+		t.Fatalf("replay key used for another tool: %v", err)
+	}
+	forged := crossing.Receipt{Broker: tool.Name, Decision: crossing.Allow, Target: "fs/write", Approval: "apr_x"}
+	if err := c.Record(ctx, forged); err == nil {
+		t.Fatal("an allowed tool receipt was recorded outside tool_end")
+	}
+}
+
+// An approval is bound to the sandbox that asked: another sandbox of the
+// same workload cannot use it; a sandbox cannot pile up requests.
+func TestToolLedgerApprovalBoundToSandbox(t *testing.T) {
+	srv, c, st := policyServer(t)
+	ctx := context.Background()
+	args := json.RawMessage(`{"path":"/a"}`)
+	b, err := c.Begin(ctx, tool.Begin{Server: "fs", Tool: "write", Arguments: args})
+	if err != nil || b.Status != tool.StatusApprovalPending {
+		t.Fatalf("begin: %+v %v", b, err)
+	}
+	if _, err := st.DecideApproval(ctx, b.Approval.ID, true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	a2, b2 := net.Pipe()
+	defer a2.Close()
+	other := &LedgerServer{Store: st, ID: crossing.Identity{Workload: srv.ID.Workload, Tenant: srv.ID.Tenant, SandboxID: "sb2"}, Policy: srv.Policy, Tools: srv.Tools}
+	go other.Serve(b2)
+	oc := newLedgerClient(a2)
+	if ob, err := oc.Begin(ctx, tool.Begin{Server: "fs", Tool: "write", Arguments: args}); err != nil || ob.Status != tool.StatusApprovalPending {
+		t.Fatalf("another sandbox used the approval: %+v %v", ob, err)
+	}
+	if g, err := c.Begin(ctx, tool.Begin{Server: "fs", Tool: "write", Arguments: args}); err != nil || g.Status != tool.StatusGo {
+		t.Fatalf("the asking sandbox: %+v %v", g, err)
+	}
+	for i := range MaxPendingApprovals + 1 {
+		_, err = c.Begin(ctx, tool.Begin{Server: "fs", Tool: "write", Arguments: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`)})
+	}
+	if !errors.Is(err, tool.ErrDenied) {
+		t.Fatalf("request past the cap: %v", err)
+	}
 }

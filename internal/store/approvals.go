@@ -526,3 +526,13 @@ func (s *Store) Approvals(ctx context.Context, f ApprovalFilter) ([]Approval, er
 	}
 	return out, nil
 }
+
+// PendingApprovals counts the sandbox's approval requests still waiting
+// for a human (unexpired): the privileged side caps them, so an agent
+// cannot bury a real request under a flood of others.
+func (s *Store) PendingApprovals(ctx context.Context, sandboxID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE sandbox_id = ? AND state = 'pending' AND expires > ?`,
+		sandboxID, s.clock().UnixNano()).Scan(&n)
+	return n, err
+}

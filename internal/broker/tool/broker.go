@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -245,12 +246,21 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if len(ok) != len(refs) {
 		return nil, errors.New("tool broker: policy answer does not match the tool list")
 	}
+	seen := map[string]bool{}
 	for i, c := range cands {
 		if !ok[i] {
 			continue
 		}
-		t := *c.tool
+		var t mcp.Tool
+		if raw, err := json.Marshal(c.tool); err != nil || b.redactJSON(raw, &t) != nil {
+			b.log.Warn("tool not offered: its description could not be redacted", "server", c.up.Name, "tool", c.tool.Name)
+			continue
+		}
 		t.Name = c.up.Name + Separator + c.tool.Name
+		if seen[t.Name] {
+			return nil, fmt.Errorf("tool broker: two tools would both be offered as %q", t.Name)
+		}
+		seen[t.Name] = true
 		up, upTool, s := c.up, c.tool.Name, c.s
 		b.server.AddTool(&t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return b.call(ctx, up, upTool, s, req)
@@ -388,7 +398,7 @@ func (b *Broker) call(ctx context.Context, up *Upstream, tool string, s *schema,
 		out = errorResult("the tool server refused the call: "+msg, map[string]any{"status": "upstream_error", "code": wire.Code})
 	default:
 		end.Outcome = OutcomeAmbiguous
-		rc.Reason += "; outcome ambiguous: " + clip(err.Error(), 256)
+		rc.Reason += "; outcome ambiguous: " + b.redactor.RedactString(clip(err.Error(), 256))
 		out = errorResult("the tool call's outcome is unknown (the tool server did not answer); cordon quarantined it for an operator to reconcile. "+
 			"Do not assume it ran or did not run.", map[string]any{"status": "quarantined"})
 	}
@@ -442,7 +452,9 @@ func (b *Broker) begin(ctx context.Context, req *mcp.CallToolRequest, in Begin) 
 }
 
 // guardResult bounds the result, redacts custodied values and marks it
-// untrusted.
+// untrusted. Redaction walks the decoded value: every string (and object
+// key) is redacted as text, so a value the JSON encoder would escape
+// (&, <, >, quotes, control characters) is still found.
 func (b *Broker) guardResult(res *mcp.CallToolResult, rc *crossing.Receipt) (*mcp.CallToolResult, string) {
 	raw, err := json.Marshal(res)
 	if err != nil {
@@ -453,17 +465,59 @@ func (b *Broker) guardResult(res *mcp.CallToolResult, rc *crossing.Receipt) (*mc
 		return errorResult(fmt.Sprintf("cordon withheld the tool result: %d bytes, the limit is %d. The call did run.", len(raw), b.lim.MaxResultBytes),
 			map[string]any{"status": OutcomeTooLarge}), OutcomeTooLarge
 	}
-	red := b.redactor.Redact(raw)
 	var out mcp.CallToolResult
-	if err := json.Unmarshal(red, &out); err != nil {
+	if err := b.redactJSON(raw, &out); err != nil {
 		return errorResult("cordon: the redacted tool result is not valid; withheld", nil), OutcomeError
+	}
+	// cordon.dev/ is cordon's namespace: an upstream cannot speak for it.
+	for k := range out.Meta {
+		if strings.HasPrefix(k, metaPrefix) {
+			delete(out.Meta, k)
+		}
 	}
 	if out.Meta == nil {
 		out.Meta = mcp.Meta{}
 	}
-	out.Meta["cordon.dev/untrusted"] = true
-	out.Meta["cordon.dev/source"] = rc.Target
+	out.Meta[metaPrefix+"untrusted"] = true
+	out.Meta[metaPrefix+"source"] = rc.Target
 	return &out, OutcomeOK
+}
+
+// metaPrefix is cordon's namespace in _meta.
+const metaPrefix = "cordon.dev/"
+
+// redactJSON decodes raw, redacts every string and key in it, and decodes
+// the result into out.
+func (b *Broker) redactJSON(raw []byte, out any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return err
+	}
+	red, err := json.Marshal(b.redactValue(v))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(red, out)
+}
+
+func (b *Broker) redactValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return b.redactor.RedactString(x)
+	case []any:
+		for i := range x {
+			x[i] = b.redactValue(x[i])
+		}
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[b.redactor.RedactString(k)] = b.redactValue(e)
+		}
+		return m
+	}
+	return v
 }
 
 // replay returns the stored result of the original call.
@@ -499,7 +553,7 @@ func errorResult(msg string, structured map[string]any) *mcp.CallToolResult {
 
 // ServerName reports whether s is usable as an upstream name.
 func ServerName(s string) bool {
-	if s == "" || len(s) > 32 || strings.Contains(s, Separator) {
+	if s == "" || len(s) > 32 || strings.Contains(s, Separator) || strings.HasSuffix(s, "_") {
 		return false
 	}
 	for i, c := range s {

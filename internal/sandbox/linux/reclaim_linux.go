@@ -45,6 +45,11 @@ func Reclaim(ctx context.Context, st *store.Store, l cgroup.Layout) (Report, err
 			errs = append(errs, fmt.Errorf("reclaim %s: %w", r.ID, err))
 			continue
 		}
+		// Its gateway died with it: nothing it asked for stays live.
+		if err := st.ReleaseCrossings(ctx, r.ID); err != nil {
+			errs = append(errs, fmt.Errorf("release crossings of %s: %w", r.ID, err))
+			continue
+		}
 		if err := st.Finish(ctx, r.ID); err != nil {
 			errs = append(errs, fmt.Errorf("release lease of %s: %w", r.ID, err))
 			continue
