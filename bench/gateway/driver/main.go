@@ -283,10 +283,21 @@ func bench() error {
 	if err := os.WriteFile(keyFile, []byte(apiKey+"\n"), 0o600); err != nil {
 		return err
 	}
+	// Policy on, as in production: the allow-lists again in Cedar, plus a
+	// forbid every decision must also evaluate.
+	polFile := filepath.Join(work, "policy.cedar")
+	pol := fmt.Sprintf(`@id("models") permit(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-*" };
+@id("host") permit(principal, action == Action::"egress.connect", resource == Host::%q) when { context.port == %s };
+@id("no-opus") forbid(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-opus*" };
+`, hostName, hport)
+	if err := os.WriteFile(polFile, []byte(pol), 0o600); err != nil {
+		return err
+	}
 	cfg := fmt.Sprintf(`version: cordon/v1
 workload: %s
 tenant: acme
 purpose: benchmark
+policy: [`+polFile+`]
 models:
   - name: claude
     api: anthropic

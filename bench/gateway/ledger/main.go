@@ -27,6 +27,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -49,6 +51,7 @@ type req struct {
 	Broker  string                `json:"broker,omitempty"`
 	Want    crossing.Amount       `json:"want,omitempty"`
 	Streams int64                 `json:"streams,omitempty"`
+	Ask     *crossing.Ask         `json:"ask,omitempty"`
 	Res     *crossing.Reservation `json:"res,omitempty"`
 	Used    crossing.Amount       `json:"used,omitempty"`
 	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
@@ -124,7 +127,8 @@ func (t timings) time(name string, f func()) {
 func modelSeq(c *client, t timings) {
 	var r resp
 	t.time("reserve", func() {
-		r = c.call(req{Op: "reserve", Broker: "model", Want: crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 1024, Bytes: 4096}, Streams: 1})
+		r = c.call(req{Op: "reserve", Broker: "model", Want: crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 1024, Bytes: 4096}, Streams: 1,
+			Ask: &crossing.Ask{Action: "model.invoke", Resource: "Model", Target: "claude-bench"}})
 	})
 	t.time("settle", func() {
 		c.call(req{Op: "settle", Res: &r.Res, Used: crossing.Amount{Requests: 1, InputTokens: 1024, OutputTokens: 10, Bytes: 6600}})
@@ -134,7 +138,10 @@ func modelSeq(c *client, t timings) {
 
 func egressSeq(c *client, t timings) {
 	var main, c1, c2 resp
-	t.time("reserve", func() { main = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{Connections: 1}}) })
+	t.time("reserve", func() {
+		main = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{Connections: 1},
+			Ask: &crossing.Ask{Action: "egress.connect", Resource: "Host", Target: "bench.test", Port: 443}})
+	})
 	t.time("reserve", func() { c1 = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{EgressBytes: 1 << 20}}) })
 	t.time("reserve", func() { c2 = c.call(req{Op: "reserve", Broker: "egress", Want: crossing.Amount{EgressBytes: 1 << 20}}) })
 	t.time("settle", func() { c.call(req{Op: "settle", Res: &c1.Res}) })
@@ -203,7 +210,16 @@ func main() {
 	must(err)
 	cconn, err := net.FileConn(os.NewFile(uintptr(pair[1]), "client"))
 	must(err)
-	srv := &gateway.LedgerServer{Store: st, ID: id, Budget: b, Logger: slog.New(slog.DiscardHandler)}
+	// Policy on, as in production.
+	polFile := filepath.Join(os.TempDir(), fmt.Sprintf("cordon-bench-ledger-%d.cedar", os.Getpid()))
+	must(os.WriteFile(polFile, []byte(`@id("models") permit(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-*" };
+@id("host") permit(principal, action == Action::"egress.connect", resource == Host::"bench.test");
+@id("no-opus") forbid(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-opus*" };
+`), 0o600))
+	pol, err := policy.Load(polFile)
+	os.Remove(polFile)
+	must(err)
+	srv := &gateway.LedgerServer{Store: st, ID: id, Budget: b, Logger: slog.New(slog.DiscardHandler), Policy: pol}
 	go srv.Serve(sconn)
 	c := &client{conn: cconn, pending: map[uint64]chan resp{}}
 	go c.read()
