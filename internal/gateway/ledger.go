@@ -285,17 +285,28 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}
 	if err != nil {
-		resp.Err = err.Error()
-		switch {
-		case errors.Is(err, crossing.ErrBudgetExceeded):
-			resp.Kind = "budget"
-		case errors.Is(err, crossing.ErrPolicyDenied):
-			resp.Kind = "policy"
-		default:
-			resp.Kind = "unavailable"
-		}
+		resp.Err, resp.Kind = err.Error(), errKind(err)
 	}
 	return resp
+}
+
+// errKind is the wire kind of a refusal; the client maps it back.
+func errKind(err error) string {
+	switch {
+	case errors.Is(err, crossing.ErrBudgetExceeded):
+		return "budget"
+	case errors.Is(err, crossing.ErrPolicyDenied):
+		return "policy"
+	case errors.Is(err, tool.ErrKeyReused):
+		return kindKeyReused
+	case errors.Is(err, tool.ErrInProgress):
+		return kindInProgress
+	case errors.Is(err, tool.ErrQuarantined):
+		return kindQuarantined
+	case errors.Is(err, tool.ErrDenied):
+		return kindApprovalDenied
+	}
+	return "unavailable"
 }
 
 // ledgerClient is the gateway's side: a crossing.Ledger over the socket.

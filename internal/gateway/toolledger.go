@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -84,42 +83,14 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}
 	if err != nil {
-		resp.Err = err.Error()
-		switch {
-		case errors.Is(err, crossing.ErrBudgetExceeded):
-			resp.Kind = "budget"
-		case errors.Is(err, crossing.ErrPolicyDenied):
-			resp.Kind = "policy"
-		case errors.Is(err, tool.ErrKeyReused):
-			resp.Kind = kindKeyReused
-		case errors.Is(err, tool.ErrInProgress):
-			resp.Kind = kindInProgress
-		case errors.Is(err, tool.ErrQuarantined):
-			resp.Kind = kindQuarantined
-		case errors.Is(err, tool.ErrDenied):
-			resp.Kind = kindApprovalDenied
-		default:
-			resp.Kind = "unavailable"
-		}
+		resp.Err, resp.Kind = err.Error(), errKind(err)
 	}
 	return resp
 }
 
 // offered reports whether the config offers server's tool name.
 func (tp *ToolPolicy) offered(server, name string) bool {
-	if !tp.Servers[server] {
-		return false
-	}
-	globs := tp.Allow[server]
-	if len(globs) == 0 {
-		return true
-	}
-	for _, g := range globs {
-		if ok, _ := path.Match(g, name); ok {
-			return true
-		}
-	}
-	return false
+	return tp.Servers[server] && tool.Allowed(tp.Allow[server], name)
 }
 
 // maxKeyBytes bounds a replay key ("key:" or "rpc:SESSION:" and the id).

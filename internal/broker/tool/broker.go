@@ -222,7 +222,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 			if n++; n > l.MaxTools {
 				return nil, fmt.Errorf("tool server %s offers more than %d tools", up.Name, l.MaxTools)
 			}
-			if !allowed(up.Allow, t.Name) {
+			if !Allowed(up.Allow, t.Name) {
 				continue
 			}
 			name := up.Name + Separator + t.Name
@@ -284,7 +284,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.handler.ServeHTTP(w, r)
 }
 
-func allowed(globs []string, name string) bool {
+// Allowed reports whether name matches one of globs (path.Match); no
+// globs allow every name.
+func Allowed(globs []string, name string) bool {
 	if len(globs) == 0 {
 		return true
 	}
