@@ -19,9 +19,12 @@ import (
 // gatewayPlan is a loaded configuration with its custodian, ready to start
 // a gateway once the sandbox is admitted.
 type gatewayPlan struct {
-	cfg    *config.Config
-	cust   *custody.Custodian
-	policy *policy.Set
+	cfg     *config.Config
+	secrets map[string][]byte // the custodied values, by name
+	policy  *policy.Set
+	// lab: FULL_CONTROL_LAB (daemon sandboxes): no approval waits, no
+	// budget limits (policy is already permit-all).
+	lab bool
 }
 
 // prepareGateway loads --config and the custodian, refuses a configuration
@@ -64,7 +67,7 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 	}
 	// The gateway's variables come last so they win over --env.
 	spec.Env = append(spec.Env, gateway.Env()...)
-	return &gatewayPlan{cfg: cfg, cust: cust, policy: pol}, nil
+	return &gatewayPlan{cfg: cfg, secrets: values, policy: pol}, nil
 }
 
 // visibleInSandbox reports whether a host path can be seen from inside: it
@@ -116,18 +119,14 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 	for _, t := range c.Tools {
 		cc.Tools = append(cc.Tools, gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential})
 	}
-	for _, n := range p.cust.Names() {
-		v, err := p.cust.Secret(n)
-		if err != nil {
-			return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
-		}
+	for n, v := range p.secrets {
 		cc.Secrets[n] = v
 	}
 	var pipes []gateway.ToolPipe
 	if tools != nil {
 		pipes, tools.pipes = tools.pipes, nil // the gateway process owns them now
 	}
-	return startGateway(sb, st, log, cc, p.policy, c, pipes)
+	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab)
 }
 
 // egressConfig is an egress allow-list as the gateway process gets it.
@@ -147,7 +146,7 @@ func egressConfig(e config.Egress) gateway.Egress {
 
 // startGateway starts one sandbox's gateway process as the top uid of the
 // sandbox's lease, in the sandbox's cgroups.
-func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe) (*gateway.Process, error) {
+func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe, lab bool) (*gateway.Process, error) {
 	pid := 0
 	if ip, ok := sb.(interface{ InitPid() int }); ok {
 		pid = ip.InitPid()
@@ -174,12 +173,17 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	for _, t := range cc.Tools {
 		servers[t.Name], allow[t.Name] = true, t.Allow
 	}
+	budget := store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window}
+	callLimit := c.Budgets.ToolCalls
+	if lab {
+		budget, callLimit = store.Budget{Window: c.Budgets.Window}, 0 // FULL_CONTROL_LAB: counted, not limited
+	}
 	proc, err := gateway.Start(gateway.StartOptions{
 		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
-		Budget: store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window},
+		Budget: budget,
 		Policy: pol,
 		Tools: gateway.ToolPolicy{Servers: servers, Allow: allow, MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
-			CallLimit: c.Budgets.ToolCalls, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL},
+			CallLimit: callLimit, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL, SkipApprovals: lab},
 		ToolPipes: pipes,
 	})
 	if err != nil {

@@ -55,9 +55,9 @@ func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool,
 		env = append(env, k+"="+t.Env[k])
 	}
 	for _, k := range sortedKeys(t.SecretEnv) {
-		v, err := p.cust.Secret(t.SecretEnv[k])
-		if err != nil {
-			return sandbox.Fail(sandbox.KindCustody, "custodian", err)
+		v, ok := p.secrets[t.SecretEnv[k]]
+		if !ok {
+			return sandbox.Failf(sandbox.KindCustody, "custodian", "secret %q is not custodied", t.SecretEnv[k])
 		}
 		env = append(env, k+"="+string(v))
 	}
@@ -128,7 +128,7 @@ func (p *gatewayPlan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log 
 		Egress:   egressConfig(t.Egress),
 		Secrets:  map[string][]byte{},
 	}
-	return startGateway(sb, st, log, cc, p.policy, c, nil)
+	return startGateway(sb, st, log, cc, p.policy, c, nil, false)
 }
 
 // stop ends every tool server and its gateway, and releases their leases.

@@ -265,10 +265,22 @@ func Load(path string) (*Config, error) {
 	return Parse(b, path)
 }
 
+// ParseDetached parses a configuration that arrived as bytes from
+// another process (the daemon's case): nothing on this host's filesystem
+// is looked at — policy file names are kept as given (their contents
+// travel separately), and no path is stat'ed.
+func ParseDetached(b []byte, source string) (*Config, error) {
+	return parse(b, source, true)
+}
+
 // Parse parses and validates a configuration. source names it in errors.
 // A returned error is an *Error or several joined with errors.Join, in
 // line order; errors.As finds the first.
 func Parse(b []byte, source string) (*Config, error) {
+	return parse(b, source, false)
+}
+
+func parse(b []byte, source string, detached bool) (*Config, error) {
 	if len(b) > MaxFileBytes {
 		return nil, &Error{Source: source, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}
 	}
@@ -296,6 +308,7 @@ func Parse(b []byte, source string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	ix.detached = detached
 	// Second pass: strict decoding into the raw schema.
 	var raw rawConfig
 	dec = yaml.NewDecoder(bytes.NewReader(b))

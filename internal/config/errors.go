@@ -85,6 +85,8 @@ type index struct {
 	// for decoder errors that only carry a line.
 	lines map[int]string
 	errs  []*Error
+	// detached: parse without touching the filesystem (ParseDetached).
+	detached bool
 }
 
 func newIndex(source string, doc *yaml.Node) (*index, error) {

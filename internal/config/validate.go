@@ -327,6 +327,10 @@ func buildPolicy(c *Config, files []string, ix *index) {
 			ix.errf(p, "want the path of a Cedar policy file, e.g. policy/default.cedar")
 			continue
 		}
+		if ix.detached {
+			c.Policy = append(c.Policy, filepath.Base(f))
+			continue
+		}
 		resolved := f
 		if !filepath.IsAbs(f) {
 			resolved = filepath.Join(dir, f)

@@ -272,6 +272,14 @@ func Start(o StartOptions) (*Process, error) {
 	}
 }
 
+// Kill ends the gateway process at once (emergency stop): its listeners
+// close with it. Stop still has to be called to release what it held.
+func (p *Process) Kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+	}
+}
+
 // Stop ends the gateway process (its listeners close with it) and drops
 // any budget it still held.
 func (p *Process) Stop() error {

@@ -36,6 +36,9 @@ type ToolPolicy struct {
 	// ApprovalTTL is how long an approval request stays open, and how
 	// long an approval can be used once given.
 	ApprovalTTL time.Duration
+	// SkipApprovals: FULL_CONTROL_LAB — approval-required permits do not
+	// wait (the receipt's policy decision still says approval_required).
+	SkipApprovals bool
 }
 
 // Kinds of tool refusals on the wire.
@@ -146,7 +149,7 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 		return tool.Began{Policy: d}, err
 	}
 	var approval string
-	if d.ApprovalRequired {
+	if d.ApprovalRequired && !s.Tools.SkipApprovals {
 		if in.Key != "" {
 			old, err := s.Store.LookupToolCall(ctx, s.ID.Workload, in.Key)
 			switch {

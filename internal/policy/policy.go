@@ -138,6 +138,29 @@ func Load(files ...string) (*Set, error) {
 	return build(srcs)
 }
 
+// Source is one policy file's name and contents, for policies that
+// arrive as bytes (the daemon gets them from the client, never by path).
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// LoadSources is Load for contents already read; the digest is the same
+// as Load's for the same base names and bytes.
+func LoadSources(srcs ...Source) (*Set, error) {
+	if len(srcs) == 0 {
+		return nil, ErrNoFiles
+	}
+	in := make([]source, 0, len(srcs))
+	for _, s := range srcs {
+		if len(s.Data) > MaxFileBytes {
+			return nil, &LoadError{File: s.Name, Err: fmt.Errorf("larger than %d bytes", MaxFileBytes)}
+		}
+		in = append(in, source{name: s.Name, data: s.Data})
+	}
+	return build(in)
+}
+
 func readFile(name string) ([]byte, error) {
 	f, err := os.Open(name)
 	if err != nil {

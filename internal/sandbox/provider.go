@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"time"
 )
 
@@ -42,11 +43,15 @@ type Limits struct {
 
 // Spec is a request for one sandbox running one program.
 type Spec struct {
-	ID                  string
-	Workload            string
-	Argv                []string // argv only, never a shell string
-	Env                 []string // K=V, added to the sandbox defaults
-	Workspace           string   // host dir bound at /workspace, "" for none
+	ID        string
+	Workload  string
+	Argv      []string // argv only, never a shell string
+	Env       []string // K=V, added to the sandbox defaults
+	Workspace string   // host dir bound at /workspace, "" for none
+	// WorkspaceFile, instead of Workspace, is a directory the caller
+	// opened itself (the daemon gets it over SCM_RIGHTS): bound at
+	// /workspace by this descriptor, never by a path.
+	WorkspaceFile       *os.File
 	UnsafeRootWorkspace bool
 	Binds               []Bind
 	Rootfs              string // explicit read-only root, "" for the synthesized base

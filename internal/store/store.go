@@ -119,7 +119,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 4
+	schemaVersion = 5
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -312,7 +312,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1, 2, 3: // 3: written while the version-3 fragments were still empty
+	case 0, 1, 2, 3, 4: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
@@ -342,7 +342,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if done, err := checkVersion(v); done || err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, schema+logSchema+approvalSchema+toolCallSchema); err != nil {
+	if _, err := tx.ExecContext(ctx, schema+logSchema+approvalSchema+toolCallSchema+daemonSchema+stateSchema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {

@@ -1,0 +1,81 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// NewID returns a fresh sandbox id (the daemon writes its record with it
+// before provisioning).
+func NewID() string { return newID() }
+
+// ReleaseRecord releases the host resources of sandbox id from its
+// record alone, when no live handle exists (a daemon that restarted):
+// every process in its cgroups is killed, the cgroups removed, its run
+// socket deleted and its write-ahead record deleted (releasing the
+// lease). A missing record is not an error. Idempotent.
+func ReleaseRecord(ctx context.Context, st *store.Store, p *Provider, id string) error {
+	var errs []error
+	g := cgroup.Open(p.Layout(), id)
+	if err := g.Kill(); err != nil {
+		errs = append(errs, fmt.Errorf("kill: %w", err))
+	}
+	if err := g.Remove(); err != nil {
+		errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+	}
+	os.Remove(filepath.Join(p.opts.StateDir, "run", id+".sock"))
+	if len(errs) == 0 {
+		if err := st.Finish(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("release lease: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openWorkspaceFile validates a workspace directory the caller opened and
+// holds it for binding, exactly as a --workspace path would be checked
+// (writable-bind owner rules, no Unix socket anywhere in it), but by the
+// descriptor: no path is resolved.
+func openWorkspaceFile(f *os.File, stateDir string, unsafeRoot bool) (*hostPath, error) {
+	fd, err := unix.Openat(int(f.Fd()), ".", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, sandbox.Failf(sandbox.KindUsage, "workspace", "the workspace descriptor is not a directory: %v", err)
+	}
+	path, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	h := &hostPath{fd: fd, path: path, writable: true, target: "/workspace"}
+	if err := unix.Fstat(fd, &h.st); err != nil {
+		h.close()
+		return nil, sandbox.Fail(sandbox.KindUsage, "workspace", err)
+	}
+	for _, r := range refusedSources {
+		if path == r || (r != "/" && under(path, r)) {
+			h.close()
+			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "%s may not be bound into a sandbox", path)
+		}
+	}
+	if under(path, stateDir) || under(stateDir, path) {
+		h.close()
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "%s holds or is inside cordon's state directory", path)
+	}
+	if (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
+		h.close()
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "%s is owned by %d:%d (root or a system account or group); a writable workspace needs a user's uid and gid >= %d", path, h.st.Uid, h.st.Gid, minUserUID)
+	}
+	if sock, err := findSocketFD(h.fd, 200000); err != nil {
+		h.close()
+		return nil, sandbox.Fail(sandbox.KindPolicyRejected, "workspace", err)
+	} else if sock != "" {
+		h.close()
+		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "the workspace holds a Unix socket (%s); socket-holding directories are never bound", sock)
+	}
+	return h, nil
+}
