@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -126,7 +127,18 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 	if tools != nil {
 		pipes, tools.pipes = tools.pipes, nil // the gateway process owns them now
 	}
-	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab)
+	// The workload's managed state: its retention applies to what is
+	// stored before the program can read any of it.
+	sp := &gateway.StatePolicy{QuotaBytes: c.State.QuotaBytes, QuotaEntries: c.State.QuotaEntries,
+		MaxValueBytes: c.State.MaxValueBytes, Retention: c.State.Retention}
+	if _, err := st.RetainState(context.Background(), gateway.StateScope(cc.Identity), sp.Retention); err != nil {
+		for _, tp := range pipes {
+			tp.In.Close()
+			tp.Out.Close()
+		}
+		return nil, sandbox.Fail(sandbox.KindStore, "state retention", err)
+	}
+	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab, sp)
 }
 
 // egressConfig is an egress allow-list as the gateway process gets it.
@@ -145,8 +157,9 @@ func egressConfig(e config.Egress) gateway.Egress {
 }
 
 // startGateway starts one sandbox's gateway process as the top uid of the
-// sandbox's lease, in the sandbox's cgroups.
-func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe, lab bool) (*gateway.Process, error) {
+// sandbox's lease, in the sandbox's cgroups. state nil: the sandbox has no
+// managed state (a tool server's gateway).
+func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe, lab bool, state *gateway.StatePolicy) (*gateway.Process, error) {
 	pid := 0
 	if ip, ok := sb.(interface{ InitPid() int }); ok {
 		pid = ip.InitPid()
@@ -185,6 +198,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		Tools: gateway.ToolPolicy{Servers: servers, Allow: allow, MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
 			CallLimit: callLimit, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL, SkipApprovals: lab},
 		ToolPipes: pipes,
+		State:     state,
 	})
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindStart, "gateway", fmt.Errorf("%w", err))

@@ -128,7 +128,7 @@ func (p *gatewayPlan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log 
 		Egress:   egressConfig(t.Egress),
 		Secrets:  map[string][]byte{},
 	}
-	return startGateway(sb, st, log, cc, p.policy, c, nil, false)
+	return startGateway(sb, st, log, cc, p.policy, c, nil, false, nil) // no managed state for a tool server
 }
 
 // stop ends every tool server and its gateway, and releases their leases.

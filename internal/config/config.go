@@ -73,6 +73,9 @@ type Config struct {
 	Tools []Tool
 	// Approvals configure how calls wait for approval. Key: approvals.
 	Approvals Approvals
+	// State bounds the workload's managed state (the state broker). Key:
+	// state.
+	State State
 	// Policy lists the Cedar policy files every crossing must also
 	// satisfy, in order (package policy loads and validates them). Each is
 	// an existing regular file, listed once; relative paths in the file

@@ -114,6 +114,7 @@ secrets:
 			MaxToolArgumentBytes: DefaultMaxToolArgBytes, MaxToolResultBytes: DefaultMaxToolResultBytes, MaxMCPMessageBytes: DefaultMaxMCPMessageBytes},
 		Secrets:   map[string]Secret{"anthropic-key": {Env: "ANTHROPIC_API_KEY"}, "openai-key": {File: "/etc/cordon/openai"}},
 		Approvals: defaultApprovals(),
+		State:     defaultState(),
 	}
 	if d := cmp.Diff(want, got, cmpNet...); d != "" {
 		t.Errorf("Parse mismatch (-want +got):\n%s", d)
@@ -128,7 +129,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse = %v", err)
 	}
-	want := &Config{Version: Version, Workload: "demo", Tenant: "acme", Purpose: "coding", Limits: defaultLimits(), Secrets: map[string]Secret{}, Approvals: defaultApprovals()}
+	want := &Config{Version: Version, Workload: "demo", Tenant: "acme", Purpose: "coding", Limits: defaultLimits(), Secrets: map[string]Secret{}, Approvals: defaultApprovals(), State: defaultState()}
 	if d := cmp.Diff(want, c, cmpNet...); d != "" {
 		t.Errorf("Parse mismatch (-want +got):\n%s", d)
 	}

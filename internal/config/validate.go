@@ -33,6 +33,7 @@ type rawConfig struct {
 	Secrets   map[string]rawSecret `yaml:"secrets"`
 	Tools     []rawTool            `yaml:"tools"`
 	Approvals rawApprovals         `yaml:"approvals"`
+	State     rawState             `yaml:"state"`
 	Policy    []string             `yaml:"policy"`
 }
 
@@ -311,6 +312,7 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 	}
 	buildTools(c, raw, ix)
+	buildState(c, &raw.State, ix)
 	buildPolicy(c, raw.Policy, ix)
 	return c
 }

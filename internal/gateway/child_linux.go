@@ -22,6 +22,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
 	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
 )
@@ -88,6 +89,9 @@ func ChildMain() int {
 		return fail("tool broker", err)
 	}
 	handlers["tools"] = tb
+	if handlers["state"], err = state.New(state.Options{Ledger: ledger, Logger: log}); err != nil {
+		return fail("state broker", err)
+	}
 	var servers []*http.Server
 	var wg sync.WaitGroup
 	for i, name := range cfg.Listeners {

@@ -8,6 +8,7 @@ const (
 	ModelPort  = 80 // Model Access Broker: Anthropic and OpenAI routes
 	EgressPort = 81 // HTTP/HTTPS proxy (CONNECT and absolute-form)
 	ToolsPort  = 82 // MCP (streamable HTTP) at /mcp: the tool broker
+	StatePort  = 83 // managed state (HTTP) at /v1/state: the state broker
 )
 
 // Placeholder keys: clients refuse to start without a key, so the agent
@@ -32,8 +33,12 @@ func Env() []string {
 		"http_proxy=" + proxy, "https_proxy=" + proxy,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 		"CORDON_MCP_URL=" + MCPURL(),
+		"CORDON_STATE_URL=" + StateURL(),
 	}
 }
 
 // MCPURL is the tool broker's MCP endpoint inside every sandbox.
 func MCPURL() string { return fmt.Sprintf("http://127.0.0.1:%d/mcp", ToolsPort) }
+
+// StateURL is the state broker's API root inside every sandbox.
+func StateURL() string { return fmt.Sprintf("http://127.0.0.1:%d/v1/state", StatePort) }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/policy"
@@ -36,7 +37,7 @@ const (
 
 type ledgerReq struct {
 	ID      uint64                `json:"id"`
-	Op      string                `json:"op"` // reserve, settle, settle_record, record, tool_*
+	Op      string                `json:"op"` // reserve, settle, settle_record, record, tool_*, state_*
 	Broker  string                `json:"broker,omitempty"`
 	Want    crossing.Amount       `json:"want,omitempty"`
 	Streams int64                 `json:"streams,omitempty"`
@@ -50,6 +51,9 @@ type ledgerReq struct {
 	End      *tool.End     `json:"end,omitempty"`
 	Approval string        `json:"approval,omitempty"`
 	Wait     time.Duration `json:"wait,omitempty"`
+	// State broker operations (stateledger.go); the op is "state_" and
+	// the request's op.
+	State *state.Request `json:"state,omitempty"`
 }
 
 type ledgerResp struct {
@@ -63,6 +67,8 @@ type ledgerResp struct {
 	Began         *tool.Began `json:"began,omitempty"`
 	ReceiptID     int64       `json:"receipt_id,omitempty"`
 	ApprovalState string      `json:"approval_state,omitempty"`
+	// State broker answer.
+	StateResp *state.Response `json:"state_resp,omitempty"`
 }
 
 // LedgerServer answers the gateway's ledger requests from the store. The
@@ -78,6 +84,8 @@ type LedgerServer struct {
 	Policy *policy.Set
 	// Tools is the tool broker's privileged side; nil refuses tool ops.
 	Tools *ToolPolicy
+	// State bounds the sandbox's managed state; nil refuses state ops.
+	State *StatePolicy
 	// Ready is closed when the gateway reports it serves its listeners.
 	Ready chan struct{}
 
@@ -142,6 +150,7 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 		<-done
 	}()
 	tools := semaphore.NewWeighted(maxToolOps)
+	states := semaphore.NewWeighted(maxStateOps)
 	buf := make([]byte, maxLedgerMessage)
 	for {
 		n, err := conn.Read(buf)
@@ -169,6 +178,18 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 			go func() {
 				defer tools.Release(1)
 				reply(s.handleTool(req))
+			}()
+			continue
+		}
+		if strings.HasPrefix(req.Op, "state_") {
+			// Each state operation is its own transaction, with its receipt.
+			if !states.TryAcquire(1) {
+				reply(ledgerResp{ID: req.ID, Err: "too many state operations in flight", Kind: "unavailable"})
+				continue
+			}
+			go func() {
+				defer states.Release(1)
+				reply(s.handleState(req))
 			}()
 			continue
 		}
@@ -262,6 +283,11 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		}
 		rc := *req.Receipt
 		rc.Identity = s.ID
+		if rc.Broker == state.Name {
+			// The privileged side writes every state receipt itself.
+			err = errors.New("record: state receipts come only from state operations")
+			break
+		}
 		if rc.Broker == tool.Name && rc.Decision == crossing.Allow {
 			// A tool call is recorded allowed only by tool_end, from the
 			// call this side began.

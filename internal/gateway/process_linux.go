@@ -101,7 +101,7 @@ type ChildConfig struct {
 	Tools      []ToolServer      `json:"tools,omitempty"`
 	ToolLimits ToolLimits        `json:"tool_limits"`
 	Secrets    map[string][]byte `json:"secrets"`
-	Listeners  []string          `json:"listeners"` // "model", "egress", "tools"
+	Listeners  []string          `json:"listeners"` // "model", "egress", "tools", "state"
 	Version    string            `json:"version,omitempty"`
 }
 
@@ -128,6 +128,9 @@ type StartOptions struct {
 	Policy *policy.Set
 	// Tools configures the tool broker's privileged side.
 	Tools ToolPolicy
+	// State bounds the sandbox's managed state (the state broker); nil
+	// refuses every state operation.
+	State *StatePolicy
 	// ToolPipes are the pipes of the Stdio entries of Config.Tools, in
 	// order; Start closes them in this process once handed over.
 	ToolPipes []ToolPipe
@@ -158,8 +161,8 @@ func Start(o StartOptions) (*Process, error) {
 	if o.UID == 0 || o.GID == 0 {
 		o.UID, o.GID = DefaultUID, DefaultUID
 	}
-	ports := map[string]int{"model": ModelPort, "egress": EgressPort, "tools": ToolsPort}
-	o.Config.Listeners = []string{"model", "egress", "tools"}
+	ports := map[string]int{"model": ModelPort, "egress": EgressPort, "tools": ToolsPort, "state": StatePort}
+	o.Config.Listeners = []string{"model", "egress", "tools", "state"}
 	var ps []int
 	for _, n := range o.Config.Listeners {
 		ps = append(ps, ports[n])
@@ -256,7 +259,7 @@ func Start(o StartOptions) (*Process, error) {
 		tools.ApprovalTTL = DefaultApprovalTTL
 	}
 	srv := &LedgerServer{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready,
-		Policy: o.Policy, Tools: &tools}
+		Policy: o.Policy, Tools: &tools, State: o.State}
 	go srv.Serve(ledgerConn)
 	// The program starts only once its way out is up: a gateway that failed
 	// to start refuses the run rather than leaving it without a broker.

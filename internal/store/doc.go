@@ -52,6 +52,9 @@
 //   - Never store secrets: no credentials, tokens, environment values, policy
 //     source or agent traffic. Records hold identifiers, host paths and pids,
 //     which are trusted-side facts and must not be shown to the agent either.
+//     The one exception is managed state (state.go): values an agent asked
+//     to keep, stored as written, bounded by its scope's quota, and never
+//     shown to another scope.
 //   - Never open a database or state directory that another user can write:
 //     whoever can edit the lease table can make two sandboxes share ids.
 //

@@ -17,15 +17,19 @@ import (
 // query names the whole scope, so an entry of another scope cannot be
 // addressed at all: to a reader it is the same as no entry.
 //
-// state_scopes keeps each scope's last version: versions increase within
-// a scope and are never reused, even after a delete or a reset, so a
-// stale version can never match a later entry.
+// state_scopes keeps each scope's last version — versions increase
+// within a scope and are never reused, even after a delete or a reset, so
+// a stale version can never match a later entry — and what the scope
+// holds, kept by triggers on every insert, update and delete of an entry
+// (whichever code path makes it), so the quota check reads one row.
 const stateSchema = `
 CREATE TABLE IF NOT EXISTS state_scopes (
 	tenant       TEXT    NOT NULL,
 	workload     TEXT    NOT NULL,
 	purpose      TEXT    NOT NULL,
 	last_version INTEGER NOT NULL DEFAULT 0 CHECK (last_version >= 0),
+	bytes        INTEGER NOT NULL DEFAULT 0 CHECK (bytes >= 0),   -- keys and values of its entries
+	entries      INTEGER NOT NULL DEFAULT 0 CHECK (entries >= 0),
 	PRIMARY KEY (tenant, workload, purpose)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS state_entries (
@@ -40,11 +44,26 @@ CREATE TABLE IF NOT EXISTS state_entries (
 	expires    INTEGER NOT NULL DEFAULT 0,            -- unix nanoseconds; 0: kept until deleted
 	sandbox_id TEXT    NOT NULL,                      -- provenance: the sandbox that wrote the value
 	receipt_id INTEGER NOT NULL,                      -- provenance: the write's receipt
-	value      BLOB    NOT NULL,                      -- last: counting a scope's usage never reads it
+	value      BLOB    NOT NULL,
 	PRIMARY KEY (tenant, workload, purpose, key)
 ) STRICT;
-CREATE INDEX IF NOT EXISTS state_entries_usage ON state_entries (tenant, workload, purpose, key, size);
 CREATE INDEX IF NOT EXISTS state_entries_expires ON state_entries (expires) WHERE expires != 0;
+CREATE TRIGGER IF NOT EXISTS state_entries_usage_i AFTER INSERT ON state_entries BEGIN
+	INSERT INTO state_scopes (tenant, workload, purpose, bytes, entries)
+		VALUES (new.tenant, new.workload, new.purpose, length(CAST(new.key AS BLOB)) + new.size, 1)
+		ON CONFLICT (tenant, workload, purpose) DO UPDATE SET bytes = bytes + excluded.bytes, entries = entries + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS state_entries_usage_u AFTER UPDATE OF tenant, workload, purpose, key, size ON state_entries BEGIN
+	UPDATE state_scopes SET bytes = bytes - (length(CAST(old.key AS BLOB)) + old.size), entries = entries - 1
+		WHERE tenant = old.tenant AND workload = old.workload AND purpose = old.purpose;
+	INSERT INTO state_scopes (tenant, workload, purpose, bytes, entries)
+		VALUES (new.tenant, new.workload, new.purpose, length(CAST(new.key AS BLOB)) + new.size, 1)
+		ON CONFLICT (tenant, workload, purpose) DO UPDATE SET bytes = bytes + excluded.bytes, entries = entries + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS state_entries_usage_d AFTER DELETE ON state_entries BEGIN
+	UPDATE state_scopes SET bytes = bytes - (length(CAST(old.key AS BLOB)) + old.size), entries = entries - 1
+		WHERE tenant = old.tenant AND workload = old.workload AND purpose = old.purpose;
+END;
 `
 
 // Errors of managed state.
@@ -225,6 +244,13 @@ func (s *Store) GetState(ctx context.Context, sc StateScope, key string, rc *cro
 	return e, rid, err
 }
 
+func entries(n int64) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return fmt.Sprintf("%d entries", n)
+}
+
 func appendReason(r, more string) string {
 	if r == "" {
 		return more
@@ -258,11 +284,13 @@ func purgeExpired(ctx context.Context, tx *sql.Tx, now time.Time) (int64, error)
 	return res.RowsAffected()
 }
 
-func usageIn(ctx context.Context, tx *sql.Tx, sc StateScope, now time.Time) (StateUsage, error) {
+// usageIn is what sc holds. Entries past their retention count until
+// they are removed: callers purge first.
+func usageIn(ctx context.Context, tx *sql.Tx, sc StateScope) (StateUsage, error) {
 	var u StateUsage
-	err := tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(length(CAST(key AS BLOB)) + size), 0) FROM state_entries
-		WHERE tenant = ? AND workload = ? AND purpose = ? AND `+live, sc.Tenant, sc.Workload, sc.Purpose, now.UnixNano()).Scan(&u.Entries, &u.Bytes)
-	if err != nil {
+	err := tx.QueryRowContext(ctx, `SELECT bytes, entries FROM state_scopes WHERE tenant = ? AND workload = ? AND purpose = ?`,
+		sc.Tenant, sc.Workload, sc.Purpose).Scan(&u.Bytes, &u.Entries)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return u, unavailable(err)
 	}
 	return u, nil
@@ -301,7 +329,7 @@ func (s *Store) PutState(ctx context.Context, sc StateScope, w StateWrite, lim S
 			w.IfExists && !exists, w.IfAbsent && exists:
 			return &StateStaleError{Current: old.Version}
 		}
-		u, err := usageIn(ctx, tx, sc, now)
+		u, err := usageIn(ctx, tx, sc)
 		if err != nil {
 			return err
 		}
@@ -389,9 +417,10 @@ func (s *Store) DeleteState(ctx context.Context, sc StateScope, key string, ifMa
 	return rid, err
 }
 
-// ListState returns a page of sc's live entries in key order, and what
-// the scope holds. rc, when not nil, is recorded in the same transaction
-// with BytesOut set to the values' bytes.
+// ListState removes every entry past its retention, then returns a page
+// of sc's entries in key order and what the scope holds. rc, when not
+// nil, is recorded in the same transaction with BytesOut set to the
+// values' bytes.
 func (s *Store) ListState(ctx context.Context, sc StateScope, q StateQuery, rc *crossing.Receipt) (StatePage, int64, error) {
 	if err := sc.valid(); err != nil {
 		return StatePage{}, 0, err
@@ -403,6 +432,9 @@ func (s *Store) ListState(ctx context.Context, sc StateScope, q StateQuery, rc *
 	var rid int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		now := s.clock()
+		if _, err := purgeExpired(ctx, tx, now); err != nil {
+			return err
+		}
 		var err error
 		if p, err = listStateIn(ctx, tx, sc, q, now); err != nil {
 			return err
@@ -413,7 +445,7 @@ func (s *Store) ListState(ctx context.Context, sc StateScope, q StateQuery, rc *
 				n += int64(len(e.Value))
 			}
 			rc.BytesOut = n
-			rc.Reason = appendReason(rc.Reason, fmt.Sprintf("%d entries", len(p.Entries)))
+			rc.Reason = appendReason(rc.Reason, entries(int64(len(p.Entries))))
 			rid, err = recordTx(ctx, tx, *rc)
 		}
 		return err
@@ -424,7 +456,7 @@ func (s *Store) ListState(ctx context.Context, sc StateScope, q StateQuery, rc *
 func listStateIn(ctx context.Context, tx *sql.Tx, sc StateScope, q StateQuery, now time.Time) (StatePage, error) {
 	var p StatePage
 	var err error
-	if p.Usage, err = usageIn(ctx, tx, sc, now); err != nil {
+	if p.Usage, err = usageIn(ctx, tx, sc); err != nil {
 		return p, err
 	}
 	cols := stateCols
@@ -484,7 +516,7 @@ func (s *Store) ResetState(ctx context.Context, sc StateScope, rc *crossing.Rece
 		}
 		n, _ = res.RowsAffected()
 		if rc != nil {
-			rc.Reason = appendReason(rc.Reason, fmt.Sprintf("%d entries removed", n))
+			rc.Reason = appendReason(rc.Reason, entries(n)+" removed")
 			rid, err = recordTx(ctx, tx, *rc)
 		}
 		return err
