@@ -137,9 +137,9 @@ func main() {
 	out["density"] = map[string]any{
 		"requested": *density, "running": running, "failed": failed, "seconds": took.Seconds(),
 		"daemon_rss_kib_before": rss0, "daemon_rss_kib_after": rss1,
-		"daemon_rss_kib_per_sandbox": float64(rss1-rss0) / float64(max(made, 1)),
-		"daemon_pss_kib_per_sandbox": float64(pss1-pss0) / float64(max(made, 1)),
-		"daemon_threads":             threads,
+		"daemon_rss_kib_per_sandbox":             float64(rss1-rss0) / float64(max(made, 1)),
+		"daemon_pss_kib_per_sandbox":             float64(pss1-pss0) / float64(max(made, 1)),
+		"daemon_threads":                         threads,
 		"host_memavailable_drop_kib_per_sandbox": float64(avail0-avail1) / float64(max(made, 1)),
 	}
 

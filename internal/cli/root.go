@@ -35,6 +35,7 @@ type globals struct {
 	stateDir   string
 	leaseSlots uint32
 	testSkip   []string
+	crashAt    string // test builds: the daemon's crash point
 	stdout     io.Writer
 	stderr     io.Writer
 }
@@ -73,7 +74,7 @@ trusted side reads off the live sandbox before the program's first instruction.`
 	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
 	_ = root.PersistentFlags().MarkHidden("lease-slots")
 	addTestFlags(root, g)
-	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), evidenceCmd(g), versionCmd(g))
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g))
 	err := root.Execute()
 	var ee *exitError
 	switch {

@@ -2,7 +2,13 @@
 
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
 
 // addTestFlags adds nothing in production builds.
 func addTestFlags(*cobra.Command, *globals) {}
+
+// addDaemonTestFlags adds nothing in production builds.
+func addDaemonTestFlags(*pflag.FlagSet, *globals) {}

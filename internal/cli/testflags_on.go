@@ -2,11 +2,20 @@
 
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
 
 // addTestFlags adds --test-skip-layer to test builds only: positive
 // controls in escape tests leave one layer out to show it is the one that
 // denies. The production binary has no such flag.
 func addTestFlags(root *cobra.Command, g *globals) {
 	root.PersistentFlags().StringSliceVar(&g.testSkip, "test-skip-layer", nil, "TEST BUILD ONLY: leave out a hardening layer (seccomp, landlock)")
+}
+
+// addDaemonTestFlags adds --test-crash-at to test builds of the daemon:
+// the crash-recovery tests make it SIGKILL itself at a named point.
+func addDaemonTestFlags(fl *pflag.FlagSet, g *globals) {
+	fl.StringVar(&g.crashAt, "test-crash-at", "", "TEST BUILD ONLY: SIGKILL the daemon at this point (e.g. create.after_provision)")
 }

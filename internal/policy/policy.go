@@ -145,6 +145,13 @@ type Source struct {
 	Data []byte
 }
 
+// DefaultSource is the built-in permit-all policy as a source, to combine
+// with others (a host policy directory added to a sandbox without its own
+// policy).
+func DefaultSource() Source {
+	return Source{Name: "cordon.default.cedar", Data: []byte(defaultSource)}
+}
+
 // LoadSources is Load for contents already read; the digest is the same
 // as Load's for the same base names and bytes.
 func LoadSources(srcs ...Source) (*Set, error) {

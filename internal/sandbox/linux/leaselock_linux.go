@@ -22,23 +22,40 @@ var LeaseLockDir = "/run/cordon/leases"
 // leaseLock is a held host-wide claim on one range.
 type leaseLock struct{ fd int }
 
+// leaseLockPath is the lock file of the range of l.
+func leaseLockPath(l store.Lease) string {
+	return filepath.Join(LeaseLockDir, fmt.Sprintf("%d-%d.lock", l.UID, l.Size))
+}
+
 // tryLockLease claims the range of l without blocking; ok is false when
 // another process holds it.
+//
+// A daemon-mode sandbox's init holds a duplicate of the locked descriptor
+// (close-on-exec, never passed on) for its whole life, so the range stays
+// claimed while the daemon that leased it is down; Attach takes the same
+// lock back from the init (see daemon_linux.go). The file is opened
+// read-only: flock needs no more.
 func tryLockLease(l store.Lease) (*leaseLock, bool, error) {
 	if err := os.MkdirAll(LeaseLockDir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("lease lock dir: %w", err)
 	}
-	p := filepath.Join(LeaseLockDir, fmt.Sprintf("%d-%d.lock", l.UID, l.Size))
-	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	return tryLockFile(leaseLockPath(l))
+}
+
+// tryLockFile takes an exclusive flock on the file at p (created 0600 if
+// missing, never through a symlink) without blocking; ok is false when
+// another open file description holds it.
+func tryLockFile(p string) (*leaseLock, bool, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return nil, false, fmt.Errorf("lease lock %s: %w", p, err)
+		return nil, false, fmt.Errorf("lock %s: %w", p, err)
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		unix.Close(fd)
 		if err == unix.EWOULDBLOCK {
 			return nil, false, nil
 		}
-		return nil, false, fmt.Errorf("lease lock %s: %w", p, err)
+		return nil, false, fmt.Errorf("lock %s: %w", p, err)
 	}
 	return &leaseLock{fd: fd}, true, nil
 }

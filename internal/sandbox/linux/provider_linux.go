@@ -45,6 +45,13 @@ type Options struct {
 	CordonSHA256 string
 	// TestSkip is passed to the init; only test builds honour it.
 	TestSkip []string
+	// Daemon makes every sandbox of this provider outlive the process that
+	// spawned it (see daemon_linux.go): no parent-death signal, an
+	// optional main program whose exit does not end the sandbox, and an
+	// exec channel at <StateDir>/run/<id>.sock that any later process of
+	// the host's root can use (Attach). Records are of kind "daemon",
+	// which `cordon run` and `cordon gc` never reclaim.
+	Daemon bool
 }
 
 // Provider is the native Linux provider.
@@ -129,7 +136,8 @@ func newID() string {
 // leases the UID/GID range), then creates the host resources: cgroups and
 // the detached mount trees of the binds.
 func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+	if (len(spec.Argv) == 0 && !p.opts.Daemon) || (len(spec.Argv) > 0 && spec.Argv[0] == "") {
+		// A daemon-mode sandbox may be idle: no main program, only execs.
 		return nil, sandbox.Failf(sandbox.KindUsage, "provision", "no program given")
 	}
 	if spec.Level == sandbox.DedicatedVM {
@@ -146,7 +154,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if m := p.layout.Missing(); len(m) > 0 {
 		return nil, sandbox.Failf(sandbox.KindUnsupported, "provision", "cgroup controllers missing on this host: %v", m)
 	}
-	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{})}
+	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{}), mainDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			sb.Deprovision(context.WithoutCancel(ctx))
@@ -172,9 +180,17 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		}
 		return ok
 	}
+	kind, resources := store.KindRun, cgroup.PlannedDirs(p.layout, spec.ID)
+	if p.opts.Daemon {
+		if !validID(spec.ID) {
+			// The id names the exec socket too: never a path.
+			return nil, sandbox.Failf(sandbox.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
+		}
+		kind, resources = store.KindDaemon, append(resources, p.runSockPath(spec.ID))
+	}
 	rec, err := p.opts.Store.BeginClaim(ctx, store.Record{
-		ID: spec.ID, Kind: "run", Workload: spec.Workload, Owner: owner,
-		Resources: cgroup.PlannedDirs(p.layout, spec.ID),
+		ID: spec.ID, Kind: kind, Workload: spec.Workload, Owner: owner,
+		Resources: resources,
 	}, claim)
 	if lockErr != nil && sb.lock == nil {
 		return nil, sandbox.Fail(sandbox.KindProvision, "lease lock", lockErr)
@@ -187,6 +203,11 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	}
 	sb.rec = rec
 	sb.recorded = true
+	if p.opts.Daemon {
+		if err := p.takeHandle(sb); err != nil {
+			return nil, err
+		}
+	}
 	sb.cg, err = cgroup.Create(p.layout, spec.ID, lim)
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindProvision, "cgroups", err)
@@ -218,6 +239,16 @@ func withDefaults(l sandbox.Limits) sandbox.Limits {
 func (sb *linuxSandbox) openBinds() error {
 	spec := sb.spec
 	state := filepath.Clean(sb.p.opts.StateDir)
+	if spec.WorkspaceFile != nil {
+		if spec.Workspace != "" {
+			return sandbox.Failf(sandbox.KindUsage, "workspace", "a workspace path and a workspace descriptor were both given")
+		}
+		h, err := openWorkspaceFile(spec.WorkspaceFile, state, spec.UnsafeRootWorkspace)
+		if err != nil {
+			return err
+		}
+		sb.binds = append(sb.binds, h)
+	}
 	if spec.Workspace != "" {
 		if !filepath.IsAbs(spec.Workspace) {
 			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s: the workspace path must be absolute", spec.Workspace)
@@ -230,6 +261,16 @@ func (sb *linuxSandbox) openBinds() error {
 		if h.st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s is not a directory", spec.Workspace)
 		}
+	}
+	if spec.WorkspaceFile != nil {
+		if spec.Workspace != "" {
+			return sandbox.Failf(sandbox.KindUsage, "workspace", "both a workspace path and a workspace descriptor given")
+		}
+		h, err := openWorkspaceFile(spec.WorkspaceFile, state, spec.UnsafeRootWorkspace)
+		if err != nil {
+			return err
+		}
+		sb.binds = append(sb.binds, h)
 	}
 	for _, b := range spec.Binds {
 		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {

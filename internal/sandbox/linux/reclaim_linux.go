@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/cordon-project/cordon/internal/sandbox"
@@ -25,7 +26,9 @@ type Report struct {
 // gone (boot id, pid and start time no longer match): their processes,
 // cgroups and lease. It never touches a record owned by a live process,
 // a non-"run" record, or a cgroup it has no record for — that may belong
-// to another state directory.
+// to another state directory. Daemon-owned sandboxes ("daemon" records)
+// outlive their owner by design: only the daemon reconciles them (Attach,
+// ReleaseRecord), never `cordon run` or `cordon gc`.
 func Reclaim(ctx context.Context, st *store.Store, l cgroup.Layout) (Report, error) {
 	recs, err := st.List(ctx)
 	if err != nil {
@@ -66,4 +69,20 @@ func Reclaim(ctx context.Context, st *store.Store, l cgroup.Layout) (Report, err
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// Reclaim is Reclaim for this provider's store, which also removes the
+// exec socket file a reclaimed record may have left in the state dir's
+// run directory (and nothing of any record it did not reclaim).
+func (p *Provider) Reclaim(ctx context.Context) (Report, error) {
+	rep, err := Reclaim(ctx, p.opts.Store, p.layout)
+	for _, id := range rep.Reclaimed {
+		if !validID(id) {
+			continue // not a name: never a path
+		}
+		if rerr := os.Remove(p.runSockPath(id)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("remove exec socket of %s: %w", id, rerr))
+		}
+	}
+	return rep, err
 }

@@ -23,7 +23,18 @@ func NewID() string { return newID() }
 // every process in its cgroups is killed, the cgroups removed, its run
 // socket deleted and its write-ahead record deleted (releasing the
 // lease). A missing record is not an error. Idempotent.
+//
+// It refuses (ErrLeaseHeld) while another process has a handle on the
+// sandbox (run/<id>.lock: a daemon that spawned or attached it).
 func ReleaseRecord(ctx context.Context, st *store.Store, p *Provider, id string) error {
+	h, free, err := p.tryHandle(id)
+	if err != nil {
+		return sandbox.Fail(sandbox.KindProvision, "release", err)
+	}
+	if !free {
+		return sandbox.Fail(sandbox.KindProvision, "release", fmt.Errorf("%w: sandbox %s: another process has a handle on it", ErrLeaseHeld, id))
+	}
+	defer p.releaseHandle(id, h)
 	var errs []error
 	g := cgroup.Open(p.Layout(), id)
 	if err := g.Kill(); err != nil {

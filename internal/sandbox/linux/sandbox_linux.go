@@ -46,6 +46,7 @@ type linuxSandbox struct {
 
 	recorded bool
 	lock     *leaseLock // host-wide claim on the lease, held until the record is gone
+	handle   *leaseLock // daemon mode: this process's claim on the sandbox (run/<id>.lock)
 	binds    []*hostPath
 	rootfs   *hostPath
 	idm      *idmapper
@@ -62,10 +63,16 @@ type linuxSandbox struct {
 	done   chan struct{} // closed when the init has exited
 	state  *os.ProcessState
 
+	// Daemon mode (see daemon_linux.go).
+	mainDone  chan struct{} // closed when the init reported the main program's exit
+	mainOnce  sync.Once
+	initStart uint64 // field 22 of /proc/<init>/stat, read at spawn
+
 	phases     []Phase
 	spawnSteps []Phase // set by the spawning goroutine before it reports
 
 	mu       sync.Mutex
+	running  bool // the init said "started": it serves execs (daemon mode)
 	timedOut bool
 	exit     *sbinit.Message
 	deprov   bool
@@ -165,8 +172,12 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 			cfg.WritablePaths = append(cfg.WritablePaths, t.target)
 		}
 	}
-	if sb.spec.Workspace != "" {
+	if sb.spec.Workspace != "" || sb.spec.WorkspaceFile != nil {
 		cfg.Dir = "/workspace"
+	}
+	if sb.p.opts.Daemon {
+		// The exec listener and the lease lock follow the trees (see spawn).
+		cfg.Daemon, cfg.ExecFD, cfg.LeaseLockFD = true, fd, fd+1
 	}
 	in := evidence.Inputs{
 		LeaseUID: sb.rec.Lease.UID, LeaseGID: sb.rec.Lease.GID, LeaseSize: sb.rec.Lease.Size,
@@ -297,8 +308,29 @@ func (sb *linuxSandbox) exitText() string {
 // them and its cgroup namespace is rooted there; on v2 clone3 places it
 // with CLONE_INTO_CGROUP.
 func (sb *linuxSandbox) spawn() error {
+	daemon := sb.p.opts.Daemon
+	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
+	if daemon {
+		if sb.lock == nil {
+			return sandbox.Failf(sandbox.KindInternal, "spawn", "daemon mode without a lease lock")
+		}
+		// The same open file description, so the init holds the very lock.
+		lfd, err := unix.FcntlInt(uintptr(sb.lock.fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return sandbox.Fail(sandbox.KindStart, "lease lock", err)
+		}
+		leaseFile = os.NewFile(uintptr(lfd), "lease-lock")
+		if ln, err = sb.listenExec(); err != nil {
+			leaseFile.Close()
+			return err
+		}
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		if ln != nil {
+			ln.Close()
+			leaseFile.Close()
+		}
 		return sandbox.Fail(sandbox.KindStart, "socketpair", err)
 	}
 	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
@@ -319,6 +351,13 @@ func (sb *linuxSandbox) spawn() error {
 		GidMappingsEnableSetgroups: true,
 		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
 		Pdeathsig:                  syscall.SIGKILL,
+	}
+	if daemon {
+		// The sandbox outlives this process by design; the init arms none
+		// either (sbinit.Config.Daemon).
+		attr.Pdeathsig = 0
+		// After the trees, where buildConfig told the init to find them.
+		extra = append(extra, ln, leaseFile)
 	}
 	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
 		attr.UseCgroupFD = true
@@ -344,6 +383,8 @@ func (sb *linuxSandbox) spawn() error {
 		// sandbox's v1 pids and cpu groups until then (each cgroup move
 		// costs an RCU grace period); it counts as one task against the
 		// sandbox's pids limit, and cgroup.Kill never signals its caller.
+		// (Daemon mode has no parent-death signal: once the init runs the
+		// thread leaves the groups and is unlocked.)
 		t0 := time.Now()
 		back, err := sb.joinV1()
 		t1 := time.Now()
@@ -363,6 +404,15 @@ func (sb *linuxSandbox) spawn() error {
 			close(sb.done)
 			return
 		}
+		if daemon {
+			// No parent-death signal ties the init to this thread: leave
+			// the sandbox's groups and free the thread.
+			if err := rejoin(sb.v1Home); err != nil {
+				sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", err)
+			} else {
+				runtime.UnlockOSThread()
+			}
+		}
 		go sb.readControl()
 		_ = sb.cmd.Wait()
 		sb.state = sb.cmd.ProcessState
@@ -377,6 +427,12 @@ func (sb *linuxSandbox) spawn() error {
 	sb.trees, sb.rootTree = nil, 0
 	if err != nil {
 		return sandbox.Fail(sandbox.KindStart, "spawn sandbox init", err)
+	}
+	if daemon {
+		// The init is our unreaped child: its pid cannot have been reused.
+		if sb.initStart, err = procStartTime(sb.cmd.Process.Pid); err != nil {
+			return sandbox.Fail(sandbox.KindStart, "read the init's start time", err)
+		}
 	}
 	return nil
 }
@@ -450,6 +506,7 @@ func (sb *linuxSandbox) readControl() {
 			sb.mu.Lock()
 			sb.exit = &m
 			sb.mu.Unlock()
+			sb.mainOnce.Do(func() { close(sb.mainDone) })
 		}
 		sb.events <- event{msg: m}
 	}
@@ -468,6 +525,9 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 	}
 	switch m.Type {
 	case "started":
+		sb.mu.Lock()
+		sb.running = true
+		sb.mu.Unlock()
 		sb.p.opts.Store.SetState(ctx, sb.spec.ID, "running")
 		if t := sb.spec.Limits.Timeout; t > 0 {
 			time.AfterFunc(t, sb.timeout)
@@ -535,8 +595,12 @@ func (sb *linuxSandbox) kill() {
 	}
 }
 
-// Wait waits for the program and the init to end and reports how.
+// Wait waits for the program and the init to end and reports how. In
+// daemon mode it is WaitMain: the init outlives the program.
 func (sb *linuxSandbox) Wait(ctx context.Context) (sandbox.Exit, error) {
+	if sb.p.opts.Daemon {
+		return sb.WaitMain(ctx)
+	}
 	select {
 	case <-sb.done:
 	case <-ctx.Done():
@@ -619,6 +683,13 @@ func (sb *linuxSandbox) Deprovision(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
 		}
 	}
+	if sb.p.opts.Daemon {
+		// Nothing listens on it any more (the init is gone).
+		if err := os.Remove(sb.p.runSockPath(sb.spec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			sb.p.opts.Logger.Warn("remove exec socket", "err", err)
+		}
+	}
+	defer sb.p.releaseHandle(sb.spec.ID, sb.handle)
 	if sb.recorded && len(errs) == 0 {
 		if err := sb.p.opts.Store.Finish(ctx, sb.spec.ID); err != nil {
 			errs = append(errs, fmt.Errorf("release lease: %w", err))

@@ -3,7 +3,10 @@
 // pivot_root, hostname, loopback, rlimits, capabilities, securebits,
 // no_new_privs, Landlock, seccomp), waits until the trusted side has read
 // its evidence, then starts the program in its own session, reaps children
-// and forwards signals.
+// and forwards signals. In daemon mode (Config.Daemon) it outlives its
+// spawner and the program, and starts further programs that the host's
+// root asks for on the exec channel — always from its main thread, the
+// one the hardening was applied to (daemon_linux.go).
 //
 // It is the same binary as cordon, re-executed with argv[0] == Argv0. Its
 // init function dispatches before heavy packages (the SQLite driver, the

@@ -119,9 +119,14 @@ func harden(cfg *Config, tm *timings) (int, error) {
 	// set at spawn (the kernel drops it on any euid/egid change): arm it
 	// again, or a SIGKILLed cordon leaves the sandbox running. Had cordon
 	// died before this point, the control channel is closed and the init
-	// exits at its next read, before the program starts.
-	if err := allThreadsPrctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); err != nil {
-		return 0, fmt.Errorf("parent-death signal: %w", err)
+	// exits at its next read, before the program starts. A daemon-owned
+	// sandbox outlives its spawner by design: it was spawned without one
+	// and none is armed (it still never starts anything unless the spawner
+	// lived to say "go").
+	if !cfg.Daemon {
+		if err := allThreadsPrctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); err != nil {
+			return 0, fmt.Errorf("parent-death signal: %w", err)
+		}
 	}
 	if err := dropAllCaps(); err != nil {
 		return 0, err

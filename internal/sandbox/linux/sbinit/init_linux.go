@@ -130,5 +130,8 @@ func Main() int {
 		// The trusted side refused admission or went away: never start.
 		return 125
 	}
+	if cfg.Daemon {
+		return superviseDaemon(c, &cfg)
+	}
 	return supervise(c, &cfg)
 }

@@ -19,10 +19,39 @@ const (
 	// trusted side prepared: the rootfs and user binds, already read-only or
 	// idmapped as declared. Bind.FD names one of them.
 	FirstTreeFD = 4
+	// Daemon mode: the exec listener and the lease lock follow the trees;
+	// Config.ExecFD and Config.LeaseLockFD name them, as Bind.FD names a
+	// tree.
 )
 
 // MaxMessage bounds one control message.
 const MaxMessage = 1 << 20
+
+// The exec channel (daemon mode). The trusted side creates a listening
+// AF_UNIX SOCK_SEQPACKET socket on the host, in a root-only directory the
+// sandbox cannot see, and hands the init the listening descriptor
+// (Config.ExecFD). Each connection carries one exec:
+//
+//	→ {"type":"exec","argv":[...],"env":[...],"dir":"..."} + exactly 3 fds (SCM_RIGHTS: stdin, stdout, stderr)
+//	← {"type":"started","pid":N}  or  {"type":"error","step":"exec","error":"...","errno":N}
+//	→ {"type":"signal","signal":N}          (any number, while it runs)
+//	← {"type":"exit","code":C} or {"type":"exit","signal":S}  (code 0 is sent as {"type":"exit"})
+//
+// The init starts the process from its main thread, the thread every
+// hardening step was applied to, exactly as it starts the main program:
+// in its own session, with the same credentials, capability sets,
+// no_new_privs, Landlock domain, seccomp filter, rlimits, cgroups and
+// namespaces. Closing the connection does not kill the process: it runs
+// on, unwatched, until it ends or the sandbox is stopped.
+const (
+	// MaxExecs bounds the exec connections served at once; one more is
+	// answered with an EAGAIN error and closed.
+	MaxExecs = 64
+	// MaxExecMessage bounds one message on an exec connection (below
+	// MaxMessage, and below the default socket send buffer, so any request
+	// a client can send in one datagram fits).
+	MaxExecMessage = 128 << 10
+)
 
 // Bind is a host path bound into the new root.
 type Bind struct {
@@ -68,6 +97,19 @@ type Config struct {
 	// TestSkip names hardening layers to leave out; honoured only in test
 	// builds (build tag cordon_testhooks), for positive controls.
 	TestSkip []string `json:"test_skip,omitempty"`
+	// Daemon: the sandbox outlives the process that spawned it (a host
+	// daemon). The init arms no parent-death signal, Argv may be empty (an
+	// idle sandbox), the init outlives the main program (it reports its
+	// exit and keeps serving execs) and it serves the exec channel.
+	Daemon bool `json:"daemon,omitempty"`
+	// ExecFD is the listening exec socket (daemon mode only), 0 for none.
+	ExecFD int `json:"exec_fd,omitempty"`
+	// LeaseLockFD (daemon mode only) is the trusted side's locked
+	// descriptor of the host-wide lease lock file. The init only keeps it
+	// open (close-on-exec, never passed on), so the UID/GID range stays
+	// claimed for as long as the sandbox lives, whether or not its
+	// daemon runs.
+	LeaseLockFD int `json:"lease_lock_fd,omitempty"`
 }
 
 // ProbeDir is where the init runs the Landlock probe: a tiny tmpfs writable
@@ -82,7 +124,7 @@ const (
 
 // Message is one control message; exactly one field group is set.
 type Message struct {
-	Type string `json:"type"` // "ready", "go", "started", "exit", "error", "signal"
+	Type string `json:"type"` // "ready", "go", "started", "exit", "error", "signal", "exec"
 
 	// ready: hints only; the trusted side verifies everything itself.
 	LandlockABI int `json:"landlock_abi,omitempty"`
@@ -90,12 +132,18 @@ type Message struct {
 	// benchmark's per-phase breakdown; not evidence).
 	Timings map[string]int64 `json:"timings,omitempty"`
 
-	// started
+	// started (0 in daemon mode when there is no main program)
 	Pid int `json:"pid,omitempty"`
 
-	// exit
+	// exit; signal: Signal is the signal to send
 	Code   int `json:"code,omitempty"`
 	Signal int `json:"signal,omitempty"`
+
+	// exec (daemon mode, on the exec channel): an empty Env means the main
+	// program's environment, an empty Dir its working directory.
+	Argv []string `json:"argv,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
 
 	// error: Step names the failing step; Errno is set for exec failures.
 	Step  string `json:"step,omitempty"`

@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/hostmgr"
+	"github.com/cordon-project/cordon/internal/policy"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+func daemonCmd(g *globals) *cobra.Command {
+	var socket, group, policyDir string
+	var drift time.Duration
+	var manifest []string
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the host manager: long-lived sandboxes over the cordon-host/v1 protocol",
+		Long: `Run cordon's host manager (as root). It owns sandboxes that outlive the CLI
+— created, started, exec'd into, stopped and removed with 'cordon sandbox' —
+and serves the cordon-host/v1 protocol on a Unix socket (default
+/run/cordon/cordon.sock, mode 0600; --group lets that group's members
+connect, mode 0660). Callers are identified by SO_PEERCRED: root may act on
+every sandbox, another user only on the sandboxes they created. The daemon
+reads no host path a caller names: workspaces arrive as open descriptors.
+
+At start it reconciles its records with the host: sandboxes still running
+are adopted (their gateway reopened, their profile reset to SAFE_GUIDED),
+the residue of every other one is removed, and host residue it cannot
+attribute is reported. Standalone 'cordon run' and 'cordon gc' never touch
+daemon-owned sandboxes.
+
+Drift of the cordon binary, of the policy (a sandbox's own, plus the host
+policy directory) or of the base rootfs manifest puts a sandbox in DRAIN:
+running work continues, start and exec are refused until
+'cordon sandbox readmit NAME'.`,
+		Example: `  cordon daemon
+  cordon daemon --group cordon --policy-dir /etc/cordon/policy`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot("daemon"); err != nil {
+				return err
+			}
+			gid := -1
+			if n, err := strconv.Atoi(group); err == nil && n >= 0 {
+				gid = n
+			} else if group != "" {
+				gr, err := user.LookupGroup(group)
+				if err != nil {
+					return sandbox.Failf(sandbox.KindUsage, "daemon", "--group %s: %v", group, err)
+				}
+				gid, _ = strconv.Atoi(gr.Gid)
+			}
+			return g.daemon(cmd.Context(), socket, gid, policyDir, manifest, drift)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&socket, "socket", defaultSocket(), "Unix socket to serve (env CORDON_SOCKET)")
+	fl.StringVar(&group, "group", "", "group (name or gid) whose members may connect (socket mode 0660); default: root only")
+	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; changes put sandboxes in DRAIN")
+	fl.DurationVar(&drift, "drift-interval", 10*time.Second, "how often drift is checked")
+	fl.StringArrayVar(&manifest, "base-manifest", nil, "files whose digest identifies the default base rootfs (default /var/lib/dpkg/status)")
+	_ = fl.MarkHidden("base-manifest")
+	addDaemonTestFlags(fl, g)
+	return cmd
+}
+
+func defaultSocket() string {
+	if s := os.Getenv("CORDON_SOCKET"); s != "" {
+		return s
+	}
+	return hostmgr.DefaultSocket
+}
+
+func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir string, manifest []string, drift time.Duration) error {
+	st, err := g.openStore()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip, Daemon: true})
+	if err != nil {
+		return err
+	}
+	exe, _ := os.Executable()
+	d, err := hostmgr.New(hostmgr.Options{
+		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: g.logger(),
+		Gateways:      &daemonGateways{st: st, log: g.logger()},
+		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
+		PolicyDir: policyDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err = d.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// daemonGateways builds daemon sandboxes' gateways from what the client
+// sent, with the same plumbing as cordon run.
+type daemonGateways struct {
+	st  *store.Store
+	log *slog.Logger
+}
+
+// load parses the configuration and policy a client sent, without reading
+// any path they name.
+func (dg *daemonGateways) load(gs *hostmgr.GatewaySpec, host []hostmgr.PolicySource, lab bool) (*config.Config, *policy.Set, error) {
+	cfg, err := config.ParseDetached(gs.Config, gs.Source)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(cfg.Tools) > 0 {
+		return nil, nil, errors.New("tool servers are not supported in daemon sandboxes yet (use cordon run)")
+	}
+	for name := range cfg.Secrets {
+		if _, ok := gs.Secrets[name]; !ok && gs.Secrets != nil {
+			return nil, nil, fmt.Errorf("secret %s: the client sent no value for it", name)
+		}
+	}
+	if len(gs.Policies) != len(cfg.Policy) {
+		return nil, nil, fmt.Errorf("the configuration names %d policy files, the client sent %d", len(cfg.Policy), len(gs.Policies))
+	}
+	if lab {
+		return cfg, policy.Default(), nil // FULL_CONTROL_LAB: permit-all
+	}
+	var srcs []policy.Source
+	for i, p := range gs.Policies {
+		if p.Name != cfg.Policy[i] {
+			return nil, nil, fmt.Errorf("policy file %d: the client sent %s, the configuration names %s", i, p.Name, cfg.Policy[i])
+		}
+		srcs = append(srcs, policy.Source{Name: p.Name, Data: p.Data})
+	}
+	if len(srcs) == 0 && len(host) == 0 {
+		return cfg, policy.Default(), nil
+	}
+	if len(srcs) == 0 {
+		srcs = append(srcs, policy.DefaultSource())
+	}
+	for _, h := range host {
+		srcs = append(srcs, policy.Source{Name: "host/" + h.Name, Data: h.Data})
+	}
+	set, err := policy.LoadSources(srcs...)
+	return cfg, set, err
+}
+
+func (dg *daemonGateways) Prepare(gs *hostmgr.GatewaySpec, host []hostmgr.PolicySource) ([]string, string, error) {
+	_, set, err := dg.load(gs, host, false)
+	if err != nil {
+		return nil, "", err
+	}
+	return gateway.Env(), set.Digest(), nil
+}
+
+func (dg *daemonGateways) Start(sb sandbox.Sandbox, gs *hostmgr.GatewaySpec, host []hostmgr.PolicySource, profile hostmgr.Profile) (hostmgr.Gateway, error) {
+	lab := profile == hostmgr.FullControlLab
+	cfg, set, err := dg.load(gs, host, lab)
+	if err != nil {
+		return nil, err
+	}
+	p := &gatewayPlan{cfg: cfg, secrets: gs.Secrets, policy: set, lab: lab}
+	if p.secrets == nil {
+		p.secrets = map[string][]byte{}
+	}
+	proc, err := p.start(sb, dg.st, dg.log, nil)
+	if err != nil {
+		return nil, err // not a nil *Process in a non-nil interface
+	}
+	return proc, nil
+}

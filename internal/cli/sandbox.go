@@ -1,0 +1,493 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/custody"
+	"github.com/cordon-project/cordon/internal/hostmgr"
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/sandbox"
+)
+
+type sandboxFlags struct {
+	socket string
+	json   bool
+}
+
+func sandboxCmd(g *globals) *cobra.Command {
+	sf := &sandboxFlags{}
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Long-lived sandboxes owned by the daemon: create, start, exec, stop, rm, ls, logs",
+		Long: `Manage sandboxes owned by 'cordon daemon' (which must be running). They
+outlive this command: create provisions one, start builds and admits its
+boundary (and runs its main program, if it has one), exec runs more programs
+in it under the same boundary and gateway identity, stop ends it for good,
+rm removes its record and logs.
+
+Per operation:
+  create   mints a new identity (sandbox id, lease); a taken name is refused.
+  start    idempotent: starting a running sandbox reports it; a stopped one
+           never starts again (create a new one).
+  exec     each call is a new process; not retried.
+  stop     idempotent; final: the state is persisted, a daemon restart does
+           not resume stopped work. --all is the emergency stop (root).
+  rm       idempotent: removing an absent sandbox succeeds.
+  ls, logs, status: read only.`,
+		Example: `  cordon sandbox create dev --workspace "$PWD" --config cordon.yaml
+  cordon sandbox start dev
+  cordon sandbox exec dev -- make test
+  cordon sandbox logs dev --follow
+  cordon sandbox stop dev && cordon sandbox rm dev
+  cordon sandbox stop --all`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&sf.socket, "socket", defaultSocket(), "the daemon's socket (env CORDON_SOCKET)")
+	pf.BoolVar(&sf.json, "json", false, "machine-readable output")
+	cmd.AddCommand(sbCreateCmd(g, sf), sbNameCmd(g, sf, "start", "Start a created sandbox: build, evidence and admit its boundary; run its main program"),
+		sbExecCmd(g, sf), sbStopCmd(g, sf), sbNameCmd(g, sf, "rm", "Remove a sandbox (stopping it first): its record and logs"),
+		sbLsCmd(g, sf), sbLogsCmd(g, sf), sbNameCmd(g, sf, "readmit", "Re-admit a draining sandbox with the current runtime, policy and rootfs identities"),
+		sbNameCmd(g, sf, "status", "Show one sandbox with its evidence record"), sbProfileCmd(g, sf))
+	return cmd
+}
+
+// stopCmd is the top-level `cordon stop NAME | --all`.
+func stopCmd(g *globals) *cobra.Command {
+	sf := &sandboxFlags{}
+	c := sbStopCmd(g, sf)
+	c.Flags().StringVar(&sf.socket, "socket", defaultSocket(), "the daemon's socket (env CORDON_SOCKET)")
+	c.Flags().BoolVar(&sf.json, "json", false, "machine-readable output")
+	return c
+}
+
+// dial connects to the daemon, with an error that says what to do.
+func (sf *sandboxFlags) dial() (*proto.Client, error) {
+	c, err := proto.Dial(sf.socket)
+	if err != nil {
+		return nil, sandbox.Failf(sandbox.KindUnsupported, "daemon", "no cordon daemon answers on %s (%v); start one with 'cordon daemon', or use 'cordon run' for a one-off sandbox", sf.socket, err)
+	}
+	return c, nil
+}
+
+func (g *globals) print(sf *sandboxFlags, v any, text func()) error {
+	if sf.json {
+		return writeJSON(g.stdout, v)
+	}
+	text()
+	return nil
+}
+
+func sbNameCmd(g *globals, sf *sandboxFlags, op, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   op + " NAME",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var out json.RawMessage
+			if err := c.Do(cmd.Context(), op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
+				return err
+			}
+			if sf.json || op == "status" {
+				_, err := g.stdout.Write(append(out, '\n'))
+				return err
+			}
+			var i hostmgr.Info
+			if json.Unmarshal(out, &i) == nil && i.Name != "" {
+				printInfo(g, []hostmgr.Info{i})
+			} else {
+				fmt.Fprintf(g.stdout, "%s: %s\n", op, args[0])
+			}
+			return nil
+		},
+	}
+}
+
+func printInfo(g *globals, is []hostmgr.Info) {
+	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tOWNER\tSTATE\tPROFILE\tLEVEL\tDRAIN\tMAIN\tNOTE")
+	for _, i := range is {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, i.ID, i.Owner, i.State, i.Profile, i.Level, i.Drain, i.MainExit, i.Note)
+	}
+	tw.Flush()
+	for _, i := range is {
+		if len(i.Bypassed) > 0 {
+			fmt.Fprintf(g.stdout, "%s runs FULL_CONTROL_LAB; bypassed controls:\n", i.Name)
+			for _, b := range i.Bypassed {
+				fmt.Fprintf(g.stdout, "  - %s\n", b)
+			}
+		}
+	}
+}
+
+type createFlags struct {
+	workspace, config, profile, accept, level, memory, tmp string
+	env                                                    []string
+	pids                                                   int64
+	cpus                                                   float64
+	unsafeRoot                                             bool
+}
+
+func sbCreateCmd(g *globals, sf *sandboxFlags) *cobra.Command {
+	f := &createFlags{}
+	cmd := &cobra.Command{
+		Use:   "create NAME [flags] [-- PROGRAM [ARGS...]]",
+		Short: "Create (provision) a sandbox; with a program, start runs it as the sandbox's main program",
+		Long: `Create a sandbox owned by you: the daemon writes its record, leases a UID/GID
+range, creates its cgroups and binds your workspace — which this command
+opens itself and hands over as a descriptor (you must own it). Nothing runs
+until 'start'. Without PROGRAM the sandbox idles and runs what you 'exec'.
+
+--config sends the gateway configuration, its policy files and the secrets
+it names (read here, as you: environment variables and files you can read).
+
+FULL_CONTROL_LAB (--profile) bypasses policy, approval and budget gates; it
+needs --accept with the exact phrase the refusal prints, is shown in every
+listing, marks the bypassed boundaries UNVERIFIED in the evidence record, and
+resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, argv := args[0], args[1:]
+			if len(argv) > 0 && cmd.ArgsLenAtDash() != 1 {
+				return sandbox.Failf(sandbox.KindUsage, "sandbox create", "put the program after --: cordon sandbox create NAME [flags] -- PROGRAM [ARGS...]")
+			}
+			ca, files, err := f.args(name, argv)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				for _, fl := range files {
+					fl.Close()
+				}
+			}()
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var i hostmgr.Info
+			if err := c.Do(cmd.Context(), "create", ca, files, &i); err != nil {
+				return err
+			}
+			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.workspace, "workspace", "", "your directory, bound read-write at /workspace (opened by this command, sent as a descriptor)")
+	fl.StringVar(&f.config, "config", "", "gateway configuration (cordon/v1 YAML); without it the sandbox has no way out")
+	fl.StringVar(&f.profile, "profile", "SAFE_GUIDED", "SAFE_GUIDED or FULL_CONTROL_LAB")
+	fl.StringVar(&f.accept, "accept", "", "the exact risk-acceptance phrase FULL_CONTROL_LAB requires")
+	fl.StringVar(&f.level, "level", "", "isolation level that must be evidenced (default DEDICATED_CONTAINER)")
+	fl.StringArrayVar(&f.env, "env", nil, "K=V for every program's environment (repeatable)")
+	fl.StringVar(&f.memory, "memory", "", "memory limit, swap included (default 4GiB)")
+	fl.StringVar(&f.tmp, "tmp-size", "", "size of /tmp and HOME, each (default 1GiB)")
+	fl.Int64Var(&f.pids, "pids", 0, "processes and threads (default 4096)")
+	fl.Float64Var(&f.cpus, "cpus", 0, "CPU cores (default: all)")
+	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE (root only): allow a workspace owned by root or a system account")
+	return cmd
+}
+
+// args builds create's request: everything is read here, as the caller.
+func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*os.File, error) {
+	fail := func(format string, a ...any) (hostmgr.CreateArgs, []*os.File, error) {
+		return hostmgr.CreateArgs{}, nil, sandbox.Failf(sandbox.KindUsage, "sandbox create", format, a...)
+	}
+	if err := proto.ValidName(name); err != nil {
+		return fail("%v", err)
+	}
+	ca := hostmgr.CreateArgs{Name: name, Profile: f.profile, Accept: f.accept,
+		Spec: hostmgr.Spec{Argv: argv, Env: f.env, Level: f.level, UnsafeRootWorkspace: f.unsafeRoot}}
+	var err error
+	if f.memory != "" {
+		if ca.Spec.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil || ca.Spec.Limits.MemoryBytes < 8<<20 {
+			return fail("--memory %s: want a size of at least 8MiB", f.memory)
+		}
+	}
+	if f.tmp != "" {
+		if ca.Spec.Limits.TmpBytes, err = ParseSize(f.tmp); err != nil || ca.Spec.Limits.TmpBytes < 1<<20 {
+			return fail("--tmp-size %s: want a size of at least 1MiB", f.tmp)
+		}
+	}
+	if f.pids < 0 || (f.pids > 0 && f.pids < 8) {
+		return fail("--pids %d: want 8 or more", f.pids)
+	}
+	ca.Spec.Limits.Pids, ca.Spec.Limits.CPUs = f.pids, f.cpus
+	var files []*os.File
+	if f.workspace != "" {
+		// Opened here, as the caller, without following symlinks: the
+		// daemon binds this very directory.
+		fd, err := unix.Openat2(unix.AT_FDCWD, f.workspace, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if err != nil {
+			return fail("--workspace %s: %v", f.workspace, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), f.workspace))
+		ca.Spec.Workspace = true
+	}
+	if f.config != "" {
+		gs, err := gatewaySpec(f.config)
+		if err != nil {
+			for _, fl := range files {
+				fl.Close()
+			}
+			return hostmgr.CreateArgs{}, nil, err
+		}
+		ca.Spec.Gateway = gs
+	}
+	return ca, files, nil
+}
+
+// gatewaySpec reads a configuration, its policy files and its secrets as
+// the caller, for the daemon.
+func gatewaySpec(path string) (*hostmgr.GatewaySpec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindUsage, "config", err)
+	}
+	cfg, err := config.Parse(b, path)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindUsage, "config", err)
+	}
+	gs := &hostmgr.GatewaySpec{Source: filepath.Base(path), Config: b, Secrets: map[string][]byte{}}
+	// The daemon parses the same bytes without a directory: policy files
+	// travel by base name.
+	for _, p := range cfg.Policy {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, sandbox.Fail(sandbox.KindUsage, "policy", err)
+		}
+		gs.Policies = append(gs.Policies, hostmgr.PolicySource{Name: filepath.Base(p), Data: data})
+	}
+	cust, err := custody.Load(cfg.Secrets, os.Getenv)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
+	}
+	for _, n := range cust.Names() {
+		v, _ := cust.Secret(n)
+		gs.Secrets[n] = v
+	}
+	return gs, nil
+}
+
+func sbExecCmd(g *globals, sf *sandboxFlags) *cobra.Command {
+	var env []string
+	cmd := &cobra.Command{
+		Use:   "exec NAME [--env K=V] -- PROGRAM [ARGS...]",
+		Short: "Run a program in a running sandbox, with this terminal's stdin, stdout and stderr",
+		Long: `Run PROGRAM inside the running sandbox NAME: its own init starts it, under the
+same boundary and gateway identity as everything else in the sandbox, in
+its own session, with this command's stdin, stdout and stderr (passed as
+descriptors). The exit status is the program's (126/127 when it cannot be
+executed or found). ^C is forwarded to it. If this command goes away, the
+program keeps running until it ends or the sandbox stops. A draining
+sandbox refuses new execs.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return sandbox.Failf(sandbox.KindUsage, "sandbox exec", "put the program after --: cordon sandbox exec NAME -- PROGRAM [ARGS...]")
+			}
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return g.execIn(cmd.Context(), c, sf, args[0], args[1:], env)
+		},
+	}
+	cmd.Flags().StringArrayVar(&env, "env", nil, "K=V added to the program's environment (repeatable)")
+	return cmd
+}
+
+// execIn runs argv in sandbox name and exits with its status.
+func (g *globals) execIn(ctx context.Context, c *proto.Client, sf *sandboxFlags, name string, argv, env []string) error {
+	var pid int
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		for s := range sigs {
+			if pid == 0 {
+				continue
+			}
+			if sc, err := sf.dial(); err == nil {
+				_ = sc.Do(context.Background(), "signal", hostmgr.SignalArgs{Name: name, Pid: pid, Signal: int(s.(syscall.Signal))}, nil, nil)
+				sc.Close()
+			}
+		}
+	}()
+	var exit hostmgr.ExecExit
+	err := c.Call(ctx, "exec", hostmgr.ExecArgs{Name: name, Argv: argv, Env: env}, []*os.File{os.Stdin, os.Stdout, os.Stderr}, func(r proto.Response) error {
+		if r.Final {
+			if r.Error == nil {
+				return json.Unmarshal(r.Result, &exit)
+			}
+			return nil
+		}
+		var s hostmgr.ExecStarted
+		if json.Unmarshal(r.Result, &s) == nil {
+			pid = s.Pid
+		}
+		return nil
+	})
+	var pe *proto.Error
+	if errors.As(err, &pe) && pe.Kind == proto.KindBadRequest && strings.HasPrefix(pe.Message, "exec ") {
+		fmt.Fprintf(g.stderr, "cordon: %s\n", pe.Message)
+		if strings.Contains(pe.Message, "no such file") || strings.Contains(pe.Message, "not found") {
+			return &exitError{code: ExitNotFound}
+		}
+		return &exitError{code: ExitNoExec}
+	}
+	if err != nil {
+		return err
+	}
+	code := exit.Code
+	if exit.Signal != 0 {
+		code = 128 + exit.Signal
+	}
+	return &exitError{code: code}
+}
+
+func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "stop NAME | --all",
+		Short: "Stop a sandbox for good (kill its processes, close its gateway, revoke its approvals); --all: every sandbox",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all != (len(args) == 0) || len(args) > 1 {
+				return sandbox.Failf(sandbox.KindUsage, "stop", "give one sandbox name, or --all")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if all {
+				var r hostmgr.StopAllResult
+				if err := c.Do(cmd.Context(), "stop_all", struct{}{}, nil, &r); err != nil {
+					return err
+				}
+				if err := g.print(sf, r, func() {
+					fmt.Fprintf(g.stdout, "stopped %d sandboxes in %s\n", len(r.Stopped), r.Duration.Round(time.Millisecond))
+					for _, f := range r.Failed {
+						fmt.Fprintf(g.stdout, "failed: %s\n", f)
+					}
+				}); err != nil {
+					return err
+				}
+				if len(r.Failed) > 0 {
+					return &exitError{code: ExitRefused}
+				}
+				return nil
+			}
+			var i hostmgr.Info
+			if err := c.Do(cmd.Context(), "stop", hostmgr.NameArgs{Name: args[0]}, nil, &i); err != nil {
+				return err
+			}
+			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "emergency stop: every sandbox of the daemon (root)")
+	return cmd
+}
+
+func sbLsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes (yours; every one for root)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var is []hostmgr.Info
+			if err := c.Do(cmd.Context(), "ls", struct{}{}, nil, &is); err != nil {
+				return err
+			}
+			return g.print(sf, is, func() { printInfo(g, is) })
+		},
+	}
+}
+
+func sbLogsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs NAME [--follow]",
+		Short: "Print the output of a sandbox's main program",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var off int64
+			for {
+				var ch hostmgr.LogsChunk
+				if err := c.Do(cmd.Context(), "logs", hostmgr.LogsArgs{Name: args[0], Offset: off}, nil, &ch); err != nil {
+					return err
+				}
+				g.stdout.Write(ch.Data)
+				off = ch.Next
+				if len(ch.Data) > 0 {
+					continue
+				}
+				if !follow || ch.Done {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until the sandbox stops")
+	return cmd
+}
+
+func sbProfileCmd(g *globals, sf *sandboxFlags) *cobra.Command {
+	var accept string
+	cmd := &cobra.Command{
+		Use:   "profile NAME SAFE_GUIDED|FULL_CONTROL_LAB [--accept PHRASE]",
+		Short: "Switch a sandbox's profile (FULL_CONTROL_LAB needs the exact risk acceptance)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var i hostmgr.Info
+			if err := c.Do(cmd.Context(), "profile", hostmgr.ProfileArgs{Name: args[0], Profile: args[1], Accept: accept}, nil, &i); err != nil {
+				return err
+			}
+			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
+		},
+	}
+	cmd.Flags().StringVar(&accept, "accept", "", "the exact risk-acceptance phrase")
+	return cmd
+}

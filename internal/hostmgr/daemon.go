@@ -1,0 +1,263 @@
+package hostmgr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// DefaultSocket is where the daemon listens.
+const DefaultSocket = "/run/cordon/cordon.sock"
+
+// Options configure a Daemon.
+type Options struct {
+	StateDir string
+	Socket   string // default DefaultSocket
+	// Group, when >= 0, is the gid whose members may connect (socket mode
+	// 0660); otherwise only root (0600).
+	Group    int
+	Store    *store.Store
+	Provider *linux.Provider // in daemon mode
+	Gateways Gateways
+	Logger   *slog.Logger
+	// RuntimeDigest is the running cordon binary's digest; Executable the
+	// path it was started from (its on-disk digest is watched for drift).
+	RuntimeDigest string
+	Executable    string
+	// PolicyDir holds host-wide Cedar policies added to every sandbox's
+	// set ("" none); BaseManifest the files whose digest identifies the
+	// default base rootfs (default: the package database).
+	PolicyDir    string
+	BaseManifest []string
+	// DriftEvery is how often drift is checked (default 10s).
+	DriftEvery time.Duration
+	// CrashAt, in test builds, names a point where the daemon SIGKILLs
+	// itself (crash-recovery tests); empty otherwise.
+	CrashAt string
+}
+
+// Gateways starts a sandbox's gateway from what the client sent. The CLI
+// provides it (it owns the configuration, custody and policy plumbing).
+type Gateways interface {
+	// Prepare validates g for a sandbox of workload owned by uid and
+	// returns the variables that point the program at the gateway and
+	// the digest of the policy the sandbox will be decided by.
+	Prepare(g *GatewaySpec, hostPolicies []PolicySource) (env []string, policyDigest string, err error)
+	// Start opens the gateway of the admitted sandbox.
+	Start(sb sandbox.Sandbox, g *GatewaySpec, hostPolicies []PolicySource, profile Profile) (Gateway, error)
+}
+
+// Gateway is a running gateway.
+type Gateway interface {
+	Stop() error
+	// Kill ends it at once (emergency stop).
+	Kill()
+}
+
+// Daemon is the host manager.
+type Daemon struct {
+	o   Options
+	log *slog.Logger
+
+	mu    sync.Mutex
+	boxes map[string]*box // by name
+	// hostPolicy is the host policy directory's content and digest as
+	// last read.
+	hostPolicy []PolicySource
+}
+
+// box is one sandbox the daemon holds in memory.
+type box struct {
+	mu   sync.Mutex // serializes lifecycle operations on this sandbox
+	rec  store.DaemonSandbox
+	spec Spec
+	sb   sandbox.Sandbox
+	gw   Gateway
+	// log is the main program's output file, held from create to start.
+	log     *os.File
+	profile Profile
+}
+
+// New checks the options and returns a daemon; Run serves.
+func New(o Options) (*Daemon, error) {
+	if o.Store == nil || o.Provider == nil || o.Gateways == nil {
+		return nil, errors.New("hostmgr: store, provider and gateways are required")
+	}
+	if o.Socket == "" {
+		o.Socket = DefaultSocket
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.DriftEvery <= 0 {
+		o.DriftEvery = 10 * time.Second
+	}
+	if len(o.BaseManifest) == 0 {
+		o.BaseManifest = []string{"/var/lib/dpkg/status"}
+	}
+	for _, d := range []string{logDir(o.StateDir), secretDir(o.StateDir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}}, nil
+}
+
+func logDir(state string) string    { return filepath.Join(state, "logs") }
+func secretDir(state string) string { return filepath.Join(state, "gateway-secrets") }
+
+// Run reconciles, then serves until ctx ends. The sandboxes keep running
+// when it returns (daemon-owned sandboxes have no parent-death signal).
+func (d *Daemon) Run(ctx context.Context) error {
+	hp, err := readPolicyDir(d.o.PolicyDir)
+	if err != nil {
+		return fmt.Errorf("host policy: %w", err)
+	}
+	d.hostPolicy = hp
+	rep := d.reconcile(ctx)
+	d.log.Info("reconciled", "adopted", len(rep.Adopted), "removed", len(rep.Removed), "stopped", len(rep.Stopped), "unattributed", len(rep.Unattributed))
+	for _, u := range rep.Unattributed {
+		d.log.Warn("residue cordon cannot attribute to a record", "what", u)
+	}
+	l, err := proto.Listen(d.o.Socket, 0, d.o.Group) // 0600 root, 0660 root:group
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	go d.watchDrift(ctx)
+	d.log.Info("serving", "socket", d.o.Socket, "version", proto.Version)
+	return l.Serve(ctx, d.handle)
+}
+
+// crash SIGKILLs the daemon at a named point (test builds only).
+func (d *Daemon) crash(point string) {
+	if d.o.CrashAt != "" && d.o.CrashAt == point {
+		d.log.Warn("test hook: crashing", "point", point)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Hour)
+	}
+}
+
+// handle authorises and dispatches one request.
+func (d *Daemon) handle(ctx context.Context, peer proto.Peer, req proto.Request, files []*os.File, reply func(proto.Response) error) error {
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	op, ok := ops[req.Op]
+	if !ok {
+		closeAll()
+		return proto.Errorf(proto.KindBadRequest, "unknown operation %q (this daemon speaks %s)", req.Op, proto.Version)
+	}
+	if op.rootOnly && peer.UID != 0 {
+		closeAll()
+		return proto.Errorf(proto.KindUnauthorized, "%s needs root (you are uid %d)", req.Op, peer.UID)
+	}
+	if len(files) > op.files {
+		closeAll()
+		return proto.Errorf(proto.KindBadRequest, "%s takes at most %d descriptors, got %d", req.Op, op.files, len(files))
+	}
+	c := &call{d: d, peer: peer, req: req, files: files, reply: reply}
+	result, err := op.fn(d, ctx, c)
+	closeAll()
+	if err != nil {
+		return toProto(err)
+	}
+	b, err := json.Marshal(result)
+	if err != nil {
+		return proto.Errorf(proto.KindInternal, "encode result: %v", err)
+	}
+	return reply(proto.Response{Version: proto.Version, ID: req.ID, Final: true, Result: b})
+}
+
+// call is one request being served.
+type call struct {
+	d     *Daemon
+	peer  proto.Peer
+	req   proto.Request
+	files []*os.File
+	reply func(proto.Response) error
+}
+
+// args decodes the request's arguments strictly.
+func (c *call) args(v any) error {
+	if len(c.req.Args) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytesReader(c.req.Args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return proto.Errorf(proto.KindBadRequest, "%s arguments: %v", c.req.Op, err)
+	}
+	return nil
+}
+
+// progress sends a non-final response.
+func (c *call) progress(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.reply(proto.Response{Version: proto.Version, ID: c.req.ID, Result: b})
+}
+
+type opDef struct {
+	fn       func(*Daemon, context.Context, *call) (any, error)
+	files    int  // descriptors the op accepts
+	rootOnly bool // only uid 0
+}
+
+var ops map[string]opDef
+
+func init() {
+	ops = map[string]opDef{
+		"create":   {fn: (*Daemon).opCreate, files: 1},
+		"start":    {fn: (*Daemon).opStart},
+		"exec":     {fn: (*Daemon).opExec, files: 3},
+		"signal":   {fn: (*Daemon).opSignal},
+		"stop":     {fn: (*Daemon).opStop},
+		"stop_all": {fn: (*Daemon).opStopAll, rootOnly: true},
+		"rm":       {fn: (*Daemon).opRm},
+		"ls":       {fn: (*Daemon).opLs},
+		"logs":     {fn: (*Daemon).opLogs},
+		"readmit":  {fn: (*Daemon).opReadmit},
+		"profile":  {fn: (*Daemon).opProfile},
+		"status":   {fn: (*Daemon).opStatus},
+	}
+}
+
+// toProto maps an error to the protocol's kinds.
+func toProto(err error) *proto.Error {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return proto.Errorf(proto.KindNotFound, "%v", err)
+	case errors.Is(err, store.ErrDaemonSandboxExists):
+		return proto.Errorf(proto.KindExists, "%v", err)
+	}
+	switch sandbox.KindOf(err) {
+	case sandbox.KindUsage:
+		return proto.Errorf(proto.KindBadRequest, "%v", err)
+	case sandbox.KindPolicyRejected:
+		return proto.Errorf(proto.KindUnauthorized, "%v", err)
+	case sandbox.KindLeaseExhausted:
+		return proto.Errorf(proto.KindUnavailable, "%v", err)
+	}
+	return proto.Errorf(proto.KindInternal, "%v", err)
+}

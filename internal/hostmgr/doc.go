@@ -1,0 +1,30 @@
+// Package hostmgr is cordon's host manager: `cordon daemon`, a root
+// process that owns long-lived sandboxes on this host and serves the
+// cordon-host/v1 protocol (package proto) on a Unix socket.
+//
+// Callers are authenticated by SO_PEERCRED and authorised per operation:
+// root may do everything; another user may create sandboxes (when the
+// socket's group lets them connect) and act only on the sandboxes they
+// own. The daemon takes no shell text and no host path from a caller:
+// the workspace arrives as an open directory descriptor (SCM_RIGHTS) that
+// the caller must own, a gateway configuration arrives as bytes with its
+// policy files' bytes and the secret values the caller resolved, and an
+// exec's stdio arrives as descriptors.
+//
+// Lifecycle (a daemon record is written before any host resource, and
+// removed last):
+//
+//	create  → record (creating) → provision: lease, cgroups, binds by fd → created
+//	start   → spawn the init (no parent-death signal) → evidence → admit → gateway → running
+//	exec    → the sandbox's own init forks argv with the caller's stdio
+//	stop    → stopping → kill the tree, close the gateway, revoke approvals, release the lease → stopped
+//	rm      → stop if needed → removing → delete the record and logs
+//
+// At start the daemon reconciles its records with the host: it adopts
+// sandboxes whose init is alive (same pid and start time, in the
+// sandbox's cgroups) and reopens their gateway; it removes the residue of
+// every other one and reports what it cannot attribute. Drift of the
+// runtime (the cordon binary), the policy or the base rootfs manifest puts
+// a sandbox in DRAIN: its work continues, new starts and execs are
+// refused until it is re-admitted.
+package hostmgr

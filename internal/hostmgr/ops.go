@@ -1,0 +1,865 @@
+package hostmgr
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// Spec is what a sandbox is created with; it holds no host path.
+type Spec struct {
+	Argv   []string       `json:"argv,omitempty"` // the main program; none: an idle sandbox
+	Env    []string       `json:"env,omitempty"`
+	Level  string         `json:"level,omitempty"` // default DEDICATED_CONTAINER
+	Limits sandbox.Limits `json:"limits"`
+	// Workspace says the caller passed its workspace directory as the
+	// request's descriptor; it is bound read-write at /workspace.
+	Workspace           bool `json:"workspace,omitempty"`
+	UnsafeRootWorkspace bool `json:"unsafe_root_workspace,omitempty"` // root callers only
+	// Gateway is the sandbox's way out; none: no way out at all.
+	Gateway *GatewaySpec `json:"gateway,omitempty"`
+}
+
+// GatewaySpec is a gateway configuration as the client sends it: the
+// cordon/v1 YAML, its policy files' contents, and the secret values the
+// client resolved as the caller. The daemon reads no path it names.
+type GatewaySpec struct {
+	Source   string            `json:"source"`
+	Config   []byte            `json:"config"`
+	Policies []PolicySource    `json:"policies,omitempty"`
+	Secrets  map[string][]byte `json:"secrets,omitempty"`
+}
+
+// PolicySource is one Cedar policy file: its base name and bytes.
+type PolicySource struct {
+	Name string `json:"name"`
+	Data []byte `json:"data"`
+}
+
+// CreateArgs are the arguments of create.
+type CreateArgs struct {
+	Name    string `json:"name"`
+	Spec    Spec   `json:"spec"`
+	Profile string `json:"profile,omitempty"`
+	Accept  string `json:"accept,omitempty"` // the risk-acceptance phrase for FULL_CONTROL_LAB
+}
+
+// NameArgs name one sandbox.
+type NameArgs struct {
+	Name string `json:"name"`
+}
+
+// Admitted are the identities a sandbox was admitted with; a change of
+// any puts it in DRAIN.
+type Admitted struct {
+	Runtime string `json:"runtime"` // cordon binary digest
+	Policy  string `json:"policy"`  // policy set digest (the sandbox's and the host's)
+	Rootfs  string `json:"rootfs"`  // base manifest digest and bind targets
+}
+
+// Info is what ls and status report of one sandbox.
+type Info struct {
+	Name      string    `json:"name"`
+	ID        string    `json:"id"`
+	Owner     uint32    `json:"owner_uid"`
+	State     string    `json:"state"`
+	Profile   string    `json:"profile"`
+	Drain     string    `json:"drain,omitempty"`
+	Level     string    `json:"level,omitempty"`
+	InitPid   int       `json:"init_pid,omitempty"`
+	MainExit  string    `json:"main_exit,omitempty"`
+	Note      string    `json:"note,omitempty"`
+	Admitted  Admitted  `json:"admitted"`
+	Created   time.Time `json:"created"`
+	Bypassed  []string  `json:"bypassed,omitempty"`
+	Argv      []string  `json:"argv,omitempty"`
+	Workspace bool      `json:"workspace,omitempty"`
+}
+
+// authorize finds the named sandbox and checks the caller may act on it.
+func (c *call) authorize(ctx context.Context, name string) (*box, error) {
+	if err := proto.ValidName(name); err != nil {
+		return nil, err
+	}
+	b, err := c.d.load(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if c.peer.UID != 0 && c.peer.UID != b.rec.OwnerUID {
+		// Another user's sandbox: the same answer as an absent one.
+		return nil, proto.Errorf(proto.KindNotFound, "no sandbox named %s", name)
+	}
+	return b, nil
+}
+
+// load returns the in-memory box of name, reading its record if needed.
+func (d *Daemon) load(ctx context.Context, name string) (*box, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b, ok := d.boxes[name]; ok {
+		return b, nil
+	}
+	rec, err := d.o.Store.DaemonSandbox(ctx, name)
+	if err != nil {
+		return nil, proto.Errorf(proto.KindNotFound, "no sandbox named %s", name)
+	}
+	b := &box{rec: rec, profile: SafeGuided}
+	_ = json.Unmarshal(rec.Spec, &b.spec)
+	d.boxes[name] = b
+	return b, nil
+}
+
+func (d *Daemon) forget(name string) {
+	d.mu.Lock()
+	delete(d.boxes, name)
+	d.mu.Unlock()
+}
+
+// setState persists a state change of b (its lock held).
+func (d *Daemon) setState(ctx context.Context, b *box, state string, u store.DaemonUpdate) error {
+	u.State = &state
+	if err := d.o.Store.UpdateDaemonSandbox(context.WithoutCancel(ctx), b.rec.Name, u); err != nil {
+		return err
+	}
+	b.rec.State = state
+	return nil
+}
+
+func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
+	var a CreateArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	if err := proto.ValidName(a.Name); err != nil {
+		return nil, err
+	}
+	prof, err := parseProfile(a.Profile, a.Accept, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	s := a.Spec
+	if s.UnsafeRootWorkspace && c.peer.UID != 0 {
+		return nil, proto.Errorf(proto.KindUnauthorized, "unsafe_root_workspace needs root")
+	}
+	if s.Workspace != (len(c.files) == 1) {
+		return nil, proto.Errorf(proto.KindBadRequest, "workspace: send the workspace directory as the request's one descriptor, and set spec.workspace")
+	}
+	for _, kv := range append(append([]string{}, s.Env...), s.Argv...) {
+		if strings.ContainsRune(kv, 0) {
+			return nil, proto.Errorf(proto.KindBadRequest, "NUL byte in argv or env")
+		}
+	}
+	for _, kv := range s.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, proto.Errorf(proto.KindBadRequest, "env %q: want K=V", clip(kv))
+		}
+	}
+	level := sandbox.DedicatedContainer
+	if s.Level != "" {
+		if level, err = sandbox.ParseLevel(s.Level); err != nil {
+			return nil, proto.Errorf(proto.KindBadRequest, "level: %v", err)
+		}
+	}
+	if level == sandbox.DedicatedVM {
+		return nil, proto.Errorf(proto.KindUnauthorized, "no provider on this host can evidence DEDICATED_VM")
+	}
+	var ws *os.File
+	if s.Workspace {
+		ws = c.files[0]
+		if err := checkWorkspace(ws, c.peer.UID); err != nil {
+			return nil, err
+		}
+	}
+	var env []string
+	policyDigest := policySetDigest(nil, d.hostPolicies())
+	if s.Gateway != nil {
+		genv, pd, err := d.o.Gateways.Prepare(s.Gateway, d.hostPolicies())
+		if err != nil {
+			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
+		}
+		env, policyDigest = genv, pd
+	}
+	id := linux.NewID()
+	stored := s
+	stored.Gateway = nil
+	if s.Gateway != nil {
+		g := *s.Gateway
+		g.Secrets = nil // kept apart, 0600 root (see saveSecrets)
+		stored.Gateway = &g
+	}
+	specJSON, _ := json.Marshal(stored)
+	rec := store.DaemonSandbox{Name: a.Name, ID: id, OwnerUID: c.peer.UID, Profile: string(SafeGuided), Spec: specJSON}
+	// The record first: nothing on the host exists without one.
+	if err := d.o.Store.CreateDaemonSandbox(ctx, rec); err != nil {
+		return nil, err
+	}
+	d.crash("create.after_record")
+	b := &box{rec: rec, spec: s, profile: prof}
+	b.rec.State = store.DCreating
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d.mu.Lock()
+	d.boxes[a.Name] = b
+	d.mu.Unlock()
+	fail := func(err error) (any, error) {
+		d.cleanup(context.WithoutCancel(ctx), b, "create failed: "+err.Error())
+		_ = d.o.Store.DeleteDaemonSandbox(context.WithoutCancel(ctx), a.Name)
+		d.forget(a.Name)
+		return nil, err
+	}
+	if s.Gateway != nil {
+		if err := saveSecrets(d.o.StateDir, id, s.Gateway.Secrets); err != nil {
+			return fail(err)
+		}
+	}
+	logf, err := openLog(d.o.StateDir, id)
+	if err != nil {
+		return fail(err)
+	}
+	b.log = logf // the init gets it at start; closed here after that
+	spec := sandbox.Spec{ID: id, Workload: workloadOf(s), Argv: s.Argv, Env: append(append([]string{}, s.Env...), env...),
+		WorkspaceFile: ws, UnsafeRootWorkspace: s.UnsafeRootWorkspace, Limits: s.Limits, Level: level, Stdout: logf, Stderr: logf}
+	sb, err := d.o.Provider.Provision(ctx, spec)
+	if err != nil {
+		return fail(err)
+	}
+	b.sb = sb
+	d.crash("create.after_provision")
+	adm := Admitted{Runtime: d.o.RuntimeDigest, Policy: policyDigest, Rootfs: d.rootfsDigest(s)}
+	admJSON, _ := json.Marshal(adm)
+	if err := d.setState(ctx, b, store.DCreated, store.DaemonUpdate{Admitted: admJSON, Profile: store.Ptr(string(prof))}); err != nil {
+		return fail(err)
+	}
+	b.rec.Admitted = admJSON
+	d.log.Info("created", "name", a.Name, "id", id, "owner", c.peer.UID, "profile", prof)
+	return d.info(b), nil
+}
+
+// checkWorkspace checks the descriptor the caller sent: a directory the
+// caller owns (root may send any), opened by the caller itself.
+func checkWorkspace(f *os.File, uid uint32) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return proto.Errorf(proto.KindBadRequest, "workspace descriptor: %v", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return proto.Errorf(proto.KindBadRequest, "the workspace descriptor is not a directory")
+	}
+	if uid != 0 && st.Uid != uid {
+		return proto.Errorf(proto.KindUnauthorized, "the workspace is owned by uid %d, not by you (uid %d)", st.Uid, uid)
+	}
+	return nil
+}
+
+func workloadOf(s Spec) string {
+	if s.Gateway != nil {
+		if w := workloadFromYAML(s.Gateway.Config); w != "" {
+			return w
+		}
+	}
+	return "default"
+}
+
+func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
+	var a NameArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.rec.State {
+	case store.DRunning:
+		return d.info(b), nil // idempotent
+	case store.DCreated:
+	default:
+		return nil, proto.Errorf(proto.KindConflict, "sandbox %s is %s; only a created sandbox can start (stopped work never resumes: create a new one)", a.Name, b.rec.State)
+	}
+	if b.rec.Drain != "" {
+		return nil, proto.Errorf(proto.KindDrain, "sandbox %s is draining: %s; re-admit it first (cordon sandbox readmit %s)", a.Name, b.rec.Drain, a.Name)
+	}
+	if b.sb == nil {
+		return nil, proto.Errorf(proto.KindConflict, "sandbox %s lost its provisioned resources (daemon restart); remove it and create it again", a.Name)
+	}
+	if err := d.setState(ctx, b, store.DStarting, store.DaemonUpdate{}); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (any, error) {
+		d.cleanup(context.WithoutCancel(ctx), b, "start failed: "+err.Error())
+		_ = d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Note: store.Ptr("start failed: " + err.Error())})
+		return nil, err
+	}
+	adm, err := b.sb.Start(ctx)
+	if b.log != nil {
+		b.log.Close() // the init holds its own copy
+		b.log = nil
+	}
+	if err != nil {
+		return fail(err)
+	}
+	type initer interface {
+		InitPid() int
+		InitStartTime() uint64
+	}
+	if ip, ok := b.sb.(initer); ok {
+		pid, st := ip.InitPid(), ip.InitStartTime()
+		if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{InitPid: &pid, InitStart: &st}); err != nil {
+			return fail(err)
+		}
+		b.rec.InitPid, b.rec.InitStart = pid, st
+	}
+	d.crash("start.after_spawn")
+	rec, _ := adm.Record.(*evidence.Record)
+	want := sandbox.DedicatedContainer
+	if b.spec.Level != "" {
+		want, _ = sandbox.ParseLevel(b.spec.Level)
+	}
+	if rec != nil {
+		rec.LevelRequested = want
+		if b.profile == FullControlLab {
+			markBypassed(rec)
+		}
+	}
+	level := adm.Level
+	if rec != nil {
+		level = rec.LevelAdmitted
+	}
+	if level < want && b.profile != FullControlLab {
+		return fail(sandbox.Failf(sandbox.KindEvidence, "admission", "the evidence supports %s, below the requested %s", level, want))
+	}
+	evJSON, _ := json.Marshal(rec)
+	if b.spec.Gateway != nil {
+		g := *b.spec.Gateway
+		if g.Secrets, err = loadSecrets(d.o.StateDir, b.rec.ID); err != nil {
+			return fail(err)
+		}
+		gw, err := d.o.Gateways.Start(b.sb, &g, d.hostPolicies(), b.profile)
+		if err != nil {
+			return fail(err)
+		}
+		b.gw = gw
+	}
+	d.crash("start.after_gateway")
+	if err := b.sb.Exec(ctx); err != nil {
+		return fail(err)
+	}
+	if err := d.setState(ctx, b, store.DRunning, store.DaemonUpdate{Level: store.Ptr(level.String()), Evidence: evJSON}); err != nil {
+		return fail(err)
+	}
+	b.rec.Level, b.rec.Evidence = level.String(), evJSON
+	if len(b.spec.Argv) > 0 {
+		go d.watchMain(b)
+	}
+	d.log.Info("started", "name", b.rec.Name, "level", level, "profile", b.profile)
+	return d.info(b), nil
+}
+
+// watchMain records how the main program ended; the sandbox stays up
+// (execs still work) until it is stopped.
+func (d *Daemon) watchMain(b *box) {
+	type mainWaiter interface {
+		WaitMain(context.Context) (sandbox.Exit, error)
+	}
+	w, ok := b.sb.(mainWaiter)
+	if !ok {
+		return
+	}
+	ex, err := w.WaitMain(context.Background())
+	if err != nil {
+		return
+	}
+	s := fmt.Sprintf("exit %d", ex.Code)
+	if ex.Signal != 0 {
+		s = fmt.Sprintf("signal %d", ex.Signal)
+	}
+	_ = d.o.Store.UpdateDaemonSandbox(context.Background(), b.rec.Name, store.DaemonUpdate{MainExit: &s})
+	b.mu.Lock()
+	b.rec.MainExit = s
+	b.mu.Unlock()
+}
+
+// ExecArgs are the arguments of exec; the request carries stdin, stdout
+// and stderr as its three descriptors.
+type ExecArgs struct {
+	Name string   `json:"name"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"`
+}
+
+// ExecStarted is exec's first (non-final) response; ExecExit its last.
+type ExecStarted struct {
+	Pid int `json:"pid"`
+}
+
+// ExecExit is how an exec'd process ended.
+type ExecExit struct {
+	Code   int `json:"code"`
+	Signal int `json:"signal,omitempty"`
+}
+
+type execer interface {
+	ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*linux.Process, error)
+}
+
+func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
+	var a ExecArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	if len(a.Argv) == 0 || len(c.files) != 3 {
+		return nil, proto.Errorf(proto.KindBadRequest, "exec needs argv and the caller's stdin, stdout and stderr as its three descriptors")
+	}
+	for _, s := range append(append([]string{}, a.Argv...), a.Env...) {
+		if strings.ContainsRune(s, 0) {
+			return nil, proto.Errorf(proto.KindBadRequest, "NUL byte in argv or env")
+		}
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	state, drain, sb := b.rec.State, b.rec.Drain, b.sb
+	env := append(append([]string{}, b.spec.Env...), a.Env...)
+	if b.spec.Gateway != nil {
+		genv, _, _ := d.o.Gateways.Prepare(&GatewaySpec{Source: b.spec.Gateway.Source, Config: b.spec.Gateway.Config, Policies: b.spec.Gateway.Policies}, nil)
+		env = append(env, genv...)
+	}
+	dir := "/home/agent"
+	if b.spec.Workspace {
+		dir = "/workspace"
+	}
+	b.mu.Unlock()
+	if state != store.DRunning || sb == nil {
+		return nil, proto.Errorf(proto.KindConflict, "sandbox %s is %s; exec needs a running sandbox", a.Name, state)
+	}
+	if drain != "" {
+		return nil, proto.Errorf(proto.KindDrain, "sandbox %s is draining: %s; running work continues, new execs are refused until it is re-admitted (cordon sandbox readmit %s)", a.Name, drain, a.Name)
+	}
+	ex, ok := sb.(execer)
+	if !ok {
+		return nil, proto.Errorf(proto.KindInternal, "this sandbox cannot exec")
+	}
+	p, err := ex.ExecProcess(ctx, a.Argv, env, dir, [3]*os.File{c.files[0], c.files[1], c.files[2]})
+	if err != nil {
+		var xe *linux.ExecError
+		if errors.As(err, &xe) {
+			code := 126
+			if xe.NotFound() {
+				code = 127
+			}
+			return ExecExit{Code: code}, proto.Errorf(proto.KindBadRequest, "exec %s: %s", clip(a.Argv[0]), xe.Msg)
+		}
+		return nil, err
+	}
+	d.crash("exec.after_start")
+	d.trackExec(b, p)
+	defer d.untrackExec(b, p)
+	if err := c.progress(ExecStarted{Pid: p.Pid()}); err != nil {
+		d.log.Debug("exec: client gone; the process keeps running", "name", a.Name, "pid", p.Pid())
+	}
+	res, err := p.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return ExecExit{Code: res.Code, Signal: res.Signal}, nil
+}
+
+var execs sync.Map // *box → map[int]*linux.Process (guarded by the box's own map lock)
+
+type execSet struct {
+	mu sync.Mutex
+	m  map[int]*linux.Process
+}
+
+func (d *Daemon) trackExec(b *box, p *linux.Process) {
+	v, _ := execs.LoadOrStore(b, &execSet{m: map[int]*linux.Process{}})
+	s := v.(*execSet)
+	s.mu.Lock()
+	s.m[p.Pid()] = p
+	s.mu.Unlock()
+}
+
+func (d *Daemon) untrackExec(b *box, p *linux.Process) {
+	if v, ok := execs.Load(b); ok {
+		s := v.(*execSet)
+		s.mu.Lock()
+		delete(s.m, p.Pid())
+		s.mu.Unlock()
+	}
+}
+
+// SignalArgs signal an exec'd process (the CLI forwards ^C).
+type SignalArgs struct {
+	Name   string `json:"name"`
+	Pid    int    `json:"pid"`
+	Signal int    `json:"signal"`
+}
+
+func (d *Daemon) opSignal(ctx context.Context, c *call) (any, error) {
+	var a SignalArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	switch syscall.Signal(a.Signal) {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGKILL, syscall.SIGWINCH, syscall.SIGUSR1, syscall.SIGUSR2:
+	default:
+		return nil, proto.Errorf(proto.KindBadRequest, "signal %d is not forwarded", a.Signal)
+	}
+	v, ok := execs.Load(b)
+	if !ok {
+		return nil, proto.Errorf(proto.KindNotFound, "no exec with pid %d in %s", a.Pid, a.Name)
+	}
+	s := v.(*execSet)
+	s.mu.Lock()
+	p := s.m[a.Pid]
+	s.mu.Unlock()
+	if p == nil {
+		return nil, proto.Errorf(proto.KindNotFound, "no exec with pid %d in %s", a.Pid, a.Name)
+	}
+	return struct{}{}, p.Signal(syscall.Signal(a.Signal))
+}
+
+func (d *Daemon) opStop(ctx context.Context, c *call) (any, error) {
+	var a NameArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.stop(ctx, b, false); err != nil {
+		return nil, err
+	}
+	return d.info(b), nil
+}
+
+// StopAllResult reports an emergency stop.
+type StopAllResult struct {
+	Stopped  []string      `json:"stopped"`
+	Failed   []string      `json:"failed,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// opStopAll kills every sandbox at once: the emergency stop.
+func (d *Daemon) opStopAll(ctx context.Context, c *call) (any, error) {
+	start := time.Now()
+	recs, err := d.o.Store.DaemonSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var res StopAllResult
+	var wg sync.WaitGroup
+	for _, r := range recs {
+		if r.State == store.DStopped {
+			continue
+		}
+		b, err := d.load(ctx, r.Name)
+		if err != nil {
+			continue
+		}
+		wg.Go(func() {
+			err := d.stop(ctx, b, true)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.Failed = append(res.Failed, r.Name+": "+err.Error())
+			} else {
+				res.Stopped = append(res.Stopped, r.Name)
+			}
+		})
+	}
+	wg.Wait()
+	res.Duration = time.Since(start)
+	d.log.Warn("emergency stop", "stopped", len(res.Stopped), "failed", len(res.Failed), "duration", res.Duration)
+	return res, nil
+}
+
+// stop ends a sandbox for good: the stop state is persisted first, so a
+// daemon restart never resumes it. Idempotent.
+func (d *Daemon) stop(ctx context.Context, b *box, emergency bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.rec.State {
+	case store.DStopped:
+		return nil
+	case store.DRemoving:
+		return proto.Errorf(proto.KindConflict, "sandbox %s is being removed", b.rec.Name)
+	}
+	if err := d.setState(ctx, b, store.DStopping, store.DaemonUpdate{}); err != nil {
+		return err
+	}
+	d.crash("stop.after_record")
+	d.cleanup(context.WithoutCancel(ctx), b, "")
+	d.crash("stop.after_kill")
+	prof := string(SafeGuided)
+	b.profile = SafeGuided
+	return d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Profile: &prof})
+}
+
+// cleanup releases everything a sandbox holds on the host: its processes
+// (cgroup kill), its gateway (listeners close with it), its reservations,
+// calls in flight and approvals, its cgroups, lease and host record, its
+// run socket and gateway secrets. It works from the record alone when
+// nothing is in memory (after a daemon restart). b's lock is held.
+func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
+	if b.gw != nil {
+		b.gw.Kill()
+		_ = b.gw.Stop()
+		b.gw = nil
+	}
+	if b.sb != nil {
+		if err := b.sb.Deprovision(ctx); err != nil {
+			d.log.Warn("deprovision", "name", b.rec.Name, "err", err)
+		}
+		b.sb = nil
+	} else if err := linux.ReleaseRecord(ctx, d.o.Store, d.o.Provider, b.rec.ID); err != nil {
+		d.log.Warn("release host resources", "name", b.rec.Name, "id", b.rec.ID, "err", err)
+	}
+	if err := d.o.Store.ReleaseCrossings(ctx, b.rec.ID); err != nil {
+		d.log.Warn("release crossings", "name", b.rec.Name, "err", err)
+	}
+	if b.log != nil {
+		b.log.Close()
+		b.log = nil
+	}
+	os.Remove(filepath.Join(secretDir(d.o.StateDir), b.rec.ID+".json"))
+	if note != "" {
+		_ = d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{Note: &note})
+		b.rec.Note = note
+	}
+}
+
+func (d *Daemon) opRm(ctx context.Context, c *call) (any, error) {
+	var a NameArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	if err := proto.ValidName(a.Name); err != nil {
+		return nil, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		var pe *proto.Error
+		if errors.As(err, &pe) && pe.Kind == proto.KindNotFound {
+			return struct {
+				Removed bool `json:"removed"`
+			}{false}, nil // idempotent: nothing to remove
+		}
+		return nil, err
+	}
+	if err := d.stop(ctx, b, false); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := d.setState(ctx, b, store.DRemoving, store.DaemonUpdate{}); err != nil {
+		return nil, err
+	}
+	d.crash("rm.after_record")
+	os.Remove(logPath(d.o.StateDir, b.rec.ID))
+	if err := d.o.Store.DeleteDaemonSandbox(ctx, b.rec.Name); err != nil {
+		return nil, err
+	}
+	d.forget(b.rec.Name)
+	return struct {
+		Removed bool `json:"removed"`
+	}{true}, nil
+}
+
+func (d *Daemon) opLs(ctx context.Context, c *call) (any, error) {
+	recs, err := d.o.Store.DaemonSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Info{}
+	for _, r := range recs {
+		if c.peer.UID != 0 && r.OwnerUID != c.peer.UID {
+			continue
+		}
+		b, err := d.load(ctx, r.Name)
+		if err != nil {
+			continue
+		}
+		b.mu.Lock()
+		out = append(out, d.info(b))
+		b.mu.Unlock()
+	}
+	return out, nil
+}
+
+func (d *Daemon) opStatus(ctx context.Context, c *call) (any, error) {
+	var a NameArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := d.info(b)
+	return struct {
+		Info
+		Evidence json.RawMessage `json:"evidence,omitempty"`
+	}{i, b.rec.Evidence}, nil
+}
+
+// info reports b (its lock held, or b not shared yet).
+func (d *Daemon) info(b *box) Info {
+	var adm Admitted
+	_ = json.Unmarshal(b.rec.Admitted, &adm)
+	i := Info{Name: b.rec.Name, ID: b.rec.ID, Owner: b.rec.OwnerUID, State: b.rec.State, Profile: string(b.profile), Drain: b.rec.Drain,
+		Level: b.rec.Level, InitPid: b.rec.InitPid, MainExit: b.rec.MainExit, Note: b.rec.Note, Admitted: adm, Created: b.rec.Created,
+		Argv: b.spec.Argv, Workspace: b.spec.Workspace}
+	if b.profile == FullControlLab {
+		i.Bypassed = LabBypasses
+	}
+	return i
+}
+
+// LogsArgs read a sandbox's log (its main program's stdout and stderr)
+// from Offset, at most Max bytes.
+type LogsArgs struct {
+	Name   string `json:"name"`
+	Offset int64  `json:"offset"`
+	Max    int    `json:"max,omitempty"`
+}
+
+// LogsChunk is a piece of the log.
+type LogsChunk struct {
+	Data []byte `json:"data"`
+	Next int64  `json:"next"`
+	Size int64  `json:"size"`
+	Done bool   `json:"done"` // the sandbox is stopped: the log will not grow
+}
+
+func (d *Daemon) opLogs(ctx context.Context, c *call) (any, error) {
+	var a LogsArgs
+	if err := c.args(&a); err != nil {
+		return nil, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	if err != nil {
+		return nil, err
+	}
+	if a.Max <= 0 || a.Max > 128<<10 {
+		a.Max = 128 << 10
+	}
+	b.mu.Lock()
+	id, done := b.rec.ID, b.rec.State == store.DStopped
+	b.mu.Unlock()
+	f, err := os.OpenFile(logPath(d.o.StateDir, id), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return LogsChunk{Done: done}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if a.Offset < 0 || a.Offset > fi.Size() {
+		a.Offset = fi.Size()
+	}
+	buf := make([]byte, min(int64(a.Max), fi.Size()-a.Offset))
+	n, _ := f.ReadAt(buf, a.Offset)
+	return LogsChunk{Data: buf[:n], Next: a.Offset + int64(n), Size: fi.Size(), Done: done && a.Offset+int64(n) >= fi.Size()}, nil
+}
+
+func logPath(state, id string) string { return filepath.Join(logDir(state), id+".log") }
+
+// openLog creates a sandbox's log file (0600); the init writes the main
+// program's output to it directly, so it survives the daemon. RLIMIT_FSIZE
+// of the sandbox bounds it.
+func openLog(state, id string) (*os.File, error) {
+	return os.OpenFile(logPath(state, id), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+}
+
+// saveSecrets keeps a gateway's custodied values (root-only) so that the
+// gateway can be reopened after a daemon restart.
+func saveSecrets(state, id string, s map[string][]byte) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(secretDir(state), id+".json")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func loadSecrets(state, id string) (map[string][]byte, error) {
+	b, err := os.ReadFile(filepath.Join(secretDir(state), id+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string][]byte{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s map[string][]byte
+	return s, json.Unmarshal(b, &s)
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+func (d *Daemon) hostPolicies() []PolicySource {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hostPolicy
+}
+
+// workloadFromYAML reads the workload name of a configuration (already
+// validated by Gateways.Prepare).
+func workloadFromYAML(b []byte) string {
+	var v struct {
+		Workload string `yaml:"workload"`
+	}
+	if yaml.Unmarshal(b, &v) != nil {
+		return ""
+	}
+	return v.Workload
+}

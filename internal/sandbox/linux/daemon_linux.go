@@ -1,0 +1,755 @@
+package linux
+
+// Daemon mode: sandboxes that outlive the process that spawned them.
+//
+// A `cordon daemon` owns sandboxes across its own restarts. With
+// Options.Daemon set, the provider spawns the init without a parent-death
+// signal (and the init arms none), lets the main program be absent or end
+// without ending the sandbox, and gives each sandbox an exec channel: a
+// listening AF_UNIX SOCK_SEQPACKET socket at <StateDir>/run/<id>.sock
+// (directory 0700 root, socket 0600), created here before the spawn and
+// handed to the init as a descriptor. Only the host's root can reach the
+// path; the sandbox cannot see it (it is outside its root) and the init
+// holds the listener close-on-exec, never passing it to a program.
+//
+// "exec" is served by the sandbox's own init, never by joining its
+// namespaces from Go (setns into a user namespace fails in a multithreaded
+// process): each connection carries one request and the process's three
+// stdio descriptors; the init forks it from its main thread, the one every
+// hardening step was applied to, so an exec'd process has exactly the
+// boundary of the main program (see sbinit/daemon_linux.go).
+//
+// The init also holds the host-wide lease lock (a duplicate of the
+// spawner's locked descriptor), so the UID/GID range stays claimed while
+// no daemon runs: another state directory's cordon cannot lease it to a
+// second live sandbox. The process that drives the sandbox holds a second
+// lock, run/<id>.lock (its "handle").
+//
+// After a daemon restart, Attach makes a handle for a live sandbox from
+// its record and the init's (pid, start time) the daemon recorded
+// (InitPid, InitStartTime): it proves the pid is still that init and sits
+// in the sandbox's cgroups, takes the handle lock, and re-takes the lease
+// lock from the init (pidfd_getfd of the init's locked descriptor).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// DaemonSandbox is what a daemon-mode sandbox offers beyond
+// sandbox.Sandbox, whether this process spawned it (Provision) or adopted
+// it after a restart (Attach). Reach it with a type assertion.
+type DaemonSandbox interface {
+	sandbox.Sandbox
+	// InitPid and InitStartTime identify the init across restarts: record
+	// both, and pass them to Attach.
+	InitPid() int
+	InitStartTime() uint64
+	Lease() store.Lease
+	// Adopt places a trusted-side helper (the gateway) in the sandbox's cgroups.
+	Adopt(pid int) error
+	// Signal sends sig to the init, which forwards it to the main program
+	// while that runs.
+	Signal(sig syscall.Signal)
+	// ExecProcess starts argv in the live sandbox (see linuxSandbox.ExecProcess).
+	ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error)
+	// WaitMain waits for the main program's exit (or the init's end).
+	WaitMain(ctx context.Context) (sandbox.Exit, error)
+}
+
+var (
+	_ DaemonSandbox = (*linuxSandbox)(nil)
+	_ DaemonSandbox = (*attachedSandbox)(nil)
+)
+
+// Errors of Attach (and of ExecProcess/Wait), matched with errors.Is.
+var (
+	// ErrInitGone: the recorded init is not running any more: no such pid,
+	// another start time (the pid was reused), a zombie, or a process
+	// outside the sandbox's cgroups. Its residue is ReleaseRecord's.
+	ErrInitGone = errors.New("the sandbox init is gone")
+	// ErrLeaseHeld: another process holds the sandbox: its handle lock
+	// (the daemon that spawned or attached it still runs, or a second
+	// handle of this process), or the lease lock is held by another than
+	// the sandbox's init.
+	ErrLeaseHeld = errors.New("the sandbox's lease is held by another process")
+	// ErrNoExitStatus: the exec channel closed before the process's exit
+	// status came (the sandbox was stopped, or Process.Close was called).
+	ErrNoExitStatus = errors.New("the exec channel closed before the exit status")
+)
+
+// validID reports whether id can name a sandbox's cgroups and exec socket
+// (the cgroup package's rule: [a-z0-9-]{1,64}), so it is never a path.
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// runDir holds the exec sockets: 0700, root's.
+func (p *Provider) runDir() string { return filepath.Join(p.opts.StateDir, "run") }
+
+// runSockPath is the exec socket of sandbox id.
+func (p *Provider) runSockPath(id string) string { return filepath.Join(p.runDir(), id+".sock") }
+
+// RunSocket is the path of sandbox id's exec socket (daemon mode).
+func (p *Provider) RunSocket(id string) string { return p.runSockPath(id) }
+
+// handlePath is the lock file whose holder owns sandbox id's handle: the
+// process that spawned it, or the one that attached it since. It keeps
+// two daemons from driving one sandbox. (The lease lock cannot: the init
+// holds that one for as long as it lives.)
+func (p *Provider) handlePath(id string) string { return filepath.Join(p.runDir(), id+".lock") }
+
+// tryHandle takes the handle lock of sandbox id; ok is false when another
+// process holds it.
+func (p *Provider) tryHandle(id string) (*leaseLock, bool, error) {
+	if !validID(id) {
+		return nil, false, fmt.Errorf("invalid sandbox id %q", id)
+	}
+	if err := ensureRunDir(p.runDir()); err != nil {
+		return nil, false, err
+	}
+	return tryLockFile(p.handlePath(id))
+}
+
+// takeHandle takes the handle lock of a sandbox being provisioned.
+func (p *Provider) takeHandle(sb *linuxSandbox) error {
+	h, ok, err := p.tryHandle(sb.spec.ID)
+	if err != nil {
+		return sandbox.Fail(sandbox.KindProvision, "sandbox lock", err)
+	}
+	if !ok {
+		return sandbox.Fail(sandbox.KindProvision, "sandbox lock", fmt.Errorf("%w: sandbox %s", ErrLeaseHeld, sb.spec.ID))
+	}
+	sb.handle = h
+	return nil
+}
+
+// releaseHandle removes the handle lock file, while still holding it (so
+// nobody locks the file being removed), then releases it.
+func (p *Provider) releaseHandle(id string, h *leaseLock) {
+	if h == nil || h.fd < 0 {
+		return
+	}
+	os.Remove(p.handlePath(id))
+	h.release()
+}
+
+// ensureRunDir creates the run directory 0700, and refuses one that is a
+// symlink or not the caller's.
+func ensureRunDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is owned by uid %d, not %d", dir, st.Uid, os.Geteuid())
+	}
+	if st.Mode&0o777 != 0o700 {
+		return os.Chmod(dir, 0o700)
+	}
+	return nil
+}
+
+// listenExec creates the sandbox's exec socket, listening, before the
+// spawn. The returned file is the listener the init inherits; the caller
+// closes its copy once the init runs.
+func (sb *linuxSandbox) listenExec() (*os.File, error) {
+	dir := sb.p.runDir()
+	if err := ensureRunDir(dir); err != nil {
+		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket dir", err)
+	}
+	path := sb.p.runSockPath(sb.spec.ID)
+	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
+		return nil, sandbox.Failf(sandbox.KindProvision, "exec socket", "%s: path too long for a Unix socket (the state dir is too deep)", path)
+	}
+	// Residue of a dead sandbox with this id (ids are random; only a
+	// retried id collides).
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket", err)
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket", err)
+	}
+	fail := func(err error) (*os.File, error) {
+		unix.Close(fd)
+		os.Remove(path)
+		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return fail(fmt.Errorf("bind %s: %w", path, err))
+	}
+	// The directory is 0700 root: nobody else could connect before this.
+	if err := os.Chmod(path, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := unix.Listen(fd, sbinit.MaxExecs); err != nil {
+		return fail(fmt.Errorf("listen %s: %w", path, err))
+	}
+	return os.NewFile(uintptr(fd), "exec-listener"), nil
+}
+
+// procStat reads the state (field 3) and start time (field 22) of pid from
+// /proc/PID/stat. The command name may hold spaces and parentheses, so
+// fields are counted from the last ')'.
+func procStat(pid int) (state byte, start uint64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	closing := bytes.LastIndexByte(b, ')')
+	if closing < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no (comm) field", pid)
+	}
+	rest := bytes.Fields(b[closing+1:])
+	const startField = 22 - 3
+	if len(rest) <= startField || len(rest[0]) != 1 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after comm", pid, len(rest))
+	}
+	start, err = strconv.ParseUint(string(rest[startField]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: bad start time %q", pid, rest[startField])
+	}
+	return rest[0][0], start, nil
+}
+
+// procStartTime is field 22 of /proc/PID/stat (clock ticks since boot).
+func procStartTime(pid int) (uint64, error) {
+	_, start, err := procStat(pid)
+	return start, err
+}
+
+// InitStartTime is the init's start time (field 22 of /proc/<pid>/stat),
+// read at spawn; 0 outside daemon mode or before Start. With InitPid it
+// proves later that a pid is still this init (Attach).
+func (sb *linuxSandbox) InitStartTime() uint64 { return sb.initStart }
+
+// ExecProcess starts argv in the live sandbox, under the same boundary as
+// the main program: the sandbox's own init forks it from its hardened main
+// thread in a new session, with stdio as its descriptors 0, 1 and 2 (nil
+// means /dev/null; the caller keeps and may close its files once this
+// returns). env is added to the sandbox defaults, like Spec.Env; dir is
+// the working directory inside ("" for the main program's). It works the
+// same whether this process spawned the sandbox or adopted it (Attach):
+// it connects to the sandbox's exec socket. Exec failures are *ExecError,
+// as for Exec. The sandbox must be daemon-mode and started (Exec done).
+func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
+	if !sb.p.opts.Daemon {
+		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+	}
+	sb.mu.Lock()
+	running := sb.running
+	sb.mu.Unlock()
+	if !running {
+		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
+	}
+	select {
+	case <-sb.done:
+		return nil, sandbox.Fail(sandbox.KindExec, "exec", ErrInitGone)
+	default:
+	}
+	return execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio)
+}
+
+// WaitMain waits until the main program has ended and reports how. In
+// daemon mode the sandbox lives on (execs still work) until Stop; with no
+// main program, or if the init ends first, it returns when the init ends.
+func (sb *linuxSandbox) WaitMain(ctx context.Context) (sandbox.Exit, error) {
+	select {
+	case <-sb.mainDone:
+	case <-sb.done:
+		for range sb.events {
+			// Drain: readControl records an exit reported just before the end.
+		}
+	case <-ctx.Done():
+		return sandbox.Exit{}, ctx.Err()
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	ex := sandbox.Exit{TimedOut: sb.timedOut}
+	if sb.cg != nil {
+		if n, err := sb.cg.OOMKills(); err == nil && n > 0 {
+			ex.OOM = true
+		}
+	}
+	switch {
+	case sb.exit != nil:
+		ex.Code, ex.Signal = sb.exit.Code, sb.exit.Signal
+	case sb.state != nil:
+		if ws, ok := sb.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ex.Signal = int(ws.Signal())
+		} else {
+			ex.Code = sb.state.ExitCode()
+		}
+	}
+	return ex, nil
+}
+
+// Process is a process started in a live sandbox by its init
+// (ExecProcess). It holds the exec connection until the exit status
+// arrives; closing it (Close) does not kill the process.
+type Process struct {
+	pid  int
+	conn *net.UnixConn
+	wmu  sync.Mutex
+	done chan struct{} // closed once exit or err is set
+	exit sandbox.Exit
+	err  error
+}
+
+// Pid is the process's pid inside the sandbox's PID namespace.
+func (p *Process) Pid() int { return p.pid }
+
+// Wait waits for the process to end and reports how. If the sandbox is
+// stopped first (or Close was called) it returns an error matching
+// ErrNoExitStatus.
+func (p *Process) Wait(ctx context.Context) (sandbox.Exit, error) {
+	select {
+	case <-p.done:
+		return p.exit, p.err
+	case <-ctx.Done():
+		return sandbox.Exit{}, ctx.Err()
+	}
+}
+
+// Signal asks the init to send sig to the process. The process leads its
+// own session and process group, and the init signals the group, as a
+// terminal would: children that stayed in the group get it too. After
+// the exit it returns os.ErrProcessDone.
+func (p *Process) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return os.ErrProcessDone
+	default:
+	}
+	if sig < 1 || sig > 64 {
+		return sandbox.Failf(sandbox.KindUsage, "signal", "invalid signal %d", int(sig))
+	}
+	b, _ := json.Marshal(sbinit.Message{Type: "signal", Signal: int(sig)})
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := p.conn.Write(b); err != nil {
+		select {
+		case <-p.done:
+			return os.ErrProcessDone
+		default:
+		}
+		return sandbox.Fail(sandbox.KindExec, "signal", err)
+	}
+	return nil
+}
+
+// Close gives up the process's exec connection: the process runs on
+// (until it ends or the sandbox stops) and Wait no longer learns its exit.
+func (p *Process) Close() error {
+	return p.conn.Close()
+}
+
+// read waits for the exit message; anything else on the channel is ignored.
+func (p *Process) read() {
+	defer close(p.done)
+	defer p.conn.Close()
+	buf := make([]byte, 4096)
+	for {
+		n, err := p.conn.Read(buf)
+		if err != nil {
+			p.err = sandbox.Fail(sandbox.KindExec, "wait", fmt.Errorf("%w (%v)", ErrNoExitStatus, err))
+			return
+		}
+		var m sbinit.Message
+		if json.Unmarshal(buf[:n], &m) != nil || m.Type != "exit" {
+			continue
+		}
+		p.exit = sandbox.Exit{Code: m.Code, Signal: m.Signal}
+		return
+	}
+}
+
+// execProcess is the client side of the exec channel at sock.
+func execProcess(ctx context.Context, sock string, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "no program given")
+	}
+	for _, s := range append(append(append([]string{}, argv...), env...), dir) {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, sandbox.Failf(sandbox.KindUsage, "exec", "NUL byte in argv, env or dir")
+		}
+	}
+	if dir != "" && !filepath.IsAbs(dir) {
+		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "%s: the working directory must be absolute", dir)
+	}
+	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir})
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindUsage, "exec", err)
+	}
+	if len(req) > sbinit.MaxExecMessage {
+		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "argv and env take %d bytes; at most %d", len(req), sbinit.MaxExecMessage)
+	}
+	var fds []int
+	for _, f := range stdio {
+		if f == nil {
+			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+			if err != nil {
+				return nil, sandbox.Fail(sandbox.KindExec, "exec", err)
+			}
+			defer null.Close()
+			f = null
+		}
+		fds = append(fds, int(f.Fd()))
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", sock)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindExec, "exec", fmt.Errorf("the sandbox init does not answer on its exec socket (sandbox stopped?): %w", err))
+	}
+	conn := c.(*net.UnixConn)
+	// Until the reply: ctx's deadline, its cancellation, or readyTimeout.
+	dl := time.Now().Add(readyTimeout)
+	if t, ok := ctx.Deadline(); ok && t.Before(dl) {
+		dl = t
+	}
+	conn.SetDeadline(dl)
+	var mu sync.Mutex
+	replied := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !replied {
+			conn.SetDeadline(time.Unix(1, 0))
+		}
+	})
+	defer stop()
+	fail := func(err error) (*Process, error) {
+		conn.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, sandbox.Fail(sandbox.KindExec, "exec", err)
+	}
+	if _, _, err := conn.WriteMsgUnix(req, unix.UnixRights(fds...), nil); err != nil {
+		return fail(fmt.Errorf("send request: %w", err))
+	}
+	buf := make([]byte, 4096)
+	n, err := conn.Read(buf)
+	mu.Lock()
+	replied = true
+	mu.Unlock()
+	if err != nil {
+		return fail(fmt.Errorf("no answer from the sandbox init: %w", err))
+	}
+	var m sbinit.Message
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		return fail(fmt.Errorf("malformed answer from the sandbox init: %w", err))
+	}
+	switch m.Type {
+	case "started":
+		conn.SetDeadline(time.Time{})
+		p := &Process{pid: m.Pid, conn: conn, done: make(chan struct{})}
+		go p.read()
+		return p, nil
+	case "error":
+		conn.Close()
+		if m.Step == "exec" {
+			return nil, &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
+		}
+		return nil, sandbox.Failf(sandbox.KindExec, "exec", "%s: %s", m.Step, m.Error)
+	default:
+		return fail(fmt.Errorf("unexpected answer %q from the sandbox init", m.Type))
+	}
+}
+
+// Attach returns a handle for a live daemon-mode sandbox spawned by an
+// earlier process (a daemon before its restart), from its record and the
+// init's pid and start time recorded then. It refuses (errors matching
+// ErrInitGone) unless the pid is alive, has that start time, is no zombie
+// and sits in the sandbox's own cgroups in every hierarchy; and
+// (ErrLeaseHeld) unless it can take the sandbox's handle lock and re-take
+// the host-wide lease lock from the init, both of which it then holds
+// until Deprovision. The handle supports ID, InitPid,
+// InitStartTime, Lease, Adopt, ExecProcess, Signal, Stop and Deprovision;
+// Start, Exec, Wait and WaitMain belong to the spawning process and return
+// KindUsage errors.
+func (p *Provider) Attach(ctx context.Context, rec store.Record, initPid int, initStart uint64) (sandbox.Sandbox, error) {
+	if rec.Kind != store.KindDaemon {
+		return nil, sandbox.Failf(sandbox.KindUsage, "attach", "sandbox %s is a %q record; only daemon-owned sandboxes can be attached", rec.ID, rec.Kind)
+	}
+	if initPid <= 0 || initStart == 0 {
+		return nil, sandbox.Failf(sandbox.KindUsage, "attach", "sandbox %s: no init pid and start time recorded", rec.ID)
+	}
+	if !validID(rec.ID) {
+		return nil, sandbox.Failf(sandbox.KindUsage, "attach", "invalid sandbox id %q", rec.ID)
+	}
+	cg := cgroup.Open(p.layout, rec.ID)
+	gone := func(format string, args ...any) error {
+		return sandbox.Fail(sandbox.KindStart, "attach", fmt.Errorf("%w: sandbox %s: %s", ErrInitGone, rec.ID, fmt.Sprintf(format, args...)))
+	}
+	// The pidfd first, then the checks: if they pass, the pidfd is that
+	// init, and every later signal goes to it and to no reused pid.
+	pidfd, err := unix.PidfdOpen(initPid, 0)
+	if err != nil {
+		return nil, gone("pid %d: %v", initPid, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unix.Close(pidfd)
+		}
+	}()
+	state, start, err := procStat(initPid)
+	switch {
+	case err != nil:
+		return nil, gone("pid %d: %v", initPid, err)
+	case start != initStart:
+		return nil, gone("pid %d started at %d, not %d (another process)", initPid, start, initStart)
+	case state == 'Z' || state == 'X':
+		return nil, gone("pid %d has exited", initPid)
+	}
+	if err := p.inSandboxCgroups(initPid, rec.ID); err != nil {
+		return nil, gone("%v", err)
+	}
+	held := func(err error) error {
+		return sandbox.Fail(sandbox.KindProvision, "attach", fmt.Errorf("%w: sandbox %s: %v", ErrLeaseHeld, rec.ID, err))
+	}
+	handle, free, err := p.tryHandle(rec.ID)
+	if err != nil {
+		return nil, sandbox.Fail(sandbox.KindProvision, "attach: sandbox lock", err)
+	}
+	if !free {
+		return nil, held(errors.New("another process has a handle on it (a daemon still running?)"))
+	}
+	lk, err := takeLeaseFromInit(pidfd, initPid, rec.Lease)
+	if err != nil {
+		handle.release()
+		return nil, held(err)
+	}
+	ok = true
+	return &attachedSandbox{p: p, rec: rec, pid: initPid, start: initStart, pidfd: pidfd, cg: cg, lock: lk, handle: handle}, nil
+}
+
+// takeLeaseFromInit re-takes the host-wide lease lock of a live sandbox:
+// its init holds a locked descriptor of the lease's lock file (see
+// sbinit.Config.LeaseLockFD). The descriptor is found by its path in
+// /proc/<pid>/fd, duplicated with pidfd_getfd (the same open file
+// description, so the same lock), checked to be that very file, and
+// locked again: that succeeds only if the lock is this description's,
+// not another holder's.
+func takeLeaseFromInit(pidfd, pid int, l store.Lease) (*leaseLock, error) {
+	want := leaseLockPath(l)
+	var st unix.Stat_t
+	if err := unix.Stat(want, &st); err != nil {
+		return nil, fmt.Errorf("lease lock %s: %w", want, err)
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("the init's descriptors: %w", err)
+	}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || target != want {
+			continue
+		}
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		fd, err := unix.PidfdGetfd(pidfd, n, 0)
+		if err != nil {
+			return nil, fmt.Errorf("take the lease lock from the init (pidfd_getfd): %w", err)
+		}
+		var got unix.Stat_t
+		if err := unix.Fstat(fd, &got); err != nil || got.Dev != st.Dev || got.Ino != st.Ino {
+			unix.Close(fd)
+			return nil, fmt.Errorf("the init's descriptor %d is not the lease lock %s", n, want)
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("the lease lock %s is held by another process than the init (%v)", want, err)
+		}
+		return &leaseLock{fd: fd}, nil
+	}
+	return nil, fmt.Errorf("the init holds no descriptor of the lease lock %s", want)
+}
+
+// inSandboxCgroups checks that pid sits in the group of sandbox id in every
+// hierarchy this provider uses, as seen from the host's cgroup namespace.
+func (p *Provider) inSandboxCgroups(pid int, id string) error {
+	have, err := cgroup.ProcCgroups(pid)
+	if err != nil {
+		return err
+	}
+	own := "/" + cgroup.Prefix + "/" + id
+	for ctl, m := range p.layout.Mounts {
+		key := string(ctl)
+		if m.Version == 2 {
+			key = ""
+		}
+		if have[key] != own {
+			return fmt.Errorf("pid %d is in %q for %s, not %s", pid, have[key], ctl, own)
+		}
+	}
+	if p.layout.Unified != "" && have[""] != own {
+		return fmt.Errorf("pid %d is in %q (unified), not %s", pid, have[""], own)
+	}
+	return nil
+}
+
+// attachedSandbox is a live daemon-mode sandbox this process did not spawn.
+type attachedSandbox struct {
+	p      *Provider
+	rec    store.Record
+	pid    int
+	start  uint64
+	pidfd  int
+	cg     *cgroup.Group
+	lock   *leaseLock // the lease lock, taken back from the init
+	handle *leaseLock // run/<id>.lock
+
+	mu     sync.Mutex
+	deprov bool
+}
+
+func (a *attachedSandbox) ID() string            { return a.rec.ID }
+func (a *attachedSandbox) InitPid() int          { return a.pid }
+func (a *attachedSandbox) InitStartTime() uint64 { return a.start }
+func (a *attachedSandbox) Lease() store.Lease    { return a.rec.Lease }
+
+// Adopt places a trusted-side helper in the sandbox's cgroups.
+func (a *attachedSandbox) Adopt(pid int) error { return a.cg.AddProc(pid) }
+
+func (a *attachedSandbox) notHere(op string) error {
+	return sandbox.Failf(sandbox.KindUsage, op, "sandbox %s was attached after a restart: %s belongs to the process that spawned it", a.rec.ID, op)
+}
+
+func (a *attachedSandbox) Start(context.Context) (sandbox.Admission, error) {
+	return sandbox.Admission{}, a.notHere("start")
+}
+func (a *attachedSandbox) Exec(context.Context) error { return a.notHere("exec") }
+func (a *attachedSandbox) Wait(context.Context) (sandbox.Exit, error) {
+	return sandbox.Exit{}, a.notHere("wait")
+}
+func (a *attachedSandbox) WaitMain(context.Context) (sandbox.Exit, error) {
+	return sandbox.Exit{}, a.notHere("wait for the main program")
+}
+
+// ExecProcess is linuxSandbox.ExecProcess for an attached sandbox.
+func (a *attachedSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
+	return execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio)
+}
+
+// Signal sends sig to the init (through its pidfd: never a reused pid),
+// which forwards it to the main program while that runs.
+func (a *attachedSandbox) Signal(sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(a.pidfd, sig, nil, 0)
+	}
+}
+
+// Stop kills the init (which ends the PID namespace) and everything in
+// the sandbox's cgroups, then waits until the init has exited. It is not
+// this process's child: its pidfd becomes readable when it exits.
+func (a *attachedSandbox) Stop(ctx context.Context) error {
+	a.Signal(unix.SIGKILL)
+	var errs []error
+	if err := a.cg.Kill(); err != nil {
+		errs = append(errs, err)
+	}
+	a.mu.Lock()
+	fd := a.pidfd
+	a.mu.Unlock()
+	if fd < 0 {
+		return errors.Join(errs...)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 50)
+		if err == nil && n > 0 {
+			return errors.Join(errs...)
+		}
+		if err != nil && err != unix.EINTR {
+			// No poll on pidfds: watch /proc instead.
+			if st, start, err := procStat(a.pid); err != nil || start != a.start || st == 'Z' || st == 'X' {
+				return errors.Join(errs...)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+		if time.Now().After(deadline) {
+			return errors.Join(append(errs, sandbox.Failf(sandbox.KindInternal, "stop", "the sandbox init (pid %d) did not exit after SIGKILL", a.pid))...)
+		}
+	}
+}
+
+// Deprovision stops the sandbox, removes its cgroups and exec socket,
+// deletes its record (releasing the lease) and the lease lock. Idempotent.
+func (a *attachedSandbox) Deprovision(ctx context.Context) error {
+	a.mu.Lock()
+	if a.deprov {
+		a.mu.Unlock()
+		return nil
+	}
+	a.deprov = true
+	a.mu.Unlock()
+	var errs []error
+	if err := a.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	a.mu.Lock()
+	if a.pidfd >= 0 {
+		unix.Close(a.pidfd)
+		a.pidfd = -1
+	}
+	a.mu.Unlock()
+	if err := a.cg.Remove(); err != nil {
+		errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+	}
+	if err := os.Remove(a.p.runSockPath(a.rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		a.p.opts.Logger.Warn("remove exec socket", "err", err)
+	}
+	if len(errs) == 0 {
+		if err := a.p.opts.Store.Finish(ctx, a.rec.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("release lease: %w", err))
+		}
+	}
+	a.lock.release()
+	a.p.releaseHandle(a.rec.ID, a.handle)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,368 @@
+package sbinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// execRequestTimeout bounds how long a new exec connection may take to send
+// its request.
+const execRequestTimeout = 10 * time.Second
+
+// execRequest is one exec taken off the exec channel by a connection's
+// goroutine and handed to the main loop, which alone forks.
+type execRequest struct {
+	argv, env []string
+	dir       string
+	fds       [3]int       // stdin, stdout, stderr (close-on-exec here; the init closes them)
+	reply     chan Message // "started" or "error", then "exit"; buffered, never blocks the loop
+	pid       int          // set by the main loop once started
+}
+
+// signalRequest asks the main loop to signal a started exec.
+type signalRequest struct {
+	r   *execRequest
+	sig syscall.Signal
+}
+
+// superviseDaemon is supervise for a daemon-owned sandbox. It starts the
+// main program, if any, then serves until the init is killed: it forwards
+// the signals it receives to the main program while that runs, reports the
+// main program's exit on the control channel (if the spawner still
+// listens) without exiting, starts the execs the exec channel asks for,
+// reaps every child and hands each exec's exit status to its connection.
+//
+// Every fork happens here, on the main goroutine, which has been locked to
+// the main thread since package initialisation: capabilities, securebits
+// and Landlock are per thread, and this is the thread they were applied to
+// and checked on. The connection goroutines only parse and reply.
+func superviseDaemon(c ctl, cfg *Config) int {
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
+
+	// The lease lock is what keeps the UID/GID range claimed while no
+	// daemon runs: never start anything without it.
+	if cfg.LeaseLockFD <= 2 {
+		return c.fail("lease lock", fmt.Errorf("daemon mode without the lease lock descriptor"))
+	}
+	if _, err := unix.FcntlInt(uintptr(cfg.LeaseLockFD), unix.F_GETFD, 0); err != nil {
+		return c.fail("lease lock", err)
+	}
+	var ln *net.UnixListener
+	if cfg.ExecFD > 0 {
+		var err error
+		if ln, err = execListener(cfg.ExecFD); err != nil {
+			return c.fail("exec channel", err)
+		}
+	}
+	mainPid := 0
+	if len(cfg.Argv) > 0 {
+		pid, err := startProcess(cfg.Argv, cfg.Env, cfg.Dir, []uintptr{0, 1, 2})
+		if err != nil {
+			return c.fail("exec", err)
+		}
+		mainPid = pid
+	}
+	if err := c.send(Message{Type: "started", Pid: mainPid}); err != nil {
+		// The spawner went away between "go" and here: it never learnt
+		// the sandbox runs, so nothing may.
+		if mainPid > 0 {
+			unix.Kill(mainPid, unix.SIGKILL)
+		}
+		return 125
+	}
+	execs := make(chan *execRequest)
+	sigReqs := make(chan signalRequest)
+	if ln != nil {
+		go acceptExecs(ln, execs, sigReqs)
+	}
+	live := map[int]*execRequest{}
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != syscall.SIGCHLD {
+				if mainPid > 0 {
+					_ = unix.Kill(mainPid, sig.(syscall.Signal))
+				}
+				continue
+			}
+			for {
+				var ws unix.WaitStatus
+				p, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+				if err == unix.EINTR {
+					continue
+				}
+				if p <= 0 || err != nil {
+					break
+				}
+				switch r := live[p]; {
+				case p == mainPid:
+					mainPid = 0
+					// Best effort: after a daemon restart nobody listens.
+					c.trySend(exitMessage(ws))
+				case r != nil:
+					delete(live, p)
+					r.reply <- exitMessage(ws)
+				}
+			}
+		case r := <-execs:
+			files := []uintptr{uintptr(r.fds[0]), uintptr(r.fds[1]), uintptr(r.fds[2])}
+			env, dir := r.env, r.dir
+			if len(env) == 0 {
+				env = cfg.Env
+			}
+			if dir == "" {
+				dir = cfg.Dir
+			}
+			pid, err := startProcess(r.argv, env, dir, files)
+			for _, fd := range r.fds {
+				unix.Close(fd)
+			}
+			if err != nil {
+				r.reply <- errorMessage("exec", err)
+				continue
+			}
+			r.pid = pid
+			live[pid] = r
+			r.reply <- Message{Type: "started", Pid: pid}
+		case q := <-sigReqs:
+			// Only a pid this loop has not reaped yet: it is this exec's
+			// process (alive or a zombie), never a reused pid. The process
+			// leads its own session and group, so the group is signalled,
+			// as a terminal would: its children that stayed in the group
+			// get the signal too.
+			if q.r.pid > 0 && live[q.r.pid] == q.r {
+				if err := unix.Kill(-q.r.pid, q.sig); err != nil {
+					_ = unix.Kill(q.r.pid, q.sig)
+				}
+			}
+		}
+	}
+}
+
+// startProcess forks and execs argv in its own session (no controlling
+// terminal) with the given descriptors as 0, 1 and 2. Call it only from
+// the main loop.
+func startProcess(argv, env []string, dir string, files []uintptr) (int, error) {
+	// Fail closed should a change ever move this off the hardened thread.
+	if unix.Gettid() != unix.Getpid() {
+		return 0, fmt.Errorf("refusing to start a program from thread %d: only the init's main thread is hardened for exec", unix.Gettid())
+	}
+	path, err := lookPath(argv[0], env)
+	if err != nil {
+		return 0, err
+	}
+	return syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+}
+
+func exitMessage(ws unix.WaitStatus) Message {
+	m := Message{Type: "exit"}
+	if ws.Signaled() {
+		m.Signal = int(ws.Signal())
+	} else {
+		m.Code = ws.ExitStatus()
+	}
+	return m
+}
+
+func errorMessage(step string, err error) Message {
+	m := Message{Type: "error", Step: step, Error: err.Error()}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		m.Errno = int(e)
+	}
+	return m
+}
+
+// trySend sends m without blocking and without SIGPIPE; a spawner that is
+// gone (or not reading) just misses it.
+func (c ctl) trySend(m Message) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	_ = unix.Sendto(c.fd, b, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+}
+
+// execListener wraps the inherited listening socket. It must be an AF_UNIX
+// SOCK_SEQPACKET socket; the original descriptor is closed (the listener
+// holds a close-on-exec duplicate).
+func execListener(fd int) (*net.UnixListener, error) {
+	f := os.NewFile(uintptr(fd), "exec-listener")
+	defer f.Close()
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return nil, fmt.Errorf("exec socket: %w", err)
+	}
+	if typ != unix.SOCK_SEQPACKET {
+		return nil, fmt.Errorf("exec socket: type %d, want SOCK_SEQPACKET", typ)
+	}
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("exec socket: %w", err)
+	}
+	ul, ok := l.(*net.UnixListener)
+	if !ok {
+		l.Close()
+		return nil, fmt.Errorf("exec socket: not a Unix socket")
+	}
+	return ul, nil
+}
+
+// acceptExecs serves the exec channel: one goroutine per connection, at
+// most MaxExecs at once.
+func acceptExecs(ln *net.UnixListener, execs chan<- *execRequest, sigReqs chan<- signalRequest) {
+	slots := make(chan struct{}, MaxExecs)
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and the like: back off rather than spin.
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+			go func() {
+				defer func() { <-slots }()
+				serveExec(conn, execs, sigReqs)
+			}()
+		default:
+			go func() {
+				// Drop whatever descriptors it sent, then refuse.
+				conn.SetDeadline(time.Now().Add(time.Second))
+				if fds, err := readRequest(conn, &Message{}); err == nil {
+					closeFDs(fds)
+				}
+				writeMessage(conn, Message{Type: "error", Step: "exec", Error: fmt.Sprintf("too many concurrent execs (%d)", MaxExecs), Errno: int(unix.EAGAIN)})
+				conn.Close()
+			}()
+		}
+	}
+}
+
+// serveExec serves one exec connection: it reads the request and its three
+// descriptors, has the main loop start the process, replies, forwards the
+// client's signals, and sends the exit status. Closing the connection
+// does not kill the process.
+func serveExec(conn *net.UnixConn, execs chan<- *execRequest, sigReqs chan<- signalRequest) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(execRequestTimeout))
+	var req Message
+	fds, err := readRequest(conn, &req)
+	if err == nil && len(fds) != 3 {
+		err = fmt.Errorf("an exec carries exactly 3 descriptors (stdin, stdout, stderr), got %d", len(fds))
+	}
+	if err == nil {
+		err = checkRequest(&req)
+	}
+	if err != nil {
+		closeFDs(fds)
+		writeMessage(conn, Message{Type: "error", Step: "request", Error: err.Error(), Errno: int(unix.EINVAL)})
+		return
+	}
+	r := &execRequest{argv: req.Argv, env: req.Env, dir: req.Dir, fds: [3]int{fds[0], fds[1], fds[2]}, reply: make(chan Message, 2)}
+	execs <- r
+	m := <-r.reply
+	if err := writeMessage(conn, m); err != nil || m.Type != "started" {
+		if m.Type == "started" {
+			<-r.reply // the loop's exit report; nobody to tell
+		}
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return // closed by the client or by the exit below
+			}
+			var m Message
+			if json.Unmarshal(buf[:n], &m) != nil || m.Type != "signal" || m.Signal < 1 || m.Signal > 64 {
+				continue
+			}
+			sigReqs <- signalRequest{r: r, sig: syscall.Signal(m.Signal)}
+		}
+	}()
+	m = <-r.reply
+	conn.SetWriteDeadline(time.Now().Add(execRequestTimeout))
+	writeMessage(conn, m)
+}
+
+// readRequest reads one message and the descriptors that came with it.
+// Descriptors arrive close-on-exec (MSG_CMSG_CLOEXEC). A truncated message
+// or control block is an error (its descriptors are closed).
+func readRequest(conn *net.UnixConn, v *Message) ([]int, error) {
+	buf := make([]byte, MaxExecMessage)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		cms, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr != nil {
+			return nil, fmt.Errorf("control message: %w", perr)
+		}
+		for _, cm := range cms {
+			if got, err := unix.ParseUnixRights(&cm); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("an exec carries exactly 3 descriptors (more were sent)")
+	}
+	if flags&unix.MSG_TRUNC != 0 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("request larger than %d bytes", MaxExecMessage)
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("malformed request: %w", err)
+	}
+	return fds, nil
+}
+
+func checkRequest(m *Message) error {
+	if m.Type != "exec" {
+		return fmt.Errorf("unexpected message %q, want \"exec\"", m.Type)
+	}
+	if len(m.Argv) == 0 || m.Argv[0] == "" {
+		return fmt.Errorf("no program given")
+	}
+	return nil
+}
+
+func writeMessage(conn *net.UnixConn, m Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Write(b)
+	return err
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
