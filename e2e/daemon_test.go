@@ -27,6 +27,8 @@ type daemon struct {
 	before  map[string]bool // cgroups that existed before the daemon
 	logFile *os.File
 	failOK  bool // start may fail (cleanup)
+	// volumeDir is the daemon's volume directory (a temp dir per test).
+	volumeDir string
 }
 
 // String is the daemon's log so far.
@@ -40,8 +42,12 @@ func startDaemon(t *testing.T, state string, args ...string) *daemon {
 	// reach the socket when --group lets them.
 	sockDir := t.TempDir()
 	os.Chmod(sockDir, 0o755)
+	os.Chmod(filepath.Dir(sockDir), 0o755) // the test's temp root
+
+	volDir := t.TempDir()
+	os.Chmod(volDir, 0o711)
 	d := &daemon{t: t, bin: hooksBin, state: state, socket: filepath.Join(sockDir, "d.sock"), log: &bytes.Buffer{}, done: make(chan struct{}),
-		before: cgroupIDs()}
+		before: cgroupIDs(), volumeDir: volDir}
 	d.start(args...)
 	t.Cleanup(func() {
 		d.kill()
@@ -67,7 +73,7 @@ func (d *daemon) start(args ...string) bool {
 	d.t.Helper()
 	d.done = make(chan struct{})
 	d.log.Reset()
-	d.cmd = exec.Command(d.bin, append([]string{"--state-dir", d.state, "daemon", "--socket", d.socket}, args...)...)
+	d.cmd = exec.Command(d.bin, append([]string{"--state-dir", d.state, "daemon", "--socket", d.socket, "--volume-dir", d.volumeDir}, args...)...)
 	d.cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	lf := tempOut(d.t)
 	d.logFile = lf
@@ -405,7 +411,7 @@ func TestDaemonPerUserAuthorization(t *testing.T) {
 	if _, ok := d.ls()["alice-box"]; !ok {
 		t.Fatal("bob removed alice's sandbox")
 	}
-	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "ls", "--json"); strings.Contains(r.Stdout, "alice-box") {
+	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "ls", "--json"); r.Code != 0 || strings.Contains(r.Stdout, "alice-box") {
 		t.Fatalf("bob sees alice's sandbox: %s", r.Stdout)
 	}
 	if r := cordonSocket(t, d.socket, st, bob, "stop", "--all"); r.Code == 0 || !strings.Contains(r.Stderr, "root") {
@@ -646,4 +652,59 @@ func TestDaemonStopAll(t *testing.T) {
 		}
 	}
 	d.assertNoResidue(nil)
+}
+
+// Named volumes: managed by the daemon, bound by name, outliving the
+// sandbox; another user cannot use one; rm refuses while in use.
+func TestDaemonVolumes(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	if r := d.cli("volume", "create", "cache"); r.Code != 0 {
+		t.Fatalf("volume create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("volume", "create", "cache"); r.Code != 125 || !strings.Contains(r.Stderr, "exists") {
+		t.Fatalf("second volume create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("volume", "create", "../etc"); r.Code == 0 {
+		t.Fatal("a volume name with path characters was accepted")
+	}
+	if r := d.cli("sandbox", "create", "writer", "--volume", "cache:/cache", "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create with a volume: %s", r.Stderr)
+	}
+	d.cli("sandbox", "start", "writer")
+	if r := d.cli("sandbox", "exec", "writer", "--", "/bin/sh", "-c", "echo kept > /cache/f && id -u"); r.Code != 0 || !strings.Contains(r.Stdout, "1000") {
+		t.Fatalf("write to the volume: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("volume", "rm", "cache"); r.Code != 125 || !strings.Contains(r.Stderr, "used by sandbox writer") {
+		t.Fatalf("rm of a volume in use: %d %s", r.Code, r.Stderr)
+	}
+	d.cli("sandbox", "rm", "writer")
+	if r := d.cli("sandbox", "create", "reader", "--volume", "cache:/data:ro", "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create reader: %s", r.Stderr)
+	}
+	d.cli("sandbox", "start", "reader")
+	if r := d.cli("sandbox", "exec", "reader", "--", "/bin/cat", "/data/f"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "kept" {
+		t.Fatalf("the volume did not outlive its writer: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "exec", "reader", "--", "/bin/sh", "-c", "echo x > /data/g"); r.Code == 0 {
+		t.Fatal("wrote to a read-only volume")
+	}
+	// Another user neither sees nor uses root's volume.
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	if r := cordonSocket(t, d.socket, st, alice, "volume", "ls", "--json"); r.Code != 0 || strings.Contains(r.Stdout, "cache") {
+		t.Fatalf("alice sees root's volume: %s", r.Stdout)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "steal", "--volume", "cache:/c"); r.Code == 0 || !strings.Contains(r.Stderr, "no volume named cache") {
+		t.Fatalf("alice using root's volume: %d %s", r.Code, r.Stderr)
+	}
+	d.cli("sandbox", "rm", "reader")
+	for range 2 {
+		if r := d.cli("volume", "rm", "cache"); r.Code != 0 {
+			t.Fatalf("volume rm: %d %s", r.Code, r.Stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.volumeDir, "cache")); err == nil {
+		t.Fatal("the volume's directory is still there")
+	}
 }

@@ -24,7 +24,7 @@ import (
 )
 
 func daemonCmd(g *globals) *cobra.Command {
-	var socket, group, policyDir string
+	var socket, group, policyDir, volumeDir string
 	var drift time.Duration
 	var manifest []string
 	cmd := &cobra.Command{
@@ -65,12 +65,13 @@ running work continues, start and exec are refused until
 				}
 				gid, _ = strconv.Atoi(gr.Gid)
 			}
-			return g.daemon(cmd.Context(), socket, gid, policyDir, manifest, drift)
+			return g.daemon(cmd.Context(), socket, gid, policyDir, volumeDir, manifest, drift)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&socket, "socket", defaultSocket(), "Unix socket to serve (env CORDON_SOCKET)")
 	fl.StringVar(&group, "group", "", "group (name or gid) whose members may connect (socket mode 0660); default: root only")
+	fl.StringVar(&volumeDir, "volume-dir", hostmgr.DefaultVolumeDir, "where named volumes live (never under the state dir)")
 	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; changes put sandboxes in DRAIN")
 	fl.DurationVar(&drift, "drift-interval", 10*time.Second, "how often drift is checked")
 	fl.StringArrayVar(&manifest, "base-manifest", nil, "files whose digest identifies the default base rootfs (default /var/lib/dpkg/status)")
@@ -86,7 +87,7 @@ func defaultSocket() string {
 	return hostmgr.DefaultSocket
 }
 
-func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir string, manifest []string, drift time.Duration) error {
+func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir, volumeDir string, manifest []string, drift time.Duration) error {
 	st, err := g.openStore()
 	if err != nil {
 		return err
@@ -101,7 +102,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir 
 		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: g.logger(),
 		Gateways:      &daemonGateways{st: st, log: g.logger()},
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
-		PolicyDir: policyDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
+		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
 	})
 	if err != nil {
 		return err

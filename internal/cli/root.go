@@ -74,7 +74,7 @@ trusted side reads off the live sandbox before the program's first instruction.`
 	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
 	_ = root.PersistentFlags().MarkHidden("lease-slots")
 	addTestFlags(root, g)
-	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g))
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g))
 	err := root.Execute()
 	var ee *exitError
 	switch {

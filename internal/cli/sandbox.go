@@ -140,7 +140,7 @@ func printInfo(g *globals, is []hostmgr.Info) {
 
 type createFlags struct {
 	workspace, config, profile, accept, level, memory, tmp string
-	env                                                    []string
+	env, volumes                                           []string
 	pids                                                   int64
 	cpus                                                   float64
 	unsafeRoot                                             bool
@@ -197,6 +197,7 @@ resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
 	fl.StringVar(&f.accept, "accept", "", "the exact risk-acceptance phrase FULL_CONTROL_LAB requires")
 	fl.StringVar(&f.level, "level", "", "isolation level that must be evidenced (default DEDICATED_CONTAINER)")
 	fl.StringArrayVar(&f.env, "env", nil, "K=V for every program's environment (repeatable)")
+	fl.StringArrayVar(&f.volumes, "volume", nil, "NAME:/TARGET[:ro] — a daemon-managed volume (cordon volume create NAME) bound at TARGET (repeatable)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit, swap included (default 4GiB)")
 	fl.StringVar(&f.tmp, "tmp-size", "", "size of /tmp and HOME, each (default 1GiB)")
 	fl.Int64Var(&f.pids, "pids", 0, "processes and threads (default 4096)")
@@ -230,6 +231,13 @@ func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*o
 		return fail("--pids %d: want 8 or more", f.pids)
 	}
 	ca.Spec.Limits.Pids, ca.Spec.Limits.CPUs = f.pids, f.cpus
+	for _, v := range f.volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 || len(parts) > 3 || (len(parts) == 3 && parts[2] != "ro") {
+			return fail("--volume %s: want NAME:/TARGET or NAME:/TARGET:ro", v)
+		}
+		ca.Spec.Volumes = append(ca.Spec.Volumes, hostmgr.VolumeMount{Name: parts[0], Target: parts[1], ReadOnly: len(parts) == 3})
+	}
 	var files []*os.File
 	if f.workspace != "" {
 		// Opened here, as the caller, without following symlinks: the
@@ -489,5 +497,72 @@ func sbProfileCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&accept, "accept", "", "the exact risk-acceptance phrase")
+	return cmd
+}
+
+func volumeCmd(g *globals) *cobra.Command {
+	sf := &sandboxFlags{}
+	cmd := &cobra.Command{
+		Use:   "volume",
+		Short: "Named volumes managed by the daemon: create, ls, rm",
+		Long: `A volume is a directory the daemon creates and manages; a sandbox names it
+(cordon sandbox create --volume NAME:/data) and what it writes there
+outlives the sandbox. A volume belongs to its creator; other users cannot
+see or use it. rm refuses while a sandbox that is not stopped uses it, and
+is idempotent.`,
+		Example: `  cordon volume create cache
+  cordon sandbox create job --volume cache:/cache -- ./build.sh
+  cordon volume ls
+  cordon volume rm cache`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&sf.socket, "socket", defaultSocket(), "the daemon's socket (env CORDON_SOCKET)")
+	pf.BoolVar(&sf.json, "json", false, "machine-readable output")
+	for _, op := range []struct{ use, op, short string }{
+		{"create NAME", "volume_create", "Create a volume"},
+		{"rm NAME", "volume_rm", "Remove a volume and its contents"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use: op.use, Short: op.short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := sf.dial()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var out json.RawMessage
+				if err := c.Do(cmd.Context(), op.op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
+					return err
+				}
+				return g.print(sf, out, func() { fmt.Fprintf(g.stdout, "%s: %s\n", strings.Fields(op.use)[0], args[0]) })
+			},
+		})
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use: "ls", Short: "List your volumes (every one for root)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var vs []struct {
+				Name     string    `json:"name"`
+				OwnerUID uint32    `json:"owner_uid"`
+				Created  time.Time `json:"created"`
+			}
+			if err := c.Do(cmd.Context(), "volume_ls", struct{}{}, nil, &vs); err != nil {
+				return err
+			}
+			return g.print(sf, vs, func() {
+				tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tOWNER\tCREATED")
+				for _, v := range vs {
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", v.Name, v.OwnerUID, v.Created.Format(time.RFC3339))
+				}
+				tw.Flush()
+			})
+		},
+	})
 	return cmd
 }

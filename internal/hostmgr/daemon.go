@@ -41,6 +41,9 @@ type Options struct {
 	// default base rootfs (default: the package database).
 	PolicyDir    string
 	BaseManifest []string
+	// VolumeDir holds named volumes (default DefaultVolumeDir); never
+	// under StateDir.
+	VolumeDir string
 	// DriftEvery is how often drift is checked (default 10s).
 	DriftEvery time.Duration
 	// CrashAt, in test builds, names a point where the daemon SIGKILLs
@@ -103,6 +106,9 @@ func New(o Options) (*Daemon, error) {
 	}
 	if o.DriftEvery <= 0 {
 		o.DriftEvery = 10 * time.Second
+	}
+	if o.VolumeDir == "" {
+		o.VolumeDir = DefaultVolumeDir
 	}
 	if len(o.BaseManifest) == 0 {
 		o.BaseManifest = []string{"/var/lib/dpkg/status"}
@@ -236,6 +242,10 @@ func init() {
 		"readmit":  {fn: (*Daemon).opReadmit},
 		"profile":  {fn: (*Daemon).opProfile},
 		"status":   {fn: (*Daemon).opStatus},
+
+		"volume_create": {fn: (*Daemon).opVolumeCreate},
+		"volume_ls":     {fn: (*Daemon).opVolumeLs},
+		"volume_rm":     {fn: (*Daemon).opVolumeRm},
 	}
 }
 

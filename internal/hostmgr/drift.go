@@ -87,6 +87,9 @@ func (d *Daemon) rootfsDigest(s Spec) string {
 	if s.Workspace {
 		binds = append(binds, "/workspace")
 	}
+	for _, v := range s.Volumes {
+		binds = append(binds, "volume "+v.Name+":"+v.Target)
+	}
 	fmt.Fprintf(h, "binds %s\n", strings.Join(binds, ","))
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -36,6 +36,8 @@ type Spec struct {
 	// request's descriptor; it is bound read-write at /workspace.
 	Workspace           bool `json:"workspace,omitempty"`
 	UnsafeRootWorkspace bool `json:"unsafe_root_workspace,omitempty"` // root callers only
+	// Volumes are daemon-managed named directories to bind.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Gateway is the sandbox's way out; none: no way out at all.
 	Gateway *GatewaySpec `json:"gateway,omitempty"`
 }
@@ -190,6 +192,10 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 			return nil, err
 		}
 	}
+	binds, err := c.volumeBinds(ctx, s.Volumes)
+	if err != nil {
+		return nil, err
+	}
 	var env []string
 	policyDigest := policySetDigest(nil, d.hostPolicies())
 	if s.Gateway != nil {
@@ -238,7 +244,7 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	}
 	b.log = logf // the init gets it at start; closed here after that
 	spec := sandbox.Spec{ID: id, Workload: workloadOf(s), Argv: s.Argv, Env: append(append([]string{}, s.Env...), env...),
-		WorkspaceFile: ws, UnsafeRootWorkspace: s.UnsafeRootWorkspace, Limits: s.Limits, Level: level, Stdout: logf, Stderr: logf}
+		WorkspaceFile: ws, UnsafeRootWorkspace: s.UnsafeRootWorkspace, Binds: binds, Limits: s.Limits, Level: level, Stdout: logf, Stderr: logf}
 	sb, err := d.o.Provider.Provision(ctx, spec)
 	if err != nil {
 		return fail(err)

@@ -32,6 +32,12 @@ CREATE TABLE IF NOT EXISTS daemon_sandboxes (
 	created    INTEGER NOT NULL,
 	updated    INTEGER NOT NULL
 ) STRICT;
+-- Version 6: named volumes managed by the daemon.
+CREATE TABLE IF NOT EXISTS daemon_volumes (
+	name      TEXT    NOT NULL PRIMARY KEY,
+	owner_uid INTEGER NOT NULL,
+	created   INTEGER NOT NULL
+) STRICT;
 `
 
 // Daemon sandbox states.
@@ -177,3 +183,62 @@ func (s *Store) DeleteDaemonSandbox(ctx context.Context, name string) error {
 
 // Ptr returns a pointer to v (for DaemonUpdate).
 func Ptr[T any](v T) *T { return &v }
+
+// ErrVolumeExists: the volume name is taken.
+var ErrVolumeExists = errors.New("a volume with this name exists")
+
+// Volume is a named directory the daemon manages.
+type Volume struct {
+	Name     string    `json:"name"`
+	OwnerUID uint32    `json:"owner_uid"`
+	Created  time.Time `json:"created"`
+}
+
+// CreateVolume records a volume (before its directory is made).
+func (s *Store) CreateVolume(ctx context.Context, v Volume) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO daemon_volumes (name, owner_uid, created) VALUES (?,?,?)`, v.Name, v.OwnerUID, time.Now().UnixNano())
+	if err != nil {
+		if _, gerr := s.Volume(ctx, v.Name); gerr == nil {
+			return fmt.Errorf("%w: %s", ErrVolumeExists, v.Name)
+		}
+	}
+	return err
+}
+
+// Volume returns the volume named name (ErrNotFound if none).
+func (s *Store) Volume(ctx context.Context, name string) (Volume, error) {
+	var v Volume
+	var created int64
+	err := s.db.QueryRowContext(ctx, `SELECT name, owner_uid, created FROM daemon_volumes WHERE name = ?`, name).Scan(&v.Name, &v.OwnerUID, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return v, fmt.Errorf("%w: volume %s", ErrNotFound, name)
+	}
+	v.Created = time.Unix(0, created).UTC()
+	return v, err
+}
+
+// Volumes lists every volume by name.
+func (s *Store) Volumes(ctx context.Context) ([]Volume, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, owner_uid, created FROM daemon_volumes ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Volume
+	for rows.Next() {
+		var v Volume
+		var created int64
+		if err := rows.Scan(&v.Name, &v.OwnerUID, &created); err != nil {
+			return nil, err
+		}
+		v.Created = time.Unix(0, created).UTC()
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// DeleteVolume removes the record (after the directory).
+func (s *Store) DeleteVolume(ctx context.Context, name string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM daemon_volumes WHERE name = ?`, name)
+	return err
+}

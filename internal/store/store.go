@@ -119,7 +119,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 5
+	schemaVersion = 6
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -312,7 +312,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1, 2, 3, 4: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables
+	case 0, 1, 2, 3, 4, 5: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
