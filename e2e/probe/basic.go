@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func init() {
@@ -41,3 +43,31 @@ func init() {
 		return "", syscall.Kill(1, syscall.Signal(n))
 	})
 }
+
+// holdUnix connects N times to a SOCK_SEQPACKET socket and holds the
+// connections for SECONDS (the daemon's per-user connection cap).
+func holdUnix(args []string) (string, error) {
+	if len(args) != 3 {
+		return "", fmt.Errorf("usage: hold-unix SOCKET N SECONDS")
+	}
+	n, _ := strconv.Atoi(args[1])
+	secs, _ := strconv.Atoi(args[2])
+	held := 0
+	var fds []int
+	for range n {
+		fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+		if err != nil {
+			return "", err
+		}
+		if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: args[0]}); err != nil {
+			syscall.Close(fd)
+			continue
+		}
+		fds = append(fds, fd)
+		held++
+	}
+	time.Sleep(time.Duration(secs) * time.Second)
+	return strconv.Itoa(held), nil
+}
+
+func init() { register("hold-unix", holdUnix) }

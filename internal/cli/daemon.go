@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +26,8 @@ import (
 
 func daemonCmd(g *globals) *cobra.Command {
 	var socket, group, policyDir, volumeDir string
+	var tenants []string
+	var perUser int
 	var drift time.Duration
 	var manifest []string
 	cmd := &cobra.Command{
@@ -65,12 +68,24 @@ running work continues, start and exec are refused until
 				}
 				gid, _ = strconv.Atoi(gr.Gid)
 			}
+			tmap := map[uint32][]string{}
+			for _, t := range tenants {
+				u, name, ok := strings.Cut(t, "=")
+				n, err := strconv.ParseUint(u, 10, 32)
+				if !ok || err != nil || name == "" {
+					return sandbox.Failf(sandbox.KindUsage, "daemon", "--tenant %q: want UID=TENANT", t)
+				}
+				tmap[uint32(n)] = append(tmap[uint32(n)], name)
+			}
+			g.daemonTenants, g.daemonPerUser = tmap, perUser
 			return g.daemon(cmd.Context(), socket, gid, policyDir, volumeDir, manifest, drift)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&socket, "socket", defaultSocket(), "Unix socket to serve (env CORDON_SOCKET)")
 	fl.StringVar(&group, "group", "", "group (name or gid) whose members may connect (socket mode 0660); default: root only")
+	fl.StringArrayVar(&tenants, "tenant", nil, "UID=TENANT: let that user's sandboxes claim TENANT (repeatable); by default a non-root user's tenant is u<uid> and their workloads u<uid>-…")
+	fl.IntVar(&perUser, "max-per-user", 64, "sandboxes a non-root user may hold at once (not stopped)")
 	fl.StringVar(&volumeDir, "volume-dir", hostmgr.DefaultVolumeDir, "where named volumes live (never under the state dir)")
 	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; changes put sandboxes in DRAIN")
 	fl.DurationVar(&drift, "drift-interval", 10*time.Second, "how often drift is checked")
@@ -103,6 +118,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 		Gateways:      &daemonGateways{st: st, log: g.logger()},
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
 		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
+		Tenants: g.daemonTenants, MaxPerUser: g.daemonPerUser,
 	})
 	if err != nil {
 		return err
@@ -141,15 +157,18 @@ func (dg *daemonGateways) load(gs *hostmgr.GatewaySpec, host []hostmgr.PolicySou
 	if len(gs.Policies) != len(cfg.Policy) {
 		return nil, nil, fmt.Errorf("the configuration names %d policy files, the client sent %d", len(cfg.Policy), len(gs.Policies))
 	}
-	if lab {
-		return cfg, policy.Default(), nil // FULL_CONTROL_LAB: permit-all
-	}
 	var srcs []policy.Source
 	for i, p := range gs.Policies {
 		if p.Name != cfg.Policy[i] {
 			return nil, nil, fmt.Errorf("policy file %d: the client sent %s, the configuration names %s", i, p.Name, cfg.Policy[i])
 		}
 		srcs = append(srcs, policy.Source{Name: p.Name, Data: p.Data})
+	}
+	if lab {
+		// FULL_CONTROL_LAB replaces the sandbox's own policy with
+		// permit-all; the host policy directory (the operator's) still
+		// applies.
+		srcs = nil
 	}
 	if len(srcs) == 0 && len(host) == 0 {
 		return cfg, policy.Default(), nil

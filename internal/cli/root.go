@@ -36,8 +36,11 @@ type globals struct {
 	leaseSlots uint32
 	testSkip   []string
 	crashAt    string // test builds: the daemon's crash point
-	stdout     io.Writer
-	stderr     io.Writer
+	// daemon flags passed to hostmgr
+	daemonTenants map[uint32][]string
+	daemonPerUser int
+	stdout        io.Writer
+	stderr        io.Writer
 }
 
 // exitError carries an exit status out of a command.

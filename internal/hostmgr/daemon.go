@@ -44,6 +44,10 @@ type Options struct {
 	// VolumeDir holds named volumes (default DefaultVolumeDir); never
 	// under StateDir.
 	VolumeDir string
+	// Tenants grants non-root users tenants beyond their own "u<uid>".
+	Tenants map[uint32][]string
+	// MaxPerUser bounds a non-root user's sandboxes (default 64).
+	MaxPerUser int
 	// DriftEvery is how often drift is checked (default 10s).
 	DriftEvery time.Duration
 	// CrashAt, in test builds, names a point where the daemon SIGKILLs
@@ -107,6 +111,9 @@ func New(o Options) (*Daemon, error) {
 	if o.DriftEvery <= 0 {
 		o.DriftEvery = 10 * time.Second
 	}
+	if o.MaxPerUser <= 0 {
+		o.MaxPerUser = 64
+	}
 	if o.VolumeDir == "" {
 		o.VolumeDir = DefaultVolumeDir
 	}
@@ -142,6 +149,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer l.Close()
+	l.Logger = d.log
 	go d.watchDrift(ctx)
 	d.log.Info("serving", "socket", d.o.Socket, "version", proto.Version)
 	return l.Serve(ctx, d.handle)

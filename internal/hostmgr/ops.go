@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -196,9 +197,15 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.checkQuota(ctx, c.peer.UID); err != nil {
+		return nil, err
+	}
 	var env []string
 	policyDigest := policySetDigest(nil, d.hostPolicies())
 	if s.Gateway != nil {
+		if err := d.checkIdentity(c.peer.UID, s.Gateway.Config); err != nil {
+			return nil, err
+		}
 		genv, pd, err := d.o.Gateways.Prepare(s.Gateway, d.hostPolicies())
 		if err != nil {
 			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
@@ -487,8 +494,14 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	if err := c.progress(ExecStarted{Pid: p.Pid()}); err != nil {
 		d.log.Debug("exec: client gone; the process keeps running", "name", a.Name, "pid", p.Pid())
 	}
-	res, err := p.Wait(context.WithoutCancel(ctx))
+	// The connection's context ends when the client hangs up: stop
+	// watching (the process keeps running, unwatched) and free the slot.
+	res, err := p.Wait(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			_ = p.Close()
+			return nil, proto.Errorf(proto.KindUnavailable, "the client went away; the process keeps running")
+		}
 		return nil, err
 	}
 	return ExecExit{Code: res.Code, Signal: res.Signal}, nil
@@ -868,4 +881,52 @@ func workloadFromYAML(b []byte) string {
 		return ""
 	}
 	return v.Workload
+}
+
+// checkIdentity: the identity a sandbox crosses the gateway with (tenant,
+// workload) is what budgets, state and policy are keyed by, so a user may
+// only claim their own. Root may claim any. Another user's workload must
+// start with "u<uid>-" and its tenant must be "u<uid>" or one the daemon
+// grants that uid (--tenant UID=NAME).
+func (d *Daemon) checkIdentity(uid uint32, config []byte) error {
+	if uid == 0 {
+		return nil
+	}
+	var v struct {
+		Workload string `yaml:"workload"`
+		Tenant   string `yaml:"tenant"`
+	}
+	if err := yaml.Unmarshal(config, &v); err != nil {
+		return proto.Errorf(proto.KindBadRequest, "configuration: %v", err)
+	}
+	own := fmt.Sprintf("u%d", uid)
+	if !strings.HasPrefix(v.Workload, own+"-") {
+		return proto.Errorf(proto.KindUnauthorized, "workload %q: your workloads must be named %s-… (budgets, state and policy are keyed by the workload)", clip(v.Workload), own)
+	}
+	if v.Tenant != own && !slices.Contains(d.o.Tenants[uid], v.Tenant) {
+		return proto.Errorf(proto.KindUnauthorized, "tenant %q is not yours: use %s, or ask root to grant it (cordon daemon --tenant %d=%s)", clip(v.Tenant), own, uid, clip(v.Tenant))
+	}
+	return nil
+}
+
+// checkQuota bounds the sandboxes a non-root user holds (not stopped):
+// the lease pool is shared by the whole host.
+func (d *Daemon) checkQuota(ctx context.Context, uid uint32) error {
+	if uid == 0 {
+		return nil
+	}
+	recs, err := d.o.Store.DaemonSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range recs {
+		if r.OwnerUID == uid && r.State != store.DStopped {
+			n++
+		}
+	}
+	if n >= d.o.MaxPerUser {
+		return proto.Errorf(proto.KindUnavailable, "you (uid %d) hold %d sandboxes, the limit per user; stop or remove some", uid, n)
+	}
+	return nil
 }

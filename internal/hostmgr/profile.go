@@ -23,7 +23,7 @@ func AcceptPhrase(name string) string {
 // boundary (namespaces, seccomp, Landlock, cgroups, no capabilities), the
 // configuration's allow-lists, custody and redaction, and receipts stay.
 var LabBypasses = []string{
-	"policy: the sandbox's Cedar policy set (and the host policy directory) is replaced by permit-all for model, egress, tool and state crossings; the configuration's allow-lists still decide",
+	"policy: the sandbox's own Cedar policy set is replaced by permit-all for model, egress, tool and state crossings; the host policy directory and the configuration's allow-lists still decide",
 	"approvals: permits marked @approval(\"required\") no longer wait for an operator",
 	"budgets: the workload's budgets (requests, tokens, bytes, egress bytes, connections, tool calls) are not enforced for this sandbox; usage is still recorded",
 }

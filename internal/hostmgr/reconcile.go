@@ -191,17 +191,20 @@ func (d *Daemon) opProfile(ctx context.Context, c *call) (any, error) {
 		return nil, proto.Errorf(proto.KindConflict, "sandbox %s is %s", a.Name, b.rec.State)
 	}
 	b.profile = p
-	ev := b.rec.Evidence
+	ev, level := b.rec.Evidence, b.rec.Level
 	if p == FullControlLab && len(ev) > 0 {
 		if rec := decodeEvidence(ev); rec != nil {
 			markBypassed(rec)
 			ev, _ = json.Marshal(rec)
+			level = rec.LevelAdmitted.String()
 		}
 	}
-	if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{Profile: store.Ptr(string(p)), Evidence: ev}); err != nil {
+	// Back to SAFE_GUIDED, the record keeps what the lab period showed:
+	// the boundaries stay UNVERIFIED until the sandbox is started anew.
+	if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{Profile: store.Ptr(string(p)), Evidence: ev, Level: &level}); err != nil {
 		return nil, err
 	}
-	b.rec.Evidence = ev
+	b.rec.Evidence, b.rec.Level = ev, level
 	if b.gw != nil {
 		if err := d.restartGateway(b); err != nil {
 			return nil, err

@@ -59,7 +59,13 @@ func (d *Daemon) opVolumeCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	p := d.volumePath(a.Name)
-	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+	// A directory without a record is the residue of a crash between the
+	// two: its contents belonged to an earlier volume, never to this one.
+	if err := os.RemoveAll(p); err != nil {
+		_ = d.o.Store.DeleteVolume(ctx, a.Name)
+		return nil, err
+	}
+	if err := os.Mkdir(p, 0o700); err != nil {
 		_ = d.o.Store.DeleteVolume(ctx, a.Name)
 		return nil, err
 	}

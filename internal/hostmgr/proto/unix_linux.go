@@ -263,6 +263,8 @@ func (l *Listener) Serve(ctx context.Context, h Handler) error {
 	defer l.Close()
 
 	slots := make(chan struct{}, limit)
+	rootSlots := make(chan struct{}, RootReserve)
+	perUser := &userConns{n: map[uint32]int{}}
 	var backoff time.Duration
 	for {
 		conn, err := l.ln.AcceptUnix()
@@ -284,9 +286,28 @@ func (l *Listener) Serve(ctx context.Context, h Handler) error {
 			return fmt.Errorf("accept on %s: %w", l.path, err)
 		}
 		backoff = 0
+		// Who connected decides which slots it may take: root has its own
+		// reserve (the emergency stop must always get through), and no
+		// other user may hold more than MaxConnsPerUser at once.
+		peer, err := peerOf(conn)
+		if err != nil {
+			log.Error("cordon-host: read the peer's credentials", "err", err)
+			conn.Close()
+			continue
+		}
+		pool := slots
+		if peer.UID == 0 {
+			pool = rootSlots
+		}
+		if !perUser.take(peer.UID) {
+			log.Warn("cordon-host: refused a connection", "reason", "too many connections of this user", "uid", peer.UID, "max", MaxConnsPerUser)
+			refuse(conn, Errorf(KindUnavailable, "you (uid %d) already hold %d connections to the daemon, the limit per user", peer.UID, MaxConnsPerUser))
+			continue
+		}
 		select {
-		case slots <- struct{}{}:
+		case pool <- struct{}{}:
 		default:
+			perUser.give(peer.UID)
 			log.Warn("cordon-host: refused a connection", "reason", "too many connections", "max", limit)
 			refuse(conn, Errorf(KindUnavailable, "the daemon is serving %d connections, its limit; try again later", limit))
 			continue
@@ -295,15 +316,46 @@ func (l *Listener) Serve(ctx context.Context, h Handler) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
-			peer, err := peerOf(conn)
-			if err != nil {
-				log.Error("cordon-host: read the peer's credentials", "err", err)
-				c.Close()
-				return
-			}
+			defer func() { <-pool; perUser.give(peer.UID) }()
 			serveConn(ctx, c, peer, h, log)
 		}()
+	}
+}
+
+// RootReserve is the number of connections kept for uid 0 beyond
+// MaxConns; MaxConnsPerUser bounds any other user's connections at once.
+const (
+	RootReserve     = 32
+	MaxConnsPerUser = 16
+)
+
+// userConns counts each non-root user's open connections.
+type userConns struct {
+	mu sync.Mutex
+	n  map[uint32]int
+}
+
+func (u *userConns) take(uid uint32) bool {
+	if uid == 0 {
+		return true
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n[uid] >= MaxConnsPerUser {
+		return false
+	}
+	u.n[uid]++
+	return true
+}
+
+func (u *userConns) give(uid uint32) {
+	if uid == 0 {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.n[uid]--; u.n[uid] <= 0 {
+		delete(u.n, uid)
 	}
 }
 

@@ -262,16 +262,6 @@ func (sb *linuxSandbox) openBinds() error {
 			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s is not a directory", spec.Workspace)
 		}
 	}
-	if spec.WorkspaceFile != nil {
-		if spec.Workspace != "" {
-			return sandbox.Failf(sandbox.KindUsage, "workspace", "both a workspace path and a workspace descriptor given")
-		}
-		h, err := openWorkspaceFile(spec.WorkspaceFile, state, spec.UnsafeRootWorkspace)
-		if err != nil {
-			return err
-		}
-		sb.binds = append(sb.binds, h)
-	}
 	for _, b := range spec.Binds {
 		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {
 			return sandbox.Failf(sandbox.KindUsage, "bind", "target %s is bound twice", b.Target)

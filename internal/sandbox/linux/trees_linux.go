@@ -119,10 +119,16 @@ func findSocketFD(fd int, limit int) (string, error) {
 		return "", fmt.Errorf("open for the socket check: %w", err)
 	}
 	n := 0
-	return walkSockets(dir, ".", &n, limit)
+	return walkSockets(dir, ".", &n, limit, 0)
 }
 
-func walkSockets(dir int, rel string, n *int, limit int) (string, error) {
+// maxSocketWalkDepth bounds the directory nesting the socket check
+// descends: each level holds a descriptor and a path, and a hostile tree
+// (a caller's workspace) could otherwise make the check cost memory
+// quadratic in its depth. Deeper trees are refused.
+const maxSocketWalkDepth = 256
+
+func walkSockets(dir int, rel string, n *int, limit, depth int) (string, error) {
 	f := os.NewFile(uintptr(dir), rel)
 	defer f.Close()
 	for {
@@ -142,11 +148,14 @@ func walkSockets(dir int, rel string, n *int, limit int) (string, error) {
 			case unix.S_IFSOCK:
 				return rel + "/" + name, nil
 			case unix.S_IFDIR:
+				if depth+1 > maxSocketWalkDepth {
+					return "", fmt.Errorf("directories nested more than %d deep; too deep to check for Unix sockets", maxSocketWalkDepth)
+				}
 				sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 				if err != nil {
 					return "", fmt.Errorf("open %s/%s: %w", rel, name, err)
 				}
-				if found, err := walkSockets(sub, rel+"/"+name, n, limit); found != "" || err != nil {
+				if found, err := walkSockets(sub, rel+"/"+name, n, limit, depth+1); found != "" || err != nil {
 					return found, err
 				}
 			}
