@@ -199,11 +199,7 @@ func (d *Daemon) watchDrift(ctx context.Context) {
 
 // opReadmit records the current identities and ends DRAIN.
 func (d *Daemon) opReadmit(ctx context.Context, c *call) (any, error) {
-	var a NameArgs
-	if err := c.args(&a); err != nil {
-		return nil, err
-	}
-	b, err := c.authorize(ctx, a.Name)
+	b, a, err := c.named(ctx)
 	if err != nil {
 		return nil, err
 	}

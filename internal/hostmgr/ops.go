@@ -115,6 +115,16 @@ func (c *call) authorize(ctx context.Context, name string) (*box, error) {
 	return b, nil
 }
 
+// named decodes a request that names one sandbox and authorizes it.
+func (c *call) named(ctx context.Context) (*box, NameArgs, error) {
+	var a NameArgs
+	if err := c.args(&a); err != nil {
+		return nil, a, err
+	}
+	b, err := c.authorize(ctx, a.Name)
+	return b, a, err
+}
+
 // load returns the in-memory box of name, reading its record if needed.
 func (d *Daemon) load(ctx context.Context, name string) (*box, error) {
 	d.mu.Lock()
@@ -294,11 +304,7 @@ func workloadOf(s Spec) string {
 }
 
 func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
-	var a NameArgs
-	if err := c.args(&a); err != nil {
-		return nil, err
-	}
-	b, err := c.authorize(ctx, a.Name)
+	b, a, err := c.named(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -567,11 +573,7 @@ func (d *Daemon) opSignal(ctx context.Context, c *call) (any, error) {
 }
 
 func (d *Daemon) opStop(ctx context.Context, c *call) (any, error) {
-	var a NameArgs
-	if err := c.args(&a); err != nil {
-		return nil, err
-	}
-	b, err := c.authorize(ctx, a.Name)
+	b, _, err := c.named(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -737,11 +739,7 @@ func (d *Daemon) opLs(ctx context.Context, c *call) (any, error) {
 }
 
 func (d *Daemon) opStatus(ctx context.Context, c *call) (any, error) {
-	var a NameArgs
-	if err := c.args(&a); err != nil {
-		return nil, err
-	}
-	b, err := c.authorize(ctx, a.Name)
+	b, _, err := c.named(ctx)
 	if err != nil {
 		return nil, err
 	}

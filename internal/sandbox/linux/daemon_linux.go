@@ -296,25 +296,7 @@ func (sb *linuxSandbox) WaitMain(ctx context.Context) (sandbox.Exit, error) {
 	case <-ctx.Done():
 		return sandbox.Exit{}, ctx.Err()
 	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	ex := sandbox.Exit{TimedOut: sb.timedOut}
-	if sb.cg != nil {
-		if n, err := sb.cg.OOMKills(); err == nil && n > 0 {
-			ex.OOM = true
-		}
-	}
-	switch {
-	case sb.exit != nil:
-		ex.Code, ex.Signal = sb.exit.Code, sb.exit.Signal
-	case sb.state != nil:
-		if ws, ok := sb.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			ex.Signal = int(ws.Signal())
-		} else {
-			ex.Code = sb.state.ExitCode()
-		}
-	}
-	return ex, nil
+	return sb.exitStatus(), nil
 }
 
 // Process is a process started in a live sandbox by its init

@@ -609,25 +609,32 @@ func (sb *linuxSandbox) Wait(ctx context.Context) (sandbox.Exit, error) {
 	for range sb.events {
 		// Drain: readControl records the exit message.
 	}
+	return sb.exitStatus(), nil
+}
+
+// exitStatus reports how the program ended: its reported exit, or — the
+// init itself ended without reporting (killed: timeout, OOM, stop; or
+// crashed) — the init's own status.
+func (sb *linuxSandbox) exitStatus() sandbox.Exit {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	ex := sandbox.Exit{TimedOut: sb.timedOut}
-	if n, err := sb.cg.OOMKills(); err == nil && n > 0 {
-		ex.OOM = true
+	if sb.cg != nil {
+		if n, err := sb.cg.OOMKills(); err == nil && n > 0 {
+			ex.OOM = true
+		}
 	}
 	switch {
 	case sb.exit != nil:
 		ex.Code, ex.Signal = sb.exit.Code, sb.exit.Signal
 	case sb.state != nil:
-		// The init itself ended without reporting: killed (timeout, OOM,
-		// stop) or crashed. Report its signal.
 		if ws, ok := sb.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			ex.Signal = int(ws.Signal())
 		} else {
 			ex.Code = sb.state.ExitCode()
 		}
 	}
-	return ex, nil
+	return ex
 }
 
 // Stop ends every process of the sandbox and waits for the init.
