@@ -144,6 +144,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for _, u := range rep.Unattributed {
 		d.log.Warn("residue cordon cannot attribute to a record", "what", u)
 	}
+	if d.o.Group >= 0 {
+		// Group members must reach the socket: its directory (e.g.
+		// /run/cordon, otherwise 0700) becomes traversable, never listable
+		// or writable.
+		dir := filepath.Dir(d.o.Socket)
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o011 != 0o011 {
+			if err := os.Chmod(dir, fi.Mode().Perm()|0o011); err != nil {
+				return err
+			}
+		}
+	}
 	l, err := proto.Listen(d.o.Socket, 0, d.o.Group) // 0600 root, 0660 root:group
 	if err != nil {
 		return err
