@@ -469,3 +469,298 @@ func TestDaemonPerUserAuthorization(t *testing.T) {
 		t.Fatalf("deep workspace: %d %s", r.Code, r.Stderr)
 	}
 }
+
+// SIGKILL of the daemon at every point of create, start, exec, stop and
+// rm: after a restart, records and host agree — what was running is
+// adopted and still works, everything else is gone (no cgroup, record,
+// lease or socket left), and nothing is provisioned twice.
+func TestDaemonCrashRecovery(t *testing.T) {
+	requireRoot(t)
+	ws := userWorkspace(t)
+	for _, tc := range []struct {
+		point string
+		drive []string // the command that crashes the daemon
+		setup string   // "", "created", "running"
+		after string   // the state expected after the restart ("" = removed)
+	}{
+		{"create.after_record", []string{"sandbox", "create", "x", "--workspace", ws}, "", ""},
+		{"create.after_provision", []string{"sandbox", "create", "x", "--workspace", ws}, "", ""},
+		{"start.after_spawn", []string{"sandbox", "start", "x"}, "created", ""},
+		{"start.after_gateway", []string{"sandbox", "start", "x"}, "created", ""},
+		{"exec.after_start", []string{"sandbox", "exec", "x", "--", "/bin/sleep", "1000"}, "running", "running"},
+		{"stop.after_record", []string{"sandbox", "stop", "x"}, "running", "stopped"},
+		{"stop.after_kill", []string{"sandbox", "stop", "x"}, "running", "stopped"},
+		{"rm.after_record", []string{"sandbox", "rm", "x"}, "running", ""},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			st := newStateDir(t)
+			d := startDaemon(t, st, "--test-crash-at", tc.point)
+			var pid int
+			if tc.setup != "" {
+				if r := d.cli("sandbox", "create", "x", "--workspace", ws, "--", "/bin/sleep", "1000"); r.Code != 0 {
+					t.Fatalf("create: %s", r.Stderr)
+				}
+			}
+			if tc.setup == "running" {
+				if r := d.cli("sandbox", "start", "x"); r.Code != 0 {
+					t.Fatalf("start: %s", r.Stderr)
+				}
+				pid = d.ls()["x"].InitPid
+			}
+			r := d.cli(tc.drive...)
+			if !d.exited() {
+				t.Fatalf("the daemon did not crash at %s (cli: %d %s)", tc.point, r.Code, r.Stderr)
+			}
+			d.start()
+			i, ok := d.ls()["x"]
+			switch {
+			case tc.after == "" && ok:
+				t.Fatalf("after restart: %+v, want it removed", i)
+			case tc.after != "" && (!ok || i.State != tc.after):
+				t.Fatalf("after restart: %+v (listed %v), want %s\n%s", i, ok, tc.after, d)
+			}
+			live := map[string]bool{}
+			if tc.after == "running" {
+				live[i.ID] = true
+				if r := d.cli("sandbox", "exec", "x", "--", "/bin/echo", "adopted"); r.Code != 0 || !strings.Contains(r.Stdout, "adopted") {
+					t.Fatalf("exec in the adopted sandbox: %d %s %s", r.Code, r.Stdout, r.Stderr)
+				}
+			} else if pid != 0 {
+				if alive(pid) {
+					t.Fatalf("the init %d of a sandbox that is %q is alive", pid, tc.after)
+				}
+			}
+			d.assertNoResidue(live)
+			// The same name can be created again: nothing was provisioned twice.
+			if r := d.cli("sandbox", "rm", "x"); r.Code != 0 {
+				t.Fatalf("rm: %s", r.Stderr)
+			}
+			if r := d.cli("sandbox", "create", "x", "--workspace", ws); r.Code != 0 {
+				t.Fatalf("create after recovery: %s", r.Stderr)
+			}
+			d.cli("sandbox", "rm", "x")
+			d.assertNoResidue(nil)
+		})
+	}
+}
+
+// A daemon restart adopts a running sandbox: its main program keeps
+// running, exec works, its gateway listeners are reopened.
+func TestDaemonRestartAdoptsAndReopensGateway(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	up := newFakeUpstream(t, fakeKey, "via-adopted-gateway")
+	cfg := gatewayConfig(t, up, "")
+	if r := d.cli("sandbox", "create", "gw", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "gw"); r.Code != 0 {
+		t.Fatalf("start: %s", r.Stderr)
+	}
+	before := d.ls()["gw"]
+	// Managed state written before the daemon restart is there after it.
+	if r := d.cli("sandbox", "exec", "gw", "--", "/usr/bin/curl", "-sS", "--max-time", "10", "-X", "PUT", "--data-binary", "remembered",
+		"http://127.0.0.1:83/v1/state/notes/a"); r.Code != 0 {
+		t.Fatalf("state PUT: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	d.kill()
+	// The daemon is gone: the sandbox is not (no parent-death signal).
+	if !alive(before.InitPid) {
+		t.Fatal("the sandbox died with the daemon")
+	}
+	d.start()
+	after := d.ls()["gw"]
+	if after.State != "running" || after.InitPid != before.InitPid || after.Profile != "SAFE_GUIDED" {
+		t.Fatalf("after restart: %+v", after)
+	}
+	r := d.cli("sandbox", "exec", "gw", "--", "/usr/bin/curl", "-sS", "--max-time", "10", "-H", "content-type: application/json",
+		"-d", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "http://127.0.0.1:80/v1/messages")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "via-adopted-gateway") {
+		t.Fatalf("model call through the reopened gateway: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "exec", "gw", "--", "/usr/bin/curl", "-sS", "--max-time", "10", "http://127.0.0.1:83/v1/state/notes/a"); r.Code != 0 || r.Stdout != "remembered" {
+		t.Fatalf("state after the daemon restart: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// Drift puts a sandbox in DRAIN: running work continues, exec is refused
+// until it is re-admitted. Policy drift (the host policy directory) and
+// runtime drift (another cordon binary) are both detected.
+func TestDaemonDriftDrains(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	pdir := t.TempDir()
+	os.WriteFile(filepath.Join(pdir, "host.cedar"), []byte(`@id("no-evil") forbid(principal, action == Action::"model.invoke", resource == Model::"evil");`), 0o644)
+	d := startDaemon(t, st, "--policy-dir", pdir, "--drift-interval", "200ms")
+	if r := d.cli("sandbox", "create", "dr", "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "dr"); r.Code != 0 {
+		t.Fatalf("start: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "exec", "dr", "--", "/bin/true"); r.Code != 0 {
+		t.Fatalf("exec before drift: %s", r.Stderr)
+	}
+	os.WriteFile(filepath.Join(pdir, "host.cedar"), []byte(`@id("no-evil") forbid(principal, action == Action::"model.invoke", resource == Model::"evil2");`), 0o644)
+	waitFor(t, func() bool { return strings.Contains(d.ls()["dr"].Drain, "policy") }, "policy drift")
+	if r := d.cli("sandbox", "exec", "dr", "--", "/bin/true"); r.Code == 0 || !strings.Contains(r.Stderr, "drain") {
+		t.Fatalf("exec while draining: %d %s", r.Code, r.Stderr)
+	}
+	pid := d.ls()["dr"].InitPid
+	if !alive(pid) {
+		t.Fatal("draining stopped the running work")
+	}
+	if r := d.cli("sandbox", "readmit", "dr"); r.Code != 0 {
+		t.Fatalf("readmit: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "exec", "dr", "--", "/bin/true"); r.Code != 0 {
+		t.Fatalf("exec after readmit: %s", r.Stderr)
+	}
+	// Runtime drift: the daemon restarts as another cordon binary.
+	d.kill()
+	other := filepath.Join(t.TempDir(), "cordon-other")
+	b, _ := os.ReadFile(hooksBin)
+	os.WriteFile(other, append(b, []byte("\x00another build")...), 0o755)
+	d.bin = other
+	d.start("--policy-dir", pdir)
+	if i := d.ls()["dr"]; i.State != "running" || !strings.Contains(i.Drain, "runtime") {
+		t.Fatalf("after restart with another binary: %+v", i)
+	}
+	if r := d.cli("sandbox", "exec", "dr", "--", "/bin/true"); r.Code == 0 {
+		t.Fatal("exec in a sandbox drained by runtime drift")
+	}
+}
+
+// FULL_CONTROL_LAB needs the exact risk acceptance, lists what it
+// bypasses, marks those boundaries UNVERIFIED, and resets to SAFE_GUIDED
+// when the daemon restarts.
+func TestDaemonProfiles(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	r := d.cli("sandbox", "create", "lab", "--profile", "FULL_CONTROL_LAB")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "policy") || !strings.Contains(r.Stderr, "approval") || !strings.Contains(r.Stderr, "I accept") {
+		t.Fatalf("lab without acceptance: %d %s", r.Code, r.Stderr)
+	}
+	phrase := "I accept that sandbox lab runs without policy, approval and budget gates"
+	if r := d.cli("sandbox", "create", "lab", "--profile", "FULL_CONTROL_LAB", "--accept", phrase, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("lab with acceptance: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "lab"); r.Code != 0 {
+		t.Fatalf("start: %s", r.Stderr)
+	}
+	r = d.cli("sandbox", "status", "lab")
+	var s struct {
+		Profile  string   `json:"profile"`
+		Bypassed []string `json:"bypassed"`
+		Evidence struct {
+			EnforcementMode string `json:"enforcement_mode"`
+			Boundaries      map[string]struct {
+				Verified bool `json:"verified"`
+			} `json:"boundaries"`
+		} `json:"evidence"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
+		t.Fatalf("status: %v %s", err, r.Stdout)
+	}
+	if s.Profile != "FULL_CONTROL_LAB" || len(s.Bypassed) != 3 || s.Evidence.EnforcementMode != "UNVERIFIED" ||
+		s.Evidence.Boundaries["network"].Verified || s.Evidence.Boundaries["credential"].Verified || !s.Evidence.Boundaries["process"].Verified {
+		t.Fatalf("lab status: %+v", s)
+	}
+	d.kill()
+	d.start()
+	if i := d.ls()["lab"]; i.Profile != "SAFE_GUIDED" || i.State != "running" {
+		t.Fatalf("after restart: %+v", i)
+	}
+}
+
+// stop --all ends every sandbox; the stop is persisted, a restart does
+// not resume it.
+func TestDaemonStopAll(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	var pids []int
+	for i := range 5 {
+		n := fmt.Sprintf("s%d", i)
+		if r := d.cli("sandbox", "create", n, "--", "/bin/sleep", "1000"); r.Code != 0 {
+			t.Fatalf("create: %s", r.Stderr)
+		}
+		if r := d.cli("sandbox", "start", n); r.Code != 0 {
+			t.Fatalf("start: %s", r.Stderr)
+		}
+		pids = append(pids, d.ls()[n].InitPid)
+	}
+	if r := d.cli("stop", "--all"); r.Code != 0 || !strings.Contains(r.Stdout, "stopped 5") {
+		t.Fatalf("stop --all: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	for _, p := range pids {
+		if alive(p) {
+			t.Fatalf("init %d alive after stop --all", p)
+		}
+	}
+	d.kill()
+	d.start()
+	for n, i := range d.ls() {
+		if i.State != "stopped" {
+			t.Fatalf("%s is %s after a restart", n, i.State)
+		}
+	}
+	d.assertNoResidue(nil)
+}
+
+// Named volumes: managed by the daemon, bound by name, outliving the
+// sandbox; another user cannot use one; rm refuses while in use.
+func TestDaemonVolumes(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	if r := d.cli("volume", "create", "cache"); r.Code != 0 {
+		t.Fatalf("volume create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("volume", "create", "cache"); r.Code != 125 || !strings.Contains(r.Stderr, "exists") {
+		t.Fatalf("second volume create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("volume", "create", "../etc"); r.Code == 0 {
+		t.Fatal("a volume name with path characters was accepted")
+	}
+	if r := d.cli("sandbox", "create", "writer", "--volume", "cache:/cache", "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create with a volume: %s", r.Stderr)
+	}
+	d.cli("sandbox", "start", "writer")
+	if r := d.cli("sandbox", "exec", "writer", "--", "/bin/sh", "-c", "echo kept > /cache/f && id -u"); r.Code != 0 || !strings.Contains(r.Stdout, "1000") {
+		t.Fatalf("write to the volume: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("volume", "rm", "cache"); r.Code != 125 || !strings.Contains(r.Stderr, "used by sandbox writer") {
+		t.Fatalf("rm of a volume in use: %d %s", r.Code, r.Stderr)
+	}
+	d.cli("sandbox", "rm", "writer")
+	if r := d.cli("sandbox", "create", "reader", "--volume", "cache:/data:ro", "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create reader: %s", r.Stderr)
+	}
+	d.cli("sandbox", "start", "reader")
+	if r := d.cli("sandbox", "exec", "reader", "--", "/bin/cat", "/data/f"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "kept" {
+		t.Fatalf("the volume did not outlive its writer: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "exec", "reader", "--", "/bin/sh", "-c", "echo x > /data/g"); r.Code == 0 {
+		t.Fatal("wrote to a read-only volume")
+	}
+	// Another user neither sees nor uses root's volume.
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	if r := cordonSocket(t, d.socket, st, alice, "volume", "ls", "--json"); r.Code != 0 || strings.Contains(r.Stdout, "cache") {
+		t.Fatalf("alice sees root's volume: %s", r.Stdout)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "steal", "--volume", "cache:/c"); r.Code == 0 || !strings.Contains(r.Stderr, "no volume named cache") {
+		t.Fatalf("alice using root's volume: %d %s", r.Code, r.Stderr)
+	}
+	d.cli("sandbox", "rm", "reader")
+	for range 2 {
+		if r := d.cli("volume", "rm", "cache"); r.Code != 0 {
+			t.Fatalf("volume rm: %d %s", r.Code, r.Stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.volumeDir, "cache")); err == nil {
+		t.Fatal("the volume's directory is still there")
+	}
+}
