@@ -37,7 +37,7 @@ type Resource struct {
 	Type string `json:"type"`
 	// ID is the model id, the host name (the port is in Context; the name
 	// is lower-cased and loses one trailing dot), the tool as
-	// "server/tool", or the state scope. Required.
+	// "server/tool", or the state key ("*": the whole scope). Required.
 	ID string `json:"id"`
 	// Server is a Tool's MCP server; when empty it is the part of ID
 	// before the first "/". ID must be Server, "/" and a tool name.
