@@ -15,7 +15,7 @@ func receiptsCmd(g *globals) *cobra.Command {
 	var f store.ReceiptFilter
 	cmd := &cobra.Command{
 		Use:   "receipts",
-		Short: "List the receipts of crossings (model requests, egress connections)",
+		Short: "List the receipts of crossings (model requests, egress connections, tool calls, state)",
 		Long: `List the receipts the gateway recorded: one per crossing, with the workload,
 tenant, broker, action, target, request digest, decision and reason, budget
 state, upstream status, bytes and timings. Secrets never appear in receipts.`,
@@ -55,7 +55,7 @@ state, upstream status, bytes and timings. Secrets never appear in receipts.`,
 	fl.BoolVar(&asJSON, "json", false, "print one JSON receipt per line")
 	fl.StringVar(&f.Workload, "workload", "", "only this workload")
 	fl.StringVar(&f.SandboxID, "sandbox", "", "only this sandbox id")
-	fl.StringVar(&f.Broker, "broker", "", "only this broker (model, egress)")
+	fl.StringVar(&f.Broker, "broker", "", "only this broker (model, egress, tool, state)")
 	fl.IntVar(&f.Limit, "limit", 0, "only the last N")
 	return cmd
 }
