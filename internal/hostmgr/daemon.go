@@ -83,6 +83,8 @@ type Daemon struct {
 	// hostPolicy is the host policy directory's content and digest as
 	// last read.
 	hostPolicy []PolicySource
+	// host are the host identities as last read (drift).
+	host hostIDs
 }
 
 // box is one sandbox the daemon holds in memory.
@@ -95,6 +97,12 @@ type box struct {
 	// log is the main program's output file, held from create to start.
 	log     *os.File
 	profile Profile
+	// policyDigest is the sandbox's policy digest as computed when the host
+	// policy digest was policyHost (drift).
+	policyDigest, policyHost string
+	// execs are the exec'd processes being watched (signal), by pid.
+	execMu sync.Mutex
+	execs  map[int]*linux.Process
 }
 
 // New checks the options and returns a daemon; Run serves.
@@ -139,6 +147,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("host policy: %w", err)
 	}
 	d.hostPolicy = hp
+	d.refreshHost()
 	rep := d.reconcile(ctx)
 	d.log.Info("reconciled", "adopted", len(rep.Adopted), "removed", len(rep.Removed), "stopped", len(rep.Stopped), "unattributed", len(rep.Unattributed))
 	for _, u := range rep.Unattributed {
@@ -221,17 +230,7 @@ type call struct {
 }
 
 // args decodes the request's arguments strictly.
-func (c *call) args(v any) error {
-	if len(c.req.Args) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(bytesReader(c.req.Args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return proto.Errorf(proto.KindBadRequest, "%s arguments: %v", c.req.Op, err)
-	}
-	return nil
-}
+func (c *call) args(v any) error { return proto.DecodeArgs(c.req.Args, v) }
 
 // progress sends a non-final response.
 func (c *call) progress(v any) error {

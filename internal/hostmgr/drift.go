@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/store"
@@ -71,18 +72,54 @@ func policySetDigest(sandbox, host []PolicySource) string {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// rootfsDigest is the base manifest's digest with the sandbox's binds.
-func (d *Daemon) rootfsDigest(s Spec) string {
-	h := sha256.New()
-	for _, f := range d.o.BaseManifest {
-		fmt.Fprintf(h, "file %s\n", f)
-		if fh, err := os.Open(f); err == nil {
-			_, _ = io.Copy(h, fh)
-			fh.Close()
-		} else {
-			fmt.Fprintf(h, "missing\n")
+// hostIDs are the host-wide inputs of the identities, read once per
+// drift scan (not once per sandbox): the package database can be megabytes.
+type hostIDs struct {
+	runtime  string // the running binary's digest, or the file's if it was replaced
+	manifest string // digest of the base manifest files
+	policy   string // digest of the host policy directory
+}
+
+func (d *Daemon) readHostIDs() hostIDs {
+	h := hostIDs{runtime: d.o.RuntimeDigest, policy: policySetDigest(nil, d.hostPolicies())}
+	if d.o.Executable != "" {
+		if disk, err := fileDigest(d.o.Executable); err == nil && disk != d.o.RuntimeDigest {
+			h.runtime = disk // the binary was replaced: the next start runs another cordon
 		}
 	}
+	m := sha256.New()
+	for _, f := range d.o.BaseManifest {
+		fmt.Fprintf(m, "file %s\n", f)
+		if fh, err := os.Open(f); err == nil {
+			_, _ = io.Copy(m, fh)
+			fh.Close()
+		} else {
+			fmt.Fprintf(m, "missing\n")
+		}
+	}
+	h.manifest = "sha256:" + hex.EncodeToString(m.Sum(nil))
+	return h
+}
+
+// refreshHost reads the host identities and keeps them for hostNow.
+func (d *Daemon) refreshHost() hostIDs {
+	h := d.readHostIDs()
+	d.mu.Lock()
+	d.host = h
+	d.mu.Unlock()
+	return h
+}
+
+// hostNow returns the host identities of the last refresh (start, then
+// every drift scan).
+func (d *Daemon) hostNow() hostIDs {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.host
+}
+
+// rootfsDigest is the base manifest's digest with the sandbox's binds.
+func rootfsDigest(manifest string, s Spec) string {
 	binds := []string{"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ssl/certs"}
 	if s.Workspace {
 		binds = append(binds, "/workspace")
@@ -90,8 +127,8 @@ func (d *Daemon) rootfsDigest(s Spec) string {
 	for _, v := range s.Volumes {
 		binds = append(binds, "volume "+v.Name+":"+v.Target)
 	}
-	fmt.Fprintf(h, "binds %s\n", strings.Join(binds, ","))
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256([]byte(manifest + "\nbinds " + strings.Join(binds, ",")))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // fileDigest is the SHA-256 of a file.
@@ -108,21 +145,21 @@ func fileDigest(path string) (string, error) {
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// current returns a sandbox's identities as they are now.
-func (d *Daemon) current(b *box) Admitted {
-	cur := Admitted{Runtime: d.o.RuntimeDigest, Rootfs: d.rootfsDigest(b.spec)}
-	if d.o.Executable != "" {
-		if disk, err := fileDigest(d.o.Executable); err == nil && disk != d.o.RuntimeDigest {
-			cur.Runtime = disk // the binary was replaced: the next start runs another cordon
-		}
-	}
-	cur.Policy = policySetDigest(nil, d.hostPolicies())
+// current returns a sandbox's identities as they are now (b's lock held).
+// A gateway sandbox's policy digest is computed again only when the host
+// policy changed: its own policy is fixed at create.
+func (d *Daemon) current(b *box, h hostIDs) Admitted {
+	cur := Admitted{Runtime: h.runtime, Rootfs: rootfsDigest(h.manifest, b.spec), Policy: h.policy}
 	if b.spec.Gateway != nil {
-		if _, pd, err := d.o.Gateways.Prepare(b.spec.Gateway, d.hostPolicies()); err == nil {
-			cur.Policy = pd
-		} else {
-			cur.Policy = "invalid: " + err.Error()
+		if b.policyHost != h.policy || b.policyDigest == "" {
+			if _, pd, err := d.o.Gateways.Prepare(b.spec.Gateway, d.hostPolicies()); err == nil {
+				b.policyDigest = pd
+			} else {
+				b.policyDigest = "invalid: " + err.Error()
+			}
+			b.policyHost = h.policy
 		}
+		cur.Policy = b.policyDigest
 	}
 	return cur
 }
@@ -163,6 +200,7 @@ func (d *Daemon) checkDrift(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	host := d.refreshHost()
 	for _, r := range recs {
 		if r.State != store.DRunning && r.State != store.DCreated {
 			continue
@@ -174,7 +212,7 @@ func (d *Daemon) checkDrift(ctx context.Context) {
 		b.mu.Lock()
 		var was Admitted
 		_ = json.Unmarshal(b.rec.Admitted, &was)
-		if why := drifted(was, d.current(b)); why != "" && b.rec.Drain == "" {
+		if why := drifted(was, d.current(b, host)); why != "" && b.rec.Drain == "" {
 			if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{Drain: &why}); err == nil {
 				b.rec.Drain = why
 				d.log.Warn("drift: sandbox draining", "name", b.rec.Name, "why", why)
@@ -185,7 +223,7 @@ func (d *Daemon) checkDrift(ctx context.Context) {
 }
 
 func (d *Daemon) watchDrift(ctx context.Context) {
-	t := newTicker(d.o.DriftEvery)
+	t := time.NewTicker(d.o.DriftEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -209,7 +247,7 @@ func (d *Daemon) opReadmit(ctx context.Context, c *call) (any, error) {
 	if b.rec.State != store.DRunning && b.rec.State != store.DCreated {
 		return nil, proto.Errorf(proto.KindConflict, "sandbox %s is %s", a.Name, b.rec.State)
 	}
-	cur := d.current(b)
+	cur := d.current(b, d.hostNow())
 	if strings.HasPrefix(cur.Policy, "invalid: ") {
 		return nil, proto.Errorf(proto.KindBadRequest, "cannot re-admit: the policy is %s", cur.Policy)
 	}

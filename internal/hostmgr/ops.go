@@ -1,12 +1,10 @@
 package hostmgr
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,8 +23,6 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
-
 // Spec is what a sandbox is created with; it holds no host path.
 type Spec struct {
 	Argv   []string       `json:"argv,omitempty"` // the main program; none: an idle sandbox
@@ -41,6 +37,9 @@ type Spec struct {
 	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Gateway is the sandbox's way out; none: no way out at all.
 	Gateway *GatewaySpec `json:"gateway,omitempty"`
+	// GatewayEnv points every program at the gateway; set by the daemon
+	// at create (last: it wins over Env).
+	GatewayEnv []string `json:"gateway_env,omitempty"`
 }
 
 // GatewaySpec is a gateway configuration as the client sends it: the
@@ -210,7 +209,6 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	if err := d.checkQuota(ctx, c.peer.UID); err != nil {
 		return nil, err
 	}
-	var env []string
 	policyDigest := policySetDigest(nil, d.hostPolicies())
 	if s.Gateway != nil {
 		if err := d.checkIdentity(c.peer.UID, s.Gateway.Config); err != nil {
@@ -220,7 +218,7 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 		if err != nil {
 			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
 		}
-		env, policyDigest = genv, pd
+		s.GatewayEnv, policyDigest = genv, pd
 	}
 	id := linux.NewID()
 	stored := s
@@ -260,7 +258,7 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 		return fail(err)
 	}
 	b.log = logf // the init gets it at start; closed here after that
-	spec := sandbox.Spec{ID: id, Workload: workloadOf(s), Argv: s.Argv, Env: append(append([]string{}, s.Env...), env...),
+	spec := sandbox.Spec{ID: id, Workload: workloadOf(s), Argv: s.Argv, Env: append(append([]string{}, s.Env...), s.GatewayEnv...),
 		WorkspaceFile: ws, UnsafeRootWorkspace: s.UnsafeRootWorkspace, Binds: binds, Limits: s.Limits, Level: level, Stdout: logf, Stderr: logf}
 	sb, err := d.o.Provider.Provision(ctx, spec)
 	if err != nil {
@@ -268,7 +266,7 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	}
 	b.sb = sb
 	d.crash("create.after_provision")
-	adm := Admitted{Runtime: d.o.RuntimeDigest, Policy: policyDigest, Rootfs: d.rootfsDigest(s)}
+	adm := Admitted{Runtime: d.o.RuntimeDigest, Policy: policyDigest, Rootfs: rootfsDigest(d.hostNow().manifest, s)}
 	admJSON, _ := json.Marshal(adm)
 	if err := d.setState(ctx, b, store.DCreated, store.DaemonUpdate{Admitted: admJSON, Profile: store.Ptr(string(prof))}); err != nil {
 		return fail(err)
@@ -296,8 +294,8 @@ func checkWorkspace(f *os.File, uid uint32) error {
 
 func workloadOf(s Spec) string {
 	if s.Gateway != nil {
-		if w := workloadFromYAML(s.Gateway.Config); w != "" {
-			return w
+		if id, err := identityOf(s.Gateway.Config); err == nil && id.Workload != "" {
+			return id.Workload
 		}
 	}
 	return "default"
@@ -462,11 +460,7 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	}
 	b.mu.Lock()
 	state, drain, sb := b.rec.State, b.rec.Drain, b.sb
-	env := append(append([]string{}, b.spec.Env...), a.Env...)
-	if b.spec.Gateway != nil {
-		genv, _, _ := d.o.Gateways.Prepare(&GatewaySpec{Source: b.spec.Gateway.Source, Config: b.spec.Gateway.Config, Policies: b.spec.Gateway.Policies}, nil)
-		env = append(env, genv...)
-	}
+	env := append(append(append([]string{}, b.spec.Env...), a.Env...), b.spec.GatewayEnv...)
 	dir := "/home/agent"
 	if b.spec.Workspace {
 		dir = "/workspace"
@@ -495,8 +489,8 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	d.crash("exec.after_start")
-	d.trackExec(b, p)
-	defer d.untrackExec(b, p)
+	b.trackExec(p)
+	defer b.untrackExec(p)
 	if err := c.progress(ExecStarted{Pid: p.Pid()}); err != nil {
 		d.log.Debug("exec: client gone; the process keeps running", "name", a.Name, "pid", p.Pid())
 	}
@@ -513,28 +507,21 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	return ExecExit{Code: res.Code, Signal: res.Signal}, nil
 }
 
-var execs sync.Map // *box → map[int]*linux.Process (guarded by the box's own map lock)
-
-type execSet struct {
-	mu sync.Mutex
-	m  map[int]*linux.Process
-}
-
-func (d *Daemon) trackExec(b *box, p *linux.Process) {
-	v, _ := execs.LoadOrStore(b, &execSet{m: map[int]*linux.Process{}})
-	s := v.(*execSet)
-	s.mu.Lock()
-	s.m[p.Pid()] = p
-	s.mu.Unlock()
-}
-
-func (d *Daemon) untrackExec(b *box, p *linux.Process) {
-	if v, ok := execs.Load(b); ok {
-		s := v.(*execSet)
-		s.mu.Lock()
-		delete(s.m, p.Pid())
-		s.mu.Unlock()
+// trackExec and untrackExec keep b's watched exec'd processes, by pid
+// in the sandbox, for signal.
+func (b *box) trackExec(p *linux.Process) {
+	b.execMu.Lock()
+	defer b.execMu.Unlock()
+	if b.execs == nil {
+		b.execs = map[int]*linux.Process{}
 	}
+	b.execs[p.Pid()] = p
+}
+
+func (b *box) untrackExec(p *linux.Process) {
+	b.execMu.Lock()
+	defer b.execMu.Unlock()
+	delete(b.execs, p.Pid())
 }
 
 // SignalArgs signal an exec'd process (the CLI forwards ^C).
@@ -558,14 +545,9 @@ func (d *Daemon) opSignal(ctx context.Context, c *call) (any, error) {
 	default:
 		return nil, proto.Errorf(proto.KindBadRequest, "signal %d is not forwarded", a.Signal)
 	}
-	v, ok := execs.Load(b)
-	if !ok {
-		return nil, proto.Errorf(proto.KindNotFound, "no exec with pid %d in %s", a.Pid, a.Name)
-	}
-	s := v.(*execSet)
-	s.mu.Lock()
-	p := s.m[a.Pid]
-	s.mu.Unlock()
+	b.execMu.Lock()
+	p := b.execs[a.Pid]
+	b.execMu.Unlock()
 	if p == nil {
 		return nil, proto.Errorf(proto.KindNotFound, "no exec with pid %d in %s", a.Pid, a.Name)
 	}
@@ -681,14 +663,7 @@ func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
 }
 
 func (d *Daemon) opRm(ctx context.Context, c *call) (any, error) {
-	var a NameArgs
-	if err := c.args(&a); err != nil {
-		return nil, err
-	}
-	if err := proto.ValidName(a.Name); err != nil {
-		return nil, err
-	}
-	b, err := c.authorize(ctx, a.Name)
+	b, _, err := c.named(ctx)
 	if err != nil {
 		var pe *proto.Error
 		if errors.As(err, &pe) && pe.Kind == proto.KindNotFound {
@@ -869,16 +844,17 @@ func (d *Daemon) hostPolicies() []PolicySource {
 	return d.hostPolicy
 }
 
-// workloadFromYAML reads the workload name of a configuration (already
-// validated by Gateways.Prepare).
-func workloadFromYAML(b []byte) string {
-	var v struct {
-		Workload string `yaml:"workload"`
-	}
-	if yaml.Unmarshal(b, &v) != nil {
-		return ""
-	}
-	return v.Workload
+// identityOf reads the workload and tenant a configuration claims
+// (validated in full by Gateways.Prepare).
+func identityOf(config []byte) (claimed, error) {
+	var id claimed
+	err := yaml.Unmarshal(config, &id)
+	return id, err
+}
+
+type claimed struct {
+	Workload string `yaml:"workload"`
+	Tenant   string `yaml:"tenant"`
 }
 
 // checkIdentity: the identity a sandbox crosses the gateway with (tenant,
@@ -890,11 +866,8 @@ func (d *Daemon) checkIdentity(uid uint32, config []byte) error {
 	if uid == 0 {
 		return nil
 	}
-	var v struct {
-		Workload string `yaml:"workload"`
-		Tenant   string `yaml:"tenant"`
-	}
-	if err := yaml.Unmarshal(config, &v); err != nil {
+	v, err := identityOf(config)
+	if err != nil {
 		return proto.Errorf(proto.KindBadRequest, "configuration: %v", err)
 	}
 	own := fmt.Sprintf("u%d", uid)

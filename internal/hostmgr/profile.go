@@ -1,6 +1,8 @@
 package hostmgr
 
 import (
+	"strings"
+
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 )
@@ -56,18 +58,7 @@ func markBypassed(rec *evidence.Record) {
 		rec.Boundaries[name] = b
 	}
 	rec.LevelAdmitted, rec.EnforcementMode = evidence.Admit(rec.Boundaries)
-	rec.NonClaims = append(rec.NonClaims, "FULL_CONTROL_LAB: "+joinLines(LabBypasses))
-}
-
-func joinLines(s []string) string {
-	out := ""
-	for i, l := range s {
-		if i > 0 {
-			out += "; "
-		}
-		out += l
-	}
-	return out
+	rec.NonClaims = append(rec.NonClaims, "FULL_CONTROL_LAB: "+strings.Join(LabBypasses, "; "))
 }
 
 // ProfileArgs switch a running sandbox's profile.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"time"
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
@@ -141,7 +140,7 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 	}
 	var was Admitted
 	_ = json.Unmarshal(b.rec.Admitted, &was)
-	if why := drifted(was, d.current(b)); why != "" {
+	if why := drifted(was, d.current(b, d.hostNow())); why != "" {
 		if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{Drain: &why}); err == nil {
 			b.rec.Drain = why
 		}
@@ -212,5 +211,3 @@ func (d *Daemon) opProfile(ctx context.Context, c *call) (any, error) {
 	}
 	return d.info(b), nil
 }
-
-func newTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
