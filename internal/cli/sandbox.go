@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -83,6 +84,16 @@ func (sf *sandboxFlags) dial() (*proto.Client, error) {
 	return c, nil
 }
 
+// do makes one call on a fresh connection to the daemon.
+func (sf *sandboxFlags) do(ctx context.Context, op string, args any, files []*os.File, out any) error {
+	c, err := sf.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Do(ctx, op, args, files, out)
+}
+
 func (g *globals) print(sf *sandboxFlags, v any, text func()) error {
 	if sf.json {
 		return writeJSON(g.stdout, v)
@@ -97,13 +108,8 @@ func sbNameCmd(g *globals, sf *sandboxFlags, op, short string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := sf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var out json.RawMessage
-			if err := c.Do(cmd.Context(), op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
+			if err := sf.do(cmd.Context(), op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
 				return err
 			}
 			if sf.json || op == "status" {
@@ -178,13 +184,8 @@ resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
 					fl.Close()
 				}
 			}()
-			c, err := sf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var i hostmgr.Info
-			if err := c.Do(cmd.Context(), "create", ca, files, &i); err != nil {
+			if err := sf.do(cmd.Context(), "create", ca, files, &i); err != nil {
 				return err
 			}
 			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
@@ -326,19 +327,17 @@ sandbox refuses new execs.`,
 
 // execIn runs argv in sandbox name and exits with its status.
 func (g *globals) execIn(ctx context.Context, c *proto.Client, sf *sandboxFlags, name string, argv, env []string) error {
-	var pid int
+	var pid atomic.Int64 // set by the exec's first answer, read by the signal forwarder
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	go func() {
 		for s := range sigs {
-			if pid == 0 {
+			p := int(pid.Load())
+			if p == 0 {
 				continue
 			}
-			if sc, err := sf.dial(); err == nil {
-				_ = sc.Do(context.Background(), "signal", hostmgr.SignalArgs{Name: name, Pid: pid, Signal: int(s.(syscall.Signal))}, nil, nil)
-				sc.Close()
-			}
+			_ = sf.do(context.Background(), "signal", hostmgr.SignalArgs{Name: name, Pid: p, Signal: int(s.(syscall.Signal))}, nil, nil)
 		}
 	}()
 	var exit hostmgr.ExecExit
@@ -351,7 +350,7 @@ func (g *globals) execIn(ctx context.Context, c *proto.Client, sf *sandboxFlags,
 		}
 		var s hostmgr.ExecStarted
 		if json.Unmarshal(r.Result, &s) == nil {
-			pid = s.Pid
+			pid.Store(int64(s.Pid))
 		}
 		return nil
 	})
@@ -385,14 +384,9 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := sf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			if all {
 				var r hostmgr.StopAllResult
-				if err := c.Do(cmd.Context(), "stop_all", struct{}{}, nil, &r); err != nil {
+				if err := sf.do(cmd.Context(), "stop_all", struct{}{}, nil, &r); err != nil {
 					return err
 				}
 				if err := g.print(sf, r, func() {
@@ -409,7 +403,7 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 				return nil
 			}
 			var i hostmgr.Info
-			if err := c.Do(cmd.Context(), "stop", hostmgr.NameArgs{Name: args[0]}, nil, &i); err != nil {
+			if err := sf.do(cmd.Context(), "stop", hostmgr.NameArgs{Name: args[0]}, nil, &i); err != nil {
 				return err
 			}
 			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
@@ -425,13 +419,8 @@ func sbLsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 		Short: "List sandboxes (yours; every one for root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := sf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var is []hostmgr.Info
-			if err := c.Do(cmd.Context(), "ls", struct{}{}, nil, &is); err != nil {
+			if err := sf.do(cmd.Context(), "ls", struct{}{}, nil, &is); err != nil {
 				return err
 			}
 			return g.print(sf, is, func() { printInfo(g, is) })
@@ -484,13 +473,8 @@ func sbProfileCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 		Short: "Switch a sandbox's profile (FULL_CONTROL_LAB needs the exact risk acceptance)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := sf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var i hostmgr.Info
-			if err := c.Do(cmd.Context(), "profile", hostmgr.ProfileArgs{Name: args[0], Profile: args[1], Accept: accept}, nil, &i); err != nil {
+			if err := sf.do(cmd.Context(), "profile", hostmgr.ProfileArgs{Name: args[0], Profile: args[1], Accept: accept}, nil, &i); err != nil {
 				return err
 			}
 			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
@@ -525,13 +509,8 @@ is idempotent.`,
 		cmd.AddCommand(&cobra.Command{
 			Use: op.use, Short: op.short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := sf.dial()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
 				var out json.RawMessage
-				if err := c.Do(cmd.Context(), op.op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
+				if err := sf.do(cmd.Context(), op.op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
 					return err
 				}
 				return g.print(sf, out, func() { fmt.Fprintf(g.stdout, "%s: %s\n", strings.Fields(op.use)[0], args[0]) })
@@ -541,17 +520,12 @@ is idempotent.`,
 	cmd.AddCommand(&cobra.Command{
 		Use: "ls", Short: "List your volumes (every one for root)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := sf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			var vs []struct {
 				Name     string    `json:"name"`
 				OwnerUID uint32    `json:"owner_uid"`
 				Created  time.Time `json:"created"`
 			}
-			if err := c.Do(cmd.Context(), "volume_ls", struct{}{}, nil, &vs); err != nil {
+			if err := sf.do(cmd.Context(), "volume_ls", struct{}{}, nil, &vs); err != nil {
 				return err
 			}
 			return g.print(sf, vs, func() {

@@ -116,12 +116,19 @@ func scanToolCall(row interface{ Scan(...any) error }) (ToolCall, error) {
 	return c, nil
 }
 
+// findCall reads the call with this workload and replay key.
+func findCall(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, workload, key string) (ToolCall, error) {
+	return scanToolCall(q.QueryRowContext(ctx, `SELECT `+toolCallCols+` FROM tool_calls WHERE workload = ? AND key = ?`, workload, key))
+}
+
 // LookupToolCall returns the call with this workload and replay key.
 func (s *Store) LookupToolCall(ctx context.Context, workload, key string) (ToolCall, error) {
 	if key == "" {
 		return ToolCall{}, ErrCallNotFound
 	}
-	c, err := scanToolCall(s.db.QueryRowContext(ctx, `SELECT `+toolCallCols+` FROM tool_calls WHERE workload = ? AND key = ?`, workload, key))
+	c, err := findCall(ctx, s.db, workload, key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, ErrCallNotFound
 	}
@@ -142,7 +149,7 @@ func (s *Store) BeginToolCall(ctx context.Context, c ToolCall, limit int64, wind
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if c.Key != "" {
-			old, err := scanToolCall(tx.QueryRowContext(ctx, `SELECT `+toolCallCols+` FROM tool_calls WHERE workload = ? AND key = ?`, c.Workload, c.Key))
+			old, err := findCall(ctx, tx, c.Workload, c.Key)
 			if err == nil {
 				return &CallExistsError{Call: old}
 			}

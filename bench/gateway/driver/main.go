@@ -40,6 +40,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cordon-project/cordon/bench/gateway/wire"
 )
 
 var (
@@ -183,41 +185,14 @@ func main() {
 	}
 }
 
-type phase struct {
-	Name   string `json:"name"`
-	Kind   string `json:"kind"`
-	Stream bool   `json:"stream,omitempty"`
-	C      int    `json:"c"`
-	MiB    int    `json:"mib,omitempty"`
-	Dur    string `json:"dur"`
-	Warmup string `json:"warmup,omitempty"`
-}
+type (
+	phase = wire.Phase
+	stats = wire.Stats
+)
 
-type stats struct {
-	N    int     `json:"n"`
-	Mean float64 `json:"mean"`
-	P50  float64 `json:"p50"`
-	P90  float64 `json:"p90"`
-	P99  float64 `json:"p99"`
-	Max  float64 `json:"max"`
-}
-
+// result is the load generator's report and what the driver adds.
 type result struct {
-	Name       string           `json:"name"`
-	Requests   int              `json:"requests"`
-	Errors     int              `json:"errors"`
-	FirstError string           `json:"first_error,omitempty"`
-	ElapsedS   float64          `json:"elapsed_s"`
-	RPS        float64          `json:"rps"`
-	Latency    stats            `json:"latency_ms"`
-	TTFB       *stats           `json:"ttfb_ms,omitempty"`
-	Steps      map[string]stats `json:"steps_ms,omitempty"`
-	Series     []float64        `json:"mib_s_each_second,omitempty"`
-	Bytes      int64            `json:"bytes,omitempty"`
-	MiBs       float64          `json:"mib_s,omitempty"`
-	CPUms      float64          `json:"client_cpu_ms"`
-	Start      int64            `json:"start_unix_ns"`
-	End        int64            `json:"end_unix_ns"`
+	wire.Result
 
 	// Filled by the driver: CPU ms of each watched process during the
 	// measured phase, and the receipts recorded in its window.

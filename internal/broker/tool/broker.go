@@ -552,16 +552,3 @@ func errorResult(msg string, structured map[string]any) *mcp.CallToolResult {
 	}
 	return r
 }
-
-// ServerName reports whether s is usable as an upstream name.
-func ServerName(s string) bool {
-	if s == "" || len(s) > 32 || strings.Contains(s, Separator) || strings.HasSuffix(s, "_") {
-		return false
-	}
-	for i, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || (c == '_' || c == '-') && i > 0) {
-			return false
-		}
-	}
-	return true
-}
