@@ -181,8 +181,13 @@ tools:
 	if b, _ := os.ReadFile(filepath.Join(data, "out.txt")); string(b) != "written\n" {
 		t.Fatalf("out.txt = %q", b)
 	}
+	// Outside its binds the write fails, and the host's /usr (bound
+	// read-only) is seen unchanged from outside.
 	if r := call("t__write", `{"path":"/usr/out.txt"}`); !r.IsError {
 		t.Fatalf("write outside the binds: %+v", r)
+	}
+	if _, err := os.Stat("/usr/out.txt"); err == nil {
+		t.Fatal("the tool server wrote /usr/out.txt on the host")
 	}
 	// The server has its secret (the result shows it redacted); the agent's
 	// environment does not.
