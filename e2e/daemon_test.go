@@ -379,9 +379,14 @@ func TestDaemonRefusals(t *testing.T) {
 		t.Fatalf("oversized frame: %s", got)
 	}
 	for _, name := range []string{"../x", "a/b", "a b", ".", ""} {
-		if r := d.cli("sandbox", "start", name); r.Code == 0 {
-			t.Fatalf("name %q accepted", name)
+		// Refused as a bad name, not merely as an absent sandbox (positive
+		// control below: a well-formed absent name is not_found).
+		if r := d.cli("sandbox", "start", name); r.Code == 0 || !strings.Contains(r.Stderr, "bad_request") {
+			t.Fatalf("name %q: %d %s", name, r.Code, r.Stderr)
 		}
+	}
+	if r := d.cli("sandbox", "start", "nosuch"); r.Code == 0 || !strings.Contains(r.Stderr, "not_found") {
+		t.Fatalf("absent well-formed name: %d %s", r.Code, r.Stderr)
 	}
 	// The socket is root-only (0600): another user cannot even connect.
 	if r := cordonSocket(t, d.socket, st, &syscall.Credential{Uid: 1000, Gid: 1000}, "sandbox", "ls"); r.Code == 0 || !strings.Contains(r.Stderr, "permission denied") {
