@@ -109,7 +109,6 @@ type node struct {
 	imageURL                         []byte // "image_url" given as a string (Responses input_image)
 	source, imageURLObj, file, audio leaf
 	env                              leaf // a tool's "environment" object (Responses shell)
-	envString                        bool // "environment" given as a string (computer_use_preview)
 }
 
 type guard struct {
@@ -121,11 +120,11 @@ type guard struct {
 	// Schema, whose property names are not references.
 	fileRefs, opaque int
 	// inInput > 0 while walking an object's "input" member; references
-	// found there are deferred (counted in deferred, the first kept in
-	// deferredErr) until the object's type says whether "input" is a tool
-	// call's arguments — the model's own output — or not.
-	inInput, deferred int
-	deferredErr       error
+	// found there are pending until the object's type says whether
+	// "input" is a tool call's arguments — the model's own output — or
+	// not. Whatever is still pending at the end refuses the request.
+	inInput int
+	pending []error
 }
 
 // guardRequest checks a request body for endpoint ep against the limits and
@@ -233,8 +232,11 @@ func guardRequest(body []byte, lim *Limits, ep *endpoint) (reqInfo, *refusal) {
 	if g.fileRefs > 0 {
 		return g.info, errFileRef
 	}
-	if g.deferred > 0 {
-		return g.info, g.deferredErr.(*refusal)
+	if len(g.pending) > 0 {
+		if r, ok := g.pending[0].(*refusal); ok {
+			return g.info, r
+		}
+		return g.info, errRemote
 	}
 	switch m := g.info.model; {
 	case g.info.top&tModel == 0:
@@ -395,8 +397,8 @@ func (g *guard) walk(s *jscan) error {
 // so a parent can read its "source" or "image_url".
 func (g *guard) object(s *jscan) (leaf, error) {
 	var n node
-	inputRefs := 0     // file references inside this object's "input"
-	inputDeferred := 0 // other references deferred there
+	inputRefs := 0      // file references inside this object's "input"
+	var inputs [][2]int // ranges of g.pending added while walking its "input"
 	err := s.object(func(k []byte, esc bool) error {
 		name := text(k, esc)
 		bit := members[string(name)]
@@ -411,12 +413,12 @@ func (g *guard) object(s *jscan) (leaf, error) {
 			case "input":
 				// A tool_use block's arguments are the model's own
 				// output, not references the provider resolves.
-				before, deferred := g.fileRefs, g.deferred
+				before, from := g.fileRefs, len(g.pending)
 				g.inInput++
 				err := g.walk(s)
 				g.inInput--
 				inputRefs += g.fileRefs - before
-				inputDeferred += g.deferred - deferred
+				inputs = append(inputs, [2]int{from, len(g.pending)})
 				return err
 			}
 			return g.walk(s)
@@ -466,11 +468,7 @@ func (g *guard) object(s *jscan) (leaf, error) {
 		case mInputAudio:
 			return g.child(s, &n.audio)
 		case mEnvironment:
-			if s.peek() == '"' {
-				n.envString = true
-				return g.walk(s)
-			}
-			return g.child(s, &n.env)
+			return g.child(s, &n.env) // a string (computer_use_preview's "linux") names no container
 		}
 		return g.walk(s) // mServerURL: presence is what matters
 	})
@@ -482,7 +480,10 @@ func (g *guard) object(s *jscan) (leaf, error) {
 	}
 	switch string(n.typ) {
 	case "tool_use", "server_tool_use", "mcp_tool_use":
-		g.deferred -= inputDeferred
+		for k := len(inputs) - 1; k >= 0; k-- {
+			r := inputs[k]
+			g.pending = append(g.pending[:r[0]], g.pending[r[1]:]...)
+		}
 	}
 	if n.env.seen&mType != 0 {
 		n.envType = n.env.typ
@@ -545,10 +546,7 @@ func (g *guard) classify(n *node) error {
 		if g.inInput == 0 {
 			return err
 		}
-		g.deferred++
-		if g.deferredErr == nil {
-			g.deferredErr = err
-		}
+		g.pending = append(g.pending, err)
 	}
 	return nil
 }

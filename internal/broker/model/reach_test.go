@@ -163,4 +163,10 @@ func TestToolCallInputURLsPass(t *testing.T) {
 	if _, ref := guardRequest([]byte(body), &lim, &endpoints[0]); ref == nil || ref.kind != kindForbidden {
 		t.Errorf("guardRequest(%s) = %v, want refused", body, ref)
 	}
+	// A tool call's dropped reference does not stand in for the real one.
+	body = `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"x","input":[` +
+		`{"type":"tool_use","input":{"image_url":"https://x/i.png"}},{"server_url":"https://x/mcp"}]}]}]}`
+	if _, ref := guardRequest([]byte(body), &lim, &endpoints[0]); ref == nil || !strings.Contains(ref.msg, "MCP") {
+		t.Errorf("guardRequest(%s) = %v, want the MCP refusal", body, ref)
+	}
 }
