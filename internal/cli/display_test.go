@@ -251,3 +251,22 @@ func TestToolStderrEscaped(t *testing.T) {
 		t.Errorf("tool stderr holds controls: %q", out)
 	}
 }
+
+// Log lines (the gateway's and the daemon's, slog's text format) carry
+// agent text in values: slog quotes any value with a non-printable rune
+// using strconv, so no control or bidi character reaches stderr raw.
+func TestLogLinesQuoteAgentText(t *testing.T) {
+	var buf bytes.Buffer
+	g := &globals{stderr: &buf}
+	g.logger().Warn("model usage above the reservation", "model", hostile, "reason", "model "+hostile)
+	out := strings.TrimSuffix(buf.String(), "\n")
+	if strings.Count(out, "\n") != 0 {
+		t.Errorf("one log record spans lines: %q", out)
+	}
+	for _, r := range out {
+		if textsafe.Invisible(r) {
+			t.Errorf("log line holds %U: %q", r, out)
+			return
+		}
+	}
+}
