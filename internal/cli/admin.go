@@ -13,6 +13,7 @@ import (
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 func gcCmd(g *globals) *cobra.Command {
@@ -137,10 +138,10 @@ func (g *globals) doctor(ctx context.Context, asJSON bool) error {
 				if !p.Boundaries[b] {
 					mark = "NOT VERIFIED: " + strings.Join(p.Failed[b], "; ")
 				}
-				fmt.Fprintf(w, "  %-11s %s\n", b, mark)
+				fmt.Fprintf(w, "  %-11s %s\n", b, textsafe.Line(mark))
 			}
 			if p.Error != "" {
-				fmt.Fprintf(w, "  error: %s\n", p.Error)
+				fmt.Fprintf(w, "  error: %s\n", textsafe.Line(p.Error))
 			}
 		}
 		if rep.OK {
@@ -194,7 +195,7 @@ func (g *globals) probeSandbox(ctx context.Context, prov *linux.Provider) *Probe
 		pr.ExitCode = 128 + ex.Signal
 	}
 	if out.Len() > 0 {
-		fmt.Fprintf(os.Stderr, "probe output: %s\n", out.String())
+		fmt.Fprintf(os.Stderr, "probe output: %s\n", textsafe.Block(out.String()))
 	}
 	return pr
 }

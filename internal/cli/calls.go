@@ -9,8 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cordon-project/cordon/internal/approval"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 func callsCmd(g *globals) *cobra.Command {
@@ -61,8 +63,10 @@ func callsListCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tCREATED\tWORKLOAD\tSANDBOX\tTOOL\tSTATE\tOUTCOME\tRECEIPT\tAPPROVAL\tARGUMENTS\tNOTE")
 			for _, c := range cs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.Created.Format(time.RFC3339), c.Workload, c.SandboxID,
-					c.Server, c.Tool, c.State, c.Outcome, c.ReceiptID, c.Approval, clipText(string(c.Arguments), 60), c.Note)
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c.ID, c.Created.Format(time.RFC3339),
+					textsafe.Line(c.Workload), textsafe.Line(c.SandboxID), textsafe.Line(c.Server), textsafe.Line(c.Tool),
+					textsafe.Line(c.State), textsafe.Line(c.Outcome), c.ReceiptID, textsafe.Line(c.Approval),
+					cut(approval.CompactJSON(c.Arguments), 60), textsafe.Line(c.Note))
 			}
 			return tw.Flush()
 		},
@@ -107,17 +111,10 @@ of it stays refused), so the agent must make a new call if one is needed.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "call %d (%s/%s) reconciled: %s\n", c.ID, c.Server, c.Tool, note)
+			fmt.Fprintf(g.stdout, "call %d (%s/%s) reconciled: %s\n", c.ID, textsafe.Line(c.Server), textsafe.Line(c.Tool), textsafe.Line(note))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&note, "note", "", "what happened (required)")
 	return cmd
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cordon-project/cordon/internal/ledger"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // maxCheckpointFile bounds a --checkpoint file.
@@ -176,7 +177,7 @@ Examples:
 func printVerify(w io.Writer, out verifyOutput, withProof bool, receipt int64) {
 	rep := out.Report
 	for _, p := range rep.Problems {
-		fmt.Fprintf(w, "PROBLEM %s\n", p)
+		fmt.Fprintf(w, "PROBLEM %s\n", textsafe.Line(fmt.Sprint(p)))
 	}
 	if rep.Omitted > 0 {
 		fmt.Fprintf(w, "PROBLEM … and %d more not listed\n", rep.Omitted)
@@ -199,18 +200,18 @@ func printVerify(w io.Writer, out verifyOutput, withProof bool, receipt int64) {
 	}
 	if p := out.Proof; p != nil {
 		fmt.Fprintf(w, "\nreceipt %d is leaf %d of the tree of %d leaves with root %s\n", p.ReceiptID, p.Leaf, p.TreeSize, p.Root)
-		fmt.Fprintf(w, "leaf data (the receipt as stored): %s\n", p.Receipt)
+		fmt.Fprintf(w, "leaf data (the receipt as stored): %s\n", textsafe.JSON([]byte(p.Receipt)))
 		fmt.Fprintf(w, "proof hashes (golang.org/x/mod/sumdb/tlog RecordProof, base64):\n")
 		for _, h := range p.Hashes {
 			fmt.Fprintf(w, "  %s\n", h)
 		}
 		fmt.Fprintf(w, "signed checkpoint:\n")
 		for _, line := range strings.Split(strings.TrimSuffix(p.Checkpoint, "\n"), "\n") {
-			fmt.Fprintln(w, strings.TrimRight("  "+line, " "))
+			fmt.Fprintln(w, strings.TrimRight("  "+textsafe.Line(line), " "))
 		}
 	}
 	if out.ProofError != "" {
-		fmt.Fprintf(w, "proof of receipt %d: FAILED: %s\n", receipt, out.ProofError)
+		fmt.Fprintf(w, "proof of receipt %d: FAILED: %s\n", receipt, textsafe.Line(out.ProofError))
 		return
 	}
 	fmt.Fprintf(w, "proof of receipt %d: ok\n", receipt)

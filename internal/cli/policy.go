@@ -14,6 +14,7 @@ import (
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // maxRequestBytes bounds the --request of cordon policy explain.
@@ -165,7 +166,7 @@ func printPolicyErrors(w io.Writer, errs []PolicyError) {
 			fmt.Fprintf(&b, "policy %s: ", e.Policy)
 		}
 		b.WriteString(e.Message)
-		fmt.Fprintln(w, b.String())
+		fmt.Fprintln(w, textsafe.Line(b.String()))
 	}
 }
 
@@ -317,13 +318,13 @@ func printExplanation(w io.Writer, x policy.Explanation, builtin bool) {
 		}
 		fmt.Fprintf(w, "  %s (%s, %s:%d:%d%s)\n", p.ID, p.Effect, p.File, p.Line, p.Column, extra)
 		for _, l := range strings.Split(strings.TrimRight(p.Source, "\n"), "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
+			fmt.Fprintf(w, "    %s\n", textsafe.Line(l))
 		}
 	}
 	if len(x.Decision.Errors) > 0 {
 		fmt.Fprintln(w, "errors (each is a deny):")
 		for _, e := range x.Decision.Errors {
-			fmt.Fprintf(w, "  %s\n", e)
+			fmt.Fprintf(w, "  %s\n", textsafe.Line(fmt.Sprint(e)))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 func receiptsCmd(g *globals) *cobra.Command {
@@ -44,8 +45,11 @@ state, upstream status, bytes and timings. Secrets never appear in receipts.`,
 			tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tTIME\tWORKLOAD\tSANDBOX\tBROKER\tACTION\tTARGET\tDECISION\tREASON\tSTATUS\tIN\tOUT\tDURATION")
 			for _, r := range rs {
+				// Every text cell may hold agent or upstream bytes (a
+				// target is the model name or host the agent sent).
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", r.ID, r.Time.UTC().Format(time.RFC3339),
-					r.Identity.Workload, r.Identity.SandboxID, r.Broker, r.Action, r.Target, r.Decision, r.Reason,
+					textsafe.Line(r.Identity.Workload), textsafe.Line(r.Identity.SandboxID), textsafe.Line(r.Broker), textsafe.Line(r.Action),
+					textsafe.Line(r.Target), textsafe.Line(r.Decision), textsafe.Line(r.Reason),
 					r.UpstreamCode, r.BytesIn, r.BytesOut, r.Duration.Round(time.Microsecond))
 			}
 			return tw.Flush()

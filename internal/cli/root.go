@@ -18,6 +18,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // Version is set at build time with -ldflags "-X …/cli.Version=…".
@@ -91,13 +92,15 @@ trusted side reads off the live sandbox before the program's first instruction.`
 	}
 }
 
-// describe renders an error with its failure kind.
+// describe renders an error with its failure kind, for a terminal: an
+// error may embed agent or upstream text (a refused name, a daemon's
+// message relayed from a sandbox), so it goes through textsafe.Line.
 func describe(err error) string {
 	var se *sandbox.Error
 	if errors.As(err, &se) {
-		return se.Error()
+		return textsafe.Line(se.Error())
 	}
-	return fmt.Sprintf("%s: %v", sandbox.KindUsage, err)
+	return textsafe.Line(fmt.Sprintf("%s: %v", sandbox.KindUsage, err))
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -169,11 +172,15 @@ func versionCmd(g *globals) *cobra.Command {
 	}
 }
 
+// writeJSON prints v as one JSON line. Values stay exact; characters a
+// terminal would act on or hide (controls, C1, bidi overrides, …) are
+// written as JSON \u escapes by textsafe.JSON, so the line is safe on a
+// terminal and decodes to the same value.
 func writeJSON(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	_, err = io.WriteString(w, textsafe.JSON(b)+"\n")
 	return err
 }

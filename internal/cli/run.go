@@ -19,6 +19,7 @@ import (
 	"github.com/cordon-project/cordon/internal/ledger"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 type runFlags struct {
@@ -297,7 +298,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	writeEvidence := func() {
 		if f.evidenceFile != "" && rec != nil {
 			if werr := writeFileAtomic(f.evidenceFile, rec); werr != nil {
-				fmt.Fprintf(g.stderr, "cordon: write evidence: %v\n", werr)
+				fmt.Fprintf(g.stderr, "cordon: write evidence: %s\n", textsafe.Line(werr.Error()))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 type sandboxFlags struct {
@@ -113,14 +115,16 @@ func sbNameCmd(g *globals, sf *sandboxFlags, op, short string) *cobra.Command {
 				return err
 			}
 			if sf.json || op == "status" {
-				_, err := g.stdout.Write(append(out, '\n'))
+				// The daemon's JSON as is, with invisible characters
+				// in its strings written as \u escapes (same value).
+				_, err := io.WriteString(g.stdout, textsafe.JSON(out)+"\n")
 				return err
 			}
 			var i hostmgr.Info
 			if json.Unmarshal(out, &i) == nil && i.Name != "" {
 				printInfo(g, []hostmgr.Info{i})
 			} else {
-				fmt.Fprintf(g.stdout, "%s: %s\n", op, args[0])
+				fmt.Fprintf(g.stdout, "%s: %s\n", op, textsafe.Line(args[0]))
 			}
 			return nil
 		},
@@ -131,14 +135,15 @@ func printInfo(g *globals, is []hostmgr.Info) {
 	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tOWNER\tSTATE\tPROFILE\tLEVEL\tDRAIN\tMAIN\tNOTE")
 	for _, i := range is {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i.Name, i.ID, i.Owner, i.State, i.Profile, i.Level, i.Drain, i.MainExit, i.Note)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", textsafe.Line(i.Name), textsafe.Line(i.ID), i.Owner, textsafe.Line(i.State),
+			textsafe.Line(i.Profile), textsafe.Line(i.Level), textsafe.Line(i.Drain), textsafe.Line(i.MainExit), textsafe.Line(i.Note))
 	}
 	tw.Flush()
 	for _, i := range is {
 		if len(i.Bypassed) > 0 {
-			fmt.Fprintf(g.stdout, "%s runs FULL_CONTROL_LAB; bypassed controls:\n", i.Name)
+			fmt.Fprintf(g.stdout, "%s runs FULL_CONTROL_LAB; bypassed controls:\n", textsafe.Line(i.Name))
 			for _, b := range i.Bypassed {
-				fmt.Fprintf(g.stdout, "  - %s\n", b)
+				fmt.Fprintf(g.stdout, "  - %s\n", textsafe.Line(b))
 			}
 		}
 	}
@@ -356,7 +361,7 @@ func (g *globals) execIn(ctx context.Context, c *proto.Client, sf *sandboxFlags,
 	})
 	var pe *proto.Error
 	if errors.As(err, &pe) && pe.Kind == proto.KindBadRequest && strings.HasPrefix(pe.Message, "exec ") {
-		fmt.Fprintf(g.stderr, "cordon: %s\n", pe.Message)
+		fmt.Fprintf(g.stderr, "cordon: %s\n", textsafe.Line(pe.Message))
 		if strings.Contains(pe.Message, "no such file") || strings.Contains(pe.Message, "not found") {
 			return &exitError{code: ExitNotFound}
 		}
@@ -392,7 +397,7 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 				if err := g.print(sf, r, func() {
 					fmt.Fprintf(g.stdout, "stopped %d sandboxes in %s\n", len(r.Stopped), r.Duration.Round(time.Millisecond))
 					for _, f := range r.Failed {
-						fmt.Fprintf(g.stdout, "failed: %s\n", f)
+						fmt.Fprintf(g.stdout, "failed: %s\n", textsafe.Line(f))
 					}
 				}); err != nil {
 					return err
@@ -429,24 +434,35 @@ func sbLsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 }
 
 func sbLogsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
-	var follow bool
+	var follow, raw bool
 	cmd := &cobra.Command{
-		Use:   "logs NAME [--follow]",
+		Use:   "logs NAME [--follow] [--raw]",
 		Short: "Print the output of a sandbox's main program",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print what the sandbox's main program wrote to its stdout and stderr.
+
+That output is the program's: on a terminal it is shown through cordon's
+escaper (newlines and tabs kept; escape sequences, other control characters,
+bidi overrides and invalid UTF-8 shown as \u / \x escapes), so a program
+cannot move the cursor, rewrite lines or set the title of the operator's
+terminal. When stdout is not a terminal (a pipe, a file) the bytes are
+written exactly as the program wrote them, like docker logs; --raw writes
+them exactly to a terminal too.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := sf.dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			out, flush := logsWriter(g.stdout, raw, isTerminal(g.stdout))
+			defer flush()
 			var off int64
 			for {
 				var ch hostmgr.LogsChunk
 				if err := c.Do(cmd.Context(), "logs", hostmgr.LogsArgs{Name: args[0], Offset: off}, nil, &ch); err != nil {
 					return err
 				}
-				g.stdout.Write(ch.Data)
+				out.Write(ch.Data)
 				off = ch.Next
 				if len(ch.Data) > 0 {
 					continue
@@ -463,7 +479,28 @@ func sbLogsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until the sandbox stops")
+	cmd.Flags().BoolVar(&raw, "raw", false, "write the program's bytes exactly, also to a terminal (escape sequences act on it)")
 	return cmd
+}
+
+// logsWriter is where a program's output goes: escaped by textsafe when
+// written to a terminal (unless raw), exactly as written otherwise.
+func logsWriter(w io.Writer, raw, tty bool) (io.Writer, func()) {
+	if raw || !tty {
+		return w, func() {}
+	}
+	tw := textsafe.NewWriter(w)
+	return tw, func() { _ = tw.Flush() }
+}
+
+// isTerminal reports whether w is a terminal (a tty answers TCGETS).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 func sbProfileCmd(g *globals, sf *sandboxFlags) *cobra.Command {
@@ -513,7 +550,7 @@ is idempotent.`,
 				if err := sf.do(cmd.Context(), op.op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
 					return err
 				}
-				return g.print(sf, out, func() { fmt.Fprintf(g.stdout, "%s: %s\n", strings.Fields(op.use)[0], args[0]) })
+				return g.print(sf, out, func() { fmt.Fprintf(g.stdout, "%s: %s\n", strings.Fields(op.use)[0], textsafe.Line(args[0])) })
 			},
 		})
 	}
@@ -532,7 +569,7 @@ is idempotent.`,
 				tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tOWNER\tCREATED")
 				for _, v := range vs {
-					fmt.Fprintf(tw, "%s\t%d\t%s\n", v.Name, v.OwnerUID, v.Created.Format(time.RFC3339))
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", textsafe.Line(v.Name), v.OwnerUID, v.Created.Format(time.RFC3339))
 				}
 				tw.Flush()
 			})

@@ -14,6 +14,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 func stateCmd(g *globals) *cobra.Command {
@@ -94,8 +95,9 @@ sandbox and receipt of the last write. Values are not printed (see export).`,
 						if !e.Expires.IsZero() {
 							expires = e.Expires.Format(time.RFC3339)
 						}
-						_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\n", sc.Tenant, sc.Workload, sc.Purpose, e.Key, e.Version,
-							e.Size, e.Updated.Format(time.RFC3339), expires, e.Provenance.SandboxID, e.Provenance.Receipt)
+						_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\n", textsafe.Line(sc.Tenant), textsafe.Line(sc.Workload),
+							textsafe.Line(sc.Purpose), textsafe.Line(e.Key), e.Version,
+							e.Size, e.Updated.Format(time.RFC3339), expires, textsafe.Line(e.Provenance.SandboxID), e.Provenance.Receipt)
 						return err
 					})
 					if err != nil {
@@ -176,14 +178,14 @@ func exportState(ctx context.Context, st *store.Store, sc store.StateScope, w io
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "%s,\"entries\":[", head[:len(head)-1]); err != nil {
+	if _, err := fmt.Fprintf(w, "%s,\"entries\":[", textsafe.JSON(head[:len(head)-1])); err != nil {
 		return err
 	}
 	sep := "\n"
 	err = eachStateEntry(ctx, st, sc, store.StateQuery{Limit: state.ExportPageEntries, Values: true, MaxBytes: state.ExportPageBytes}, func(e state.Entry) error {
 		b, err := json.Marshal(e)
 		if err == nil {
-			_, err = fmt.Fprintf(w, "%s%s", sep, b)
+			_, err = fmt.Fprintf(w, "%s%s", sep, textsafe.JSON(b))
 		}
 		sep = ",\n"
 		return err
@@ -220,7 +222,7 @@ evidence log are never removed.`,
 					return sandbox.Fail(sandbox.KindStore, "state reset", err)
 				}
 				fmt.Fprintf(g.stdout, "state of tenant %s, workload %s, purpose %s reset: %d entries removed (receipt %d)\n",
-					f.sc.Tenant, f.sc.Workload, f.sc.Purpose, n, rid)
+					textsafe.Line(f.sc.Tenant), textsafe.Line(f.sc.Workload), textsafe.Line(f.sc.Purpose), n, rid)
 				return nil
 			})
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // toolServers are the contained upstream MCP servers of one run: each in
@@ -82,7 +83,7 @@ func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool,
 	spec := sandbox.Spec{
 		Workload: p.cfg.Workload, Argv: t.Command, Env: env, Level: sandbox.DedicatedContainer,
 		Limits: sandbox.Limits{MemoryBytes: t.Memory},
-		Stdin:  inR, Stdout: outW, Stderr: &prefixWriter{w: stderr, prefix: "tool " + t.Name + ": "},
+		Stdin:  inR, Stdout: outW, Stderr: toolStderr(stderr, t.Name),
 	}
 	for _, b := range t.Binds {
 		spec.Binds = append(spec.Binds, sandbox.Bind{Source: b.Source, Target: b.Target, Writable: b.Writable})
@@ -156,6 +157,15 @@ func (ts *toolServers) stop(ctx context.Context) {
 }
 
 // prefixWriter prefixes each line a tool server writes to stderr.
+// toolStderr is where a tool server's stderr goes: w, escaped, each line
+// prefixed with the server's name.
+func toolStderr(w io.Writer, name string) io.Writer {
+	return &prefixWriter{w: textsafe.NewWriter(w), prefix: "tool " + name + ": "}
+}
+
+// prefixWriter marks each line a tool server writes to its stderr with the
+// server's name. The server is an upstream: its bytes reach the operator's
+// terminal only through textsafe (w is a textsafe.Writer).
 type prefixWriter struct {
 	mu     sync.Mutex
 	w      io.Writer

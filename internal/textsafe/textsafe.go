@@ -1,57 +1,138 @@
 package textsafe
 
 import (
-	"fmt"
+	"io"
 	"strings"
 	"unicode"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
 // Line returns s with every character that would not show up as itself on a
 // screen written as an escape: invalid UTF-8 bytes as \xNN, other
 // invisible runes (controls including newline and tab, bidi controls,
-// zero-width characters, non-ASCII spaces) as \uNNNN (a surrogate pair
-// above U+FFFF), and the backslash itself as \\ so an escape in s cannot
-// pass for one of ours. Clean text is returned unchanged but for
-// backslashes.
-func Line(s string) string { return escape(s, false) }
+// zero-width and other default-ignorable characters, non-ASCII spaces,
+// line and paragraph separators, tag characters, private-use and
+// unassigned code points, combining marks stacked past MaxMarks) as \uNNNN
+// (a surrogate pair above U+FFFF), and the backslash itself as \\ so an
+// escape in s cannot pass for one of ours. Clean text is returned
+// unchanged.
+func Line(s string) string { return escape(s, modeLine) }
 
 // Block is Line for multi-line text: newlines and tabs are kept, every
-// other invisible character is escaped.
-func Block(s string) string { return escape(s, true) }
+// other invisible character (carriage return included) is escaped.
+func Block(s string) string { return escape(s, modeBlock) }
 
-func escape(s string, layout bool) string {
-	if clean(s, layout) {
+// JSON makes JSON text safe to show while keeping it the same JSON value:
+// every invisible character (as in Line; the newlines and tabs of
+// indentation are kept) is written as a JSON \u escape, which can occur
+// only inside strings. Backslashes are JSON's own escapes and are kept.
+// Invalid UTF-8, which JSON cannot carry, becomes \ufffd. b should be the
+// output of encoding/json (Marshal, Indent or Compact); other text is
+// escaped the same way but is not made valid JSON.
+func JSON(b []byte) string { return escape(string(b), modeJSON) }
+
+// Invisible reports whether r, standing alone, is escaped by Line: it is
+// the one predicate of what a person cannot see. Combining marks are
+// visible here; their stacking limit depends on the text around them.
+func Invisible(r rune) bool { return !visible(r, false) }
+
+// MaxMarks is the longest run of combining marks shown as is after a base
+// character; further marks in the run are escaped, so that stacked
+// diacritics ("zalgo") cannot paint over neighbouring lines or cells and a
+// long run of variation selectors cannot hide data in a short-looking
+// string.
+const MaxMarks = 4
+
+type mode uint8
+
+const (
+	modeLine mode = iota
+	modeBlock
+	modeJSON
+)
+
+func escape(s string, m mode) string {
+	if clean(s, m) {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s) + 16)
+	marks := 0
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == utf8.RuneError && n <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
+			if m == modeJSON {
+				b.WriteString(`\ufffd`)
+			} else {
+				b.WriteString(`\x`)
+				b.WriteByte(hex[s[i]>>4])
+				b.WriteByte(hex[s[i]&0xf])
+			}
+			marks = 0
+		case r == '\\' && m != modeJSON:
 			b.WriteString(`\\`)
-		case visible(r, layout):
+			marks = 0
+		case unicode.Is(unicode.M, r) && visible(r, false):
+			marks++
+			if marks > MaxMarks {
+				writeU(&b, r)
+			} else {
+				b.WriteString(s[i : i+n])
+			}
+		case visible(r, m != modeLine):
 			b.WriteString(s[i : i+n])
-		case r > 0xffff:
-			r1, r2 := utf16.EncodeRune(r)
-			fmt.Fprintf(&b, `\u%04x\u%04x`, r1, r2)
+			marks = 0
 		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
+			writeU(&b, r)
+			marks = 0
 		}
 		i += n
 	}
 	return b.String()
 }
 
-func clean(s string, layout bool) bool {
+const hex = "0123456789abcdef"
+
+func writeU(b *strings.Builder, r rune) {
+	if r > 0xffff {
+		r -= 0x10000
+		writeU(b, 0xd800+(r>>10)&0x3ff)
+		writeU(b, 0xdc00+r&0x3ff)
+		return
+	}
+	b.WriteString(`\u`)
+	b.WriteByte(hex[r>>12&0xf])
+	b.WriteByte(hex[r>>8&0xf])
+	b.WriteByte(hex[r>>4&0xf])
+	b.WriteByte(hex[r&0xf])
+}
+
+func clean(s string, m mode) bool {
+	marks := 0
 	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			// Fast path: printable ASCII but the backslash.
+			if c < 0x20 || c == 0x7f || (c == '\\' && m != modeJSON) {
+				if m == modeLine || (c != '\n' && c != '\t') {
+					return false
+				}
+			}
+			marks = 0
+			i++
+			continue
+		}
 		r, n := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && n <= 1) || r == '\\' || !visible(r, layout) {
+		if r == utf8.RuneError && n <= 1 || !visible(r, false) {
 			return false
+		}
+		if unicode.Is(unicode.M, r) {
+			if marks++; marks > MaxMarks {
+				return false
+			}
+		} else {
+			marks = 0
 		}
 		i += n
 	}
@@ -59,12 +140,66 @@ func clean(s string, layout bool) bool {
 }
 
 // visible: unicode.IsPrint is letters, marks, numbers, punctuation, symbols
-// and the ASCII space; it excludes Cc (C0, DEL, C1), Cf (bidi controls,
-// zero-width joiners, soft hyphen), Zl, Zp, other spaces and unassigned
-// code points.
+// and the ASCII space; it excludes Cc (C0, DEL, C1), Cf (bidi controls and
+// isolates, zero-width joiners, soft hyphen, tag characters), Zl and Zp
+// (U+2028, U+2029), other spaces, private use and unassigned code points.
+// Some default-ignorable code points are letters or marks that render as
+// nothing (Hangul fillers U+115F, U+1160, U+3164, U+FFA0, the combining
+// grapheme joiner U+034F, Khmer U+17B4/5): they are invisible too. So is
+// U+2800, the blank braille pattern, which looks like a space. Variation
+// selectors stay visible (emoji need them) under the marks limit.
 func visible(r rune, layout bool) bool {
 	if layout && (r == '\n' || r == '\t') {
 		return true
 	}
-	return unicode.IsPrint(r)
+	if r < utf8.RuneSelf {
+		return r >= 0x20 && r != 0x7f
+	}
+	if !unicode.IsPrint(r) || r == 0x2800 {
+		return false
+	}
+	return !unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
+}
+
+// Writer applies Block to a stream written in pieces: a UTF-8 sequence
+// cut between two writes is held until the next write (or Flush) instead of
+// being escaped as invalid bytes. The run of combining marks restarts at
+// each write.
+type Writer struct {
+	w    io.Writer
+	held []byte
+}
+
+// NewWriter returns a Writer escaping to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write escapes p (with what was held) and writes the result; it reports
+// len(p) consumed unless the underlying write fails.
+func (w *Writer) Write(p []byte) (int, error) {
+	b := append(w.held, p...)
+	cut := len(b)
+	// Hold back an incomplete sequence at the end (at most 3 bytes).
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	w.held = append(w.held[:0:0], b[cut:]...)
+	if _, err := io.WriteString(w.w, Block(string(b[:cut]))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes what is held, escaped as invalid bytes.
+func (w *Writer) Flush() error {
+	if len(w.held) == 0 {
+		return nil
+	}
+	_, err := io.WriteString(w.w, Block(string(w.held)))
+	w.held = w.held[:0]
+	return err
 }

@@ -1,6 +1,7 @@
 package textsafe
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode"
@@ -12,6 +13,7 @@ func TestLine(t *testing.T) {
 		{"claude-3", "claude-3"},
 		{"a\x1b[2Kb", `a\u001b[2Kb`},
 		{"\x1b]0;pwned\x07", `\u001b]0;pwned\u0007`},
+		{"\x1b[1A\x1b[10D", `\u001b[1A\u001b[10D`},
 		{"x\u202ey", `x\u202ey`},
 		{"x\u2066y\u2069", `x\u2066y\u2069`},
 		{"\x9b31m", `\x9b31m`},
@@ -22,6 +24,16 @@ func TestLine(t *testing.T) {
 		{"é日本", "é日本"},
 		{"\U000E0041", `\udb40\udc41`},
 		{"\x7f", `\u007f`},
+		{"line\u2028sep\u2029", `line\u2028sep\u2029`},
+		{"hangul\u3164filler\u115f", `hangul\u3164filler\u115f`},
+		{"cgj\u034f", `cgj\u034f`},
+		{"blank\u2800braille", `blank\u2800braille`},
+		{"private\ue000", `private\ue000`},
+		{"nbsp\u00a0", `nbsp\u00a0`},
+		{"e\u0301\u0302\u0303\u0304", "e\u0301\u0302\u0303\u0304"},
+		{"e\u0301\u0302\u0303\u0304\u0305\u0306", "e\u0301\u0302\u0303\u0304\\u0305\\u0306"},
+		{"a\U000E0100\U000E0101\U000E0102\U000E0103\U000E0104", "a\U000E0100\U000E0101\U000E0102\U000E0103\\udb40\\udd04"},
+		{"❤\ufe0f", "❤\ufe0f"},
 	} {
 		if got := Line(tc.in); got != tc.want {
 			t.Errorf("Line(%q) = %q, want %q", tc.in, got, tc.want)
@@ -30,35 +42,140 @@ func TestLine(t *testing.T) {
 }
 
 func TestBlockKeepsLayout(t *testing.T) {
-	if got, want := Block("a\n\tb\x1bc"), "a\n\tb\\u001bc"; got != want {
+	if got, want := Block("a\n\tb\x1bc\r\n"), "a\n\tb\\u001bc\\u000d\n"; got != want {
 		t.Errorf("Block = %q, want %q", got, want)
 	}
 }
 
+func TestJSON(t *testing.T) {
+	v := map[string]string{"model": "m\x1b]0;x\x07\u202e\u009b\\\"\u2028", "bad": "\xff"}
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := JSON(raw)
+	want := "{\n  \"bad\": \"\\ufffd\",\n  \"model\": \"m\\u001b]0;x\\u0007\\u202e\\u009b\\\\\\\"\\u2028\"\n}"
+	if got != want {
+		t.Errorf("JSON(%s) = %q, want %q", raw, got, want)
+	}
+	if !Invisible('\u202e') || !Invisible('\x1b') || Invisible('a') || Invisible('\u0301') {
+		t.Error("Invisible disagrees with Line")
+	}
+}
+
 func FuzzLine(f *testing.F) {
-	for _, s := range []string{"", "plain", "\x1b[31mred", "\u202e", "\xff\xfe", "a\\u001b"} {
+	for _, s := range []string{"", "plain", "\x1b[31mred", "\u202e", "\xff\xfe", "a\\u001b", "e\u0301\u0301\u0301\u0301\u0301\u0301", "\u2028\U000E0041\u3164"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, layout := range []bool{false, true} {
-			out := escape(s, layout)
+		for _, m := range []mode{modeLine, modeBlock, modeJSON} {
+			out := escape(s, m)
 			if !utf8.ValidString(out) {
-				t.Fatalf("escape(%q) = %q: invalid UTF-8", s, out)
+				t.Fatalf("escape(%q, %d) = %q: invalid UTF-8", s, m, out)
 			}
+			marks := 0
 			for _, r := range out {
-				if layout && (r == '\n' || r == '\t') {
+				if m != modeLine && (r == '\n' || r == '\t') {
+					marks = 0
 					continue
 				}
-				if !unicode.IsPrint(r) {
-					t.Fatalf("escape(%q) = %q: contains %U", s, out, r)
+				if Invisible(r) {
+					t.Fatalf("escape(%q, %d) = %q: contains %U", s, m, out, r)
+				}
+				if unicode.Is(unicode.M, r) {
+					if marks++; marks > MaxMarks {
+						t.Fatalf("escape(%q, %d) = %q: %d marks stacked", s, m, out, marks)
+					}
+				} else {
+					marks = 0
 				}
 			}
-			if clean(s, layout) && out != s {
-				t.Fatalf("clean %q changed to %q", s, out)
+			if clean(s, m) != (out == s) {
+				t.Fatalf("clean(%q, %d) = %v but escape gave %q", s, m, clean(s, m), out)
 			}
-			if !layout && strings.ContainsAny(out, "\n\r\t") {
+			if m == modeLine && strings.ContainsAny(out, "\n\r\t") {
 				t.Fatalf("Line(%q) = %q keeps a line break", s, out)
 			}
+			if m == modeLine {
+				// Unambiguous: the escaped text decodes back to s.
+				if back := unescape(out); back != s {
+					t.Fatalf("Line(%q) = %q decodes to %q", s, out, back)
+				}
+			}
+		}
+		// JSON: the same value, safe to show.
+		raw, _ := json.Marshal(s)
+		var back string
+		if err := json.Unmarshal([]byte(JSON(raw)), &back); err != nil {
+			t.Fatalf("JSON(%s) = %q is not JSON: %v", raw, JSON(raw), err)
+		}
+		var want string
+		_ = json.Unmarshal(raw, &want)
+		if back != want {
+			t.Fatalf("JSON(%s) changed the value: %q, want %q", raw, back, want)
 		}
 	})
+}
+
+// unescape inverts Line, for the fuzz test.
+func unescape(s string) string {
+	var b []byte
+	for i := 0; i < len(s); {
+		if s[i] != '\\' {
+			b = append(b, s[i])
+			i++
+			continue
+		}
+		switch s[i+1] {
+		case '\\':
+			b = append(b, '\\')
+			i += 2
+		case 'x':
+			b = append(b, unhex(s[i+2:i+4]))
+			i += 4
+		case 'u':
+			r := rune(unhex(s[i+2:i+4]))<<8 | rune(unhex(s[i+4:i+6]))
+			i += 6
+			if utf16Surrogate(r) && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+				r2 := rune(unhex(s[i+2:i+4]))<<8 | rune(unhex(s[i+4:i+6]))
+				r = (r-0xd800)<<10 + (r2 - 0xdc00) + 0x10000
+				i += 6
+			}
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return string(b)
+}
+
+func utf16Surrogate(r rune) bool { return 0xd800 <= r && r < 0xdc00 }
+
+func unhex(s string) byte {
+	v := func(c byte) byte {
+		if c >= 'a' {
+			return c - 'a' + 10
+		}
+		return c - '0'
+	}
+	return v(s[0])<<4 | v(s[1])
+}
+
+// Writer: however the text is cut, the output is Block of the whole
+// (marks aside, which restart at each write).
+func TestWriterPieces(t *testing.T) {
+	in := "héllo \x1b[2J wörld 日本\u202e\xff end"
+	for step := 1; step <= len(in); step++ {
+		var out strings.Builder
+		w := NewWriter(&out)
+		for i := 0; i < len(in); i += step {
+			if _, err := w.Write([]byte(in[i:min(i+step, len(in))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := out.String(), Block(in); got != want {
+			t.Fatalf("step %d: %q, want %q", step, got, want)
+		}
+	}
 }

@@ -424,6 +424,19 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return
 	}
 	x.rc.UpstreamCode = resp.StatusCode
+	if contentEncoded(resp.Header) || resp.Uncompressed {
+		// Nothing of it reaches the agent. A 2xx may have generated
+		// output: it settles at the reservation.
+		resp.Body.Close()
+		x.charge = chargeNone
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			x.charge = chargeUnknown
+		}
+		x.outcome = "upstream response encoding refused"
+		b.fail(w, x, kindUpstream, "the model upstream sent a compressed response, which the broker does not relay (it asks for identity encoding)")
+		b.finish(r.Context(), x)
+		return
+	}
 	rc := http.NewResponseController(w)
 	if isEventStream(resp.Header.Get("Content-Type")) && resp.StatusCode == http.StatusOK {
 		b.relayStream(ctx, w, rc, resp, x)

@@ -300,7 +300,7 @@ func TestAnthropicNonStreaming(t *testing.T) {
 	if got := r.Header.Get("Anthropic-Version"); got != defaultAnthropicVersion {
 		t.Errorf("anthropic-version = %q, want default %q", got, defaultAnthropicVersion)
 	}
-	if r.Header.Get("X-Stainless-Lang") != "js" || r.Header.Get("Accept-Encoding") != "" {
+	if r.Header.Get("X-Stainless-Lang") != "js" || r.Header.Get("Accept-Encoding") != "identity" {
 		t.Errorf("allowlisted headers wrong: %v", r.Header)
 	}
 	if r.URL.RawQuery != "beta=true" {

@@ -32,7 +32,10 @@
 //     passed to the agent as data and listed as untrusted in the receipt;
 //   - send a secret to the agent: custodied values, raw or JSON-escaped,
 //     are redacted from every response byte and allowed header, also when
-//     a value is split across reads;
+//     a value is split across reads; a header whose name holds one (in any
+//     case: names are canonicalised) is dropped;
+//   - relay a body it cannot read: it asks for identity encoding and
+//     refuses a response in any other Content-Encoding;
 //   - let a call through when identity, the ledger or the credential is
 //     unavailable (section 9: unavailable dependencies deny; there is no
 //     direct-path fallback), or hold budget for a client that went away
@@ -45,7 +48,9 @@
 // declared, carrying agent-chosen data in URLs and queries. So:
 //
 //   - attachments must be inline: a remote URL (Anthropic "url" sources,
-//     OpenAI http(s) image URLs and screenshots, file_url) is refused, and
+//     OpenAI http(s) image URLs and screenshots, file_url) is refused —
+//     image_url, file_url, server_url and url/file sources in any object,
+//     whatever its type (image_generation's input_image_mask has none) — and
 //     so is a provider file reference — a file_id or file_ids anywhere
 //     the provider reads one (not in a JSON Schema or a tool_use block's
 //     input), "file" sources, container_upload blocks — which could name
@@ -63,7 +68,9 @@
 //     execution: Anthropic mcp_servers and container (code-execution
 //     containers, their files and skills), OpenAI web_search_options,
 //     previous_response_id, conversation, a stored prompt ({"id": …}),
-//     and item_reference input items.
+//     item_reference input items, background responses (generated after
+//     the call, unseen), and the Responses shell tool in a hosted
+//     environment. docs/model-broker.md lists every member and why.
 //
 // Budgets bound what the provider may generate, not what it was asked to:
 // an OpenAI request without max_completion_tokens / max_tokens (chat) or

@@ -3,7 +3,9 @@ package model
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -81,6 +83,9 @@ func FuzzRequestGuard(f *testing.F) {
 	f.Add([]byte(`{"model":"gpt-5","input":[{"content":[{"type":"input_file","file_data":"data:application/pdf;base64,JVBE"}]}],"max_output_tokens":1e2}`))
 	f.Add([]byte(` {"stream":true,"model":"gpt-4o","max_completion_tokens":null,"stream_options":null}`))
 	f.Add([]byte(`{"model":"m","tools":[{"type":"web_fetch_20250910","name":"web_fetch"},{"type":"function","name":"f"}],"tool_choice":{"type":"web_search_preview"}}`))
+	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"type":"image_generation","input_image_mask":{"image_url":"https://x/m.png"}}]}`))
+	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"type":"shell","environment":{"type":"container_auto"}}],"background":true}`))
+	f.Add([]byte(`{"model":"m","messages":[{"content":[{"type":"tool_use","input":{"image_url":"https://x/"}},{"type":"text","input":{"file_url":"https://x/"}}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		lim := testLimits()
 		for i := range endpoints {
@@ -108,9 +113,75 @@ func FuzzRequestGuard(f *testing.F) {
 			if info.attachments > lim.MaxAttachments {
 				t.Fatalf("accepted %d attachments", info.attachments)
 			}
+			if ref := providerReference(m, false); ref != "" {
+				t.Fatalf("%s: guard accepted %q, which holds %s", ep.path, body, ref)
+			}
 			checkCapEdits(t, body, m, &info, ep)
 		}
 	})
+}
+
+// providerReference is the fuzz oracle for the fetch rule, written
+// independently over encoding/json's reading: it names a member of v that
+// would make the provider fetch a URL or resolve a stored reference
+// (docs/model-broker.md), or returns "". JSON Schemas and tool calls'
+// arguments are data, not references.
+func providerReference(v any, opaque bool) string {
+	switch v := v.(type) {
+	case []any:
+		for _, e := range v {
+			if r := providerReference(e, opaque); r != "" {
+				return r
+			}
+		}
+	case map[string]any:
+		typ, _ := v["type"].(string)
+		for k, e := range v {
+			inner := opaque
+			switch k {
+			case "input_schema", "parameters", "schema":
+				inner = true
+			case "input":
+				if typ == "tool_use" || typ == "server_tool_use" || typ == "mcp_tool_use" {
+					inner = true
+				}
+			}
+			if !opaque {
+				switch k {
+				case "image_url":
+					u, _ := e.(string)
+					if o, ok := e.(map[string]any); ok {
+						u, _ = o["url"].(string)
+					}
+					if strings.HasPrefix(strings.ToLower(u), "http") {
+						return "a remote image_url"
+					}
+				case "file_url", "server_url":
+					return k
+				case "file_id", "file_ids":
+					if e != nil && !inner {
+						return k
+					}
+				case "source":
+					if o, ok := e.(map[string]any); ok && (o["type"] == "url" || o["type"] == "file") {
+						return "a source of type " + fmt.Sprint(o["type"])
+					}
+				case "mcp_servers", "container", "previous_response_id", "conversation", "web_search_options":
+					if e != nil {
+						return k
+					}
+				case "background":
+					if e == true {
+						return k
+					}
+				}
+			}
+			if r := providerReference(e, inner); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
 }
 
 // checkCapEdits applies the broker's output-cap edits to an accepted body

@@ -54,6 +54,7 @@ const (
 	mFile
 	mInputAudio
 	mFileIDs
+	mEnvironment
 )
 
 // Top-level members the guard reads, for the same duplicate check.
@@ -73,6 +74,7 @@ const (
 	tConversation
 	tPrompt
 	tContainer
+	tBackground
 )
 
 var topMembers = map[string]uint32{
@@ -81,20 +83,22 @@ var topMembers = map[string]uint32{
 	"stream_options": tStreamOptions, "tools": tTools, "tool_choice": tToolChoice, "mcp_servers": tMCPServers,
 	"web_search_options": tWebSearchOptions, "previous_response_id": tPreviousResponseID,
 	"conversation": tConversation, "prompt": tPrompt, "container": tContainer,
+	"background": tBackground,
 }
 
 var members = map[string]uint16{
 	"type": mType, "media_type": mMediaType, "data": mData, "url": mURL,
 	"file_data": mFileData, "file_id": mFileID, "file_url": mFileURL, "format": mFormat,
 	"server_url": mServerURL, "source": mSource, "image_url": mImageURL, "file": mFile,
-	"input_audio": mInputAudio, "file_ids": mFileIDs,
+	"input_audio": mInputAudio, "file_ids": mFileIDs, "environment": mEnvironment,
 }
 
 // leaf holds the string members of one object that the guard looks at.
 type leaf struct {
 	typ, mediaType, data, url, fileData, fileID, fileURL, format []byte
 	seen                                                         uint16
-	typNull                                                      bool // "type": null
+	typNull                                                      bool   // "type": null
+	envType                                                      []byte // a tool's "environment": {"type": …}; nil when absent or not an object
 }
 
 // node is one object of the body: its own strings and the few child objects
@@ -104,6 +108,7 @@ type node struct {
 	leaf
 	imageURL                         []byte // "image_url" given as a string (Responses input_image)
 	source, imageURLObj, file, audio leaf
+	env                              leaf // a tool's "environment" object (Responses shell)
 }
 
 type guard struct {
@@ -114,6 +119,12 @@ type guard struct {
 	// where the provider would read them; opaque > 0 while walking a JSON
 	// Schema, whose property names are not references.
 	fileRefs, opaque int
+	// inInput > 0 while walking an object's "input" member; references
+	// found there are pending until the object's type says whether
+	// "input" is a tool call's arguments — the model's own output — or
+	// not. Whatever is still pending at the end refuses the request.
+	inInput int
+	pending []error
 }
 
 // guardRequest checks a request body for endpoint ep against the limits and
@@ -173,6 +184,17 @@ func guardRequest(body []byte, lim *Limits, ep *endpoint) (reqInfo, *refusal) {
 				return s.literal("null")
 			}
 			return refuseServerSide(name)
+		case "background":
+			// A background response runs after this call has returned:
+			// the broker would never see what it generated (nor could the
+			// agent fetch it: GET /v1/responses/{id} is not carried).
+			switch s.peek() {
+			case 'n':
+				return s.literal("null")
+			case 'f':
+				return s.literal("false")
+			}
+			return refuseServerSide(name)
 		case "prompt":
 			// A Responses stored prompt: {"id": "pmpt_…", …}.
 			if s.peek() == '{' {
@@ -209,6 +231,12 @@ func guardRequest(body []byte, lim *Limits, ep *endpoint) (reqInfo, *refusal) {
 	}
 	if g.fileRefs > 0 {
 		return g.info, errFileRef
+	}
+	if len(g.pending) > 0 {
+		if r, ok := g.pending[0].(*refusal); ok {
+			return g.info, r
+		}
+		return g.info, errRemote
 	}
 	switch m := g.info.model; {
 	case g.info.top&tModel == 0:
@@ -292,6 +320,12 @@ func (g *guard) toolAllowed(l leaf) error {
 		return refuse(kindInvalid, `a tool's "type" must be a string`)
 	}
 	if toolTypeAllowed(g.ep, l.typ, absent) {
+		if l.envType != nil && string(l.envType) != "local" {
+			// The Responses shell tool with a hosted environment
+			// (container_auto, container_reference) runs commands, with
+			// network and skills, in a container at the provider.
+			return refuse(kindForbidden, "tool environment "+quoteForMessage(l.envType)+" is not allowed: "+serverSideRule)
+		}
 		return nil
 	}
 	name := "(none)"
@@ -363,7 +397,8 @@ func (g *guard) walk(s *jscan) error {
 // so a parent can read its "source" or "image_url".
 func (g *guard) object(s *jscan) (leaf, error) {
 	var n node
-	inputRefs := 0 // file references inside this object's "input"
+	inputRefs := 0      // file references inside this object's "input"
+	var inputs [][2]int // ranges of g.pending added while walking its "input"
 	err := s.object(func(k []byte, esc bool) error {
 		name := text(k, esc)
 		bit := members[string(name)]
@@ -378,9 +413,12 @@ func (g *guard) object(s *jscan) (leaf, error) {
 			case "input":
 				// A tool_use block's arguments are the model's own
 				// output, not references the provider resolves.
-				before := g.fileRefs
+				before, from := g.fileRefs, len(g.pending)
+				g.inInput++
 				err := g.walk(s)
+				g.inInput--
 				inputRefs += g.fileRefs - before
+				inputs = append(inputs, [2]int{from, len(g.pending)})
 				return err
 			}
 			return g.walk(s)
@@ -429,6 +467,8 @@ func (g *guard) object(s *jscan) (leaf, error) {
 			return g.child(s, &n.file)
 		case mInputAudio:
 			return g.child(s, &n.audio)
+		case mEnvironment:
+			return g.child(s, &n.env) // a string (computer_use_preview's "linux") names no container
 		}
 		return g.walk(s) // mServerURL: presence is what matters
 	})
@@ -437,6 +477,19 @@ func (g *guard) object(s *jscan) (leaf, error) {
 	}
 	if string(n.typ) == "tool_use" {
 		g.fileRefs -= inputRefs
+	}
+	switch string(n.typ) {
+	case "tool_use", "server_tool_use", "mcp_tool_use":
+		for k := len(inputs) - 1; k >= 0; k-- {
+			r := inputs[k]
+			g.pending = append(g.pending[:r[0]], g.pending[r[1]:]...)
+		}
+	}
+	if n.env.seen&mType != 0 {
+		n.envType = n.env.typ
+		if n.envType == nil {
+			n.envType = []byte{} // a type that is not a string names no known environment
+		}
 	}
 	return n.leaf, g.classify(&n)
 }
@@ -481,74 +534,121 @@ var (
 )
 
 // classify recognises an attachment by its shape (type plus payload member)
-// and checks it.
+// and checks it; then, whatever the object's type, any member left that
+// the provider would fetch or resolve is checked too (see anyReference):
+// a fetch must not depend on the guard knowing the object's type.
 func (g *guard) classify(n *node) error {
+	consumed, err := g.typed(n)
+	if err != nil || consumed {
+		return err
+	}
+	if err := g.anyReference(n); err != nil {
+		if g.inInput == 0 {
+			return err
+		}
+		g.pending = append(g.pending, err)
+	}
+	return nil
+}
+
+// typed checks the attachment shapes the guard knows by type; consumed
+// reports that the object's payload was checked (and counted) here.
+func (g *guard) typed(n *node) (bool, error) {
 	switch string(n.typ) {
 	case "image", "document": // Anthropic content blocks
 		src := n.source
 		if src.seen == 0 {
-			return nil
+			return false, nil
 		}
 		switch string(src.typ) {
 		case "base64":
-			return g.inline(src.mediaType, b64Len(len(src.data)))
+			return true, g.inline(src.mediaType, b64Len(len(src.data)))
 		case "text":
 			mt := src.mediaType
 			if mt == nil {
 				mt = []byte("text/plain")
 			}
-			return g.inline(mt, int64(len(src.data)))
+			return true, g.inline(mt, int64(len(src.data)))
 		case "content":
-			return nil // nested blocks were walked and checked themselves
+			return true, nil // nested blocks were walked and checked themselves
 		case "url":
-			return errRemote
+			return true, errRemote
 		case "file":
-			return errByRef
+			return true, errByRef
 		}
-		return refuse(kindInvalid, "unsupported attachment source type "+quoteForMessage(src.typ))
+		return true, refuse(kindInvalid, "unsupported attachment source type "+quoteForMessage(src.typ))
 	case "image_url": // OpenAI chat
 		if n.imageURLObj.url != nil {
-			return g.dataURL(n.imageURLObj.url)
+			return true, g.dataURL(n.imageURLObj.url)
 		}
 		if n.imageURL != nil {
-			return g.dataURL(n.imageURL)
+			return true, g.dataURL(n.imageURL)
 		}
 	case "input_image", "computer_screenshot": // OpenAI Responses
 		if n.fileID != nil {
-			return errByRef
+			return true, errByRef
 		}
 		if n.imageURL != nil {
-			return g.dataURL(n.imageURL)
+			return true, g.dataURL(n.imageURL)
 		}
 	case "file": // OpenAI chat
 		if n.file.fileID != nil {
-			return errByRef
+			return true, errByRef
 		}
 		if n.file.fileData != nil {
-			return g.fileData(n.file.fileData)
+			return true, g.fileData(n.file.fileData)
 		}
 	case "input_file": // OpenAI Responses
 		if n.fileID != nil {
-			return errByRef
+			return true, errByRef
 		}
 		if n.fileURL != nil {
-			return errRemote
+			return true, errRemote
 		}
 		if n.fileData != nil {
-			return g.fileData(n.fileData)
+			return true, g.fileData(n.fileData)
 		}
 	case "input_audio": // OpenAI chat
 		if n.audio.data != nil {
-			return g.inline(append([]byte("audio/"), n.audio.format...), b64Len(len(n.audio.data)))
+			return true, g.inline(append([]byte("audio/"), n.audio.format...), b64Len(len(n.audio.data)))
 		}
 	case "mcp": // OpenAI Responses remote MCP tool
 		if n.seen&mServerURL != 0 {
-			return errMCP
+			return true, errMCP
 		}
 	case "item_reference": // OpenAI Responses: an item stored in the account
 		if g.ep != nil && g.ep.resp {
-			return errItemRef
+			return true, errItemRef
 		}
+	}
+	return false, nil
+}
+
+// anyReference checks, in an object of any type (or none), the members
+// whose value the provider fetches or resolves, wherever they appear: an
+// "image_url" (a string, or an object's "url") must be an inline data:
+// URL, as for an input image — image_generation's input_image_mask is
+// {"image_url": …} with no type of its own —, a "file_url" is remote, a
+// "server_url" is a remote MCP server, and a "source" of type "url" or
+// "file" is a remote or stored attachment. Not inside a JSON Schema, whose
+// property names are not references, nor in a tool_use block's input.
+func (g *guard) anyReference(n *node) error {
+	if g.opaque > 0 {
+		return nil
+	}
+	switch {
+	case n.imageURL != nil:
+		return g.dataURL(n.imageURL)
+	case n.imageURLObj.url != nil:
+		return g.dataURL(n.imageURLObj.url)
+	case n.fileURL != nil, n.file.fileURL != nil, n.imageURLObj.fileURL != nil:
+		return errRemote
+	case n.seen&mServerURL != 0:
+		return errMCP
+	case string(n.source.typ) == "url", n.source.url != nil:
+		return errRemote
+	case string(n.source.typ) == "file":
+		return errByRef
 	}
 	return nil
 }

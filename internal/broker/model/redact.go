@@ -174,6 +174,23 @@ func (m *matcher) contains(b []byte) bool {
 	return false
 }
 
+// containsFold is contains with ASCII case folded: for header names, which
+// the HTTP stack canonicalises (a secret "sk-abc" in a name reaches the
+// agent as "Sk-Abc"), and header values, where a case-changed secret still
+// gives most of it away.
+func (m *matcher) containsFold(b []byte) bool {
+	if m.empty() {
+		return false
+	}
+	lb := bytes.ToLower(b)
+	for _, p := range m.pats {
+		if bytes.Contains(lb, bytes.ToLower(p)) {
+			return true
+		}
+	}
+	return false
+}
+
 // redactor redacts a stream written in pieces: a secret split across two
 // writes is still caught, because the longest tail that could begin one is
 // held back until the next write (or flush) decides it.

@@ -252,6 +252,10 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 	if h.Get("Content-Type") == "" {
 		h["Content-Type"] = []string{"application/json"}
 	}
+	// Bodies must arrive as identity so the response guard and the
+	// redactor see the bytes the agent gets; a response in any other
+	// encoding is refused (see contentEncoded).
+	h["Accept-Encoding"] = identityEncoding
 	switch x.route.api {
 	case apiAnthropic:
 		h["X-Api-Key"] = x.route.credential(secret)
@@ -264,7 +268,27 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 	return req, nil
 }
 
-var defaultVersionHeader = []string{defaultAnthropicVersion}
+var (
+	defaultVersionHeader = []string{defaultAnthropicVersion}
+	identityEncoding     = []string{"identity"}
+)
+
+// contentEncoded reports whether a response body is in an encoding other
+// than identity. The broker asks for identity and its transport does not
+// decompress (it never adds Accept-Encoding itself, and Go decompresses
+// only what it asked for): a compressed body would carry bytes the
+// redactor cannot read past the guard, so it is refused, never relayed.
+// Transfer codings other than chunked are refused by net/http itself.
+func contentEncoded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // credHeader is a route's credential header value, kept while the
 // custodian returns the same secret. Header value slices are shared
@@ -302,23 +326,25 @@ func forwardedResponseHeader(k string) bool {
 	return forwardResponse[k] || strings.HasPrefix(k, "Anthropic-Ratelimit-") || strings.HasPrefix(k, "X-Ratelimit-")
 }
 
-// copyResponseHeaders copies the allowed headers, dropping any value that
-// holds a secret.
+// copyResponseHeaders copies the allowed headers, dropping a header whose
+// name holds a secret and any value that holds one, in any letter case:
+// the allowlist admits whole families of names by prefix, so a name is
+// upstream-chosen text too.
 func copyResponseHeaders(dst, src http.Header, m *matcher) {
 	for k, vs := range src {
-		if !forwardedResponseHeader(k) {
+		if !forwardedResponseHeader(k) || m.containsFold([]byte(k)) {
 			continue
 		}
 		clean := true
 		for _, v := range vs {
-			clean = clean && !m.contains([]byte(v))
+			clean = clean && !m.containsFold([]byte(v))
 		}
 		if clean {
 			dst[k] = vs // the upstream response is ours alone: no copy
 			continue
 		}
 		for _, v := range vs {
-			if !m.contains([]byte(v)) {
+			if !m.containsFold([]byte(v)) {
 				dst[k] = append(dst[k], v)
 			}
 		}
