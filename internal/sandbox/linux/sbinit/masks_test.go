@@ -1,6 +1,7 @@
 package sbinit
 
 import (
+	"os"
 	"path"
 	"strings"
 	"testing"
@@ -50,6 +51,20 @@ func TestMasksTable(t *testing.T) {
 	for _, p := range []string{"/proc/cmdline", "/proc/config.gz", "/proc/sys/kernel/random/boot_id", "/proc/kcore", "/proc/sys"} {
 		if !seen[p] {
 			t.Errorf("Masks has no %s", p)
+		}
+	}
+}
+
+// TestMasksDocumented: docs/masked-paths.md lists every mask, so the
+// published list cannot drift from the one applied.
+func TestMasksDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../../../docs/masked-paths.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range Masks {
+		if !strings.Contains(string(b), "| `"+m.Path+"` |") {
+			t.Errorf("docs/masked-paths.md has no table row for %s", m.Path)
 		}
 	}
 }
