@@ -56,7 +56,15 @@ func sandboxStat(proc string) statFunc {
 // with no mask of its own passes only if the program cannot reach it at
 // all (absent from this kernel's /proc).
 func maskChecks(source string, ms []mountEntry, masks []MaskedPath, stat statFunc) []Check {
-	var out []Check
+	// runc masks /sys/firmware and /sys/devices/virtual/powercap; the
+	// sandbox mounts no sysfs at all.
+	var sysfs []string
+	for _, m := range ms {
+		if m.fstype == "sysfs" {
+			sysfs = append(sysfs, m.target)
+		}
+	}
+	out := []Check{{Name: "no_sysfs", Want: "no sysfs mounted", Got: fmt.Sprintf("sysfs at %v", sysfs), OK: len(sysfs) == 0, Source: source}}
 	for _, mp := range masks {
 		c := Check{Name: "mask:" + mp.Path, Source: source}
 		c.Want, c.Got, c.OK = judgeMask(ms, mp, stat)

@@ -106,6 +106,7 @@ func TestMaskChecksRefuse(t *testing.T) {
 		{"masks covered by a new /proc", base + "99 73 0:60 / /proc rw,nosuid,nodev,noexec - proc proc rw\n", fakeStat(nullPaths, "/proc/acpi"), "mask:/proc/cmdline"},
 		// A mask made under /proc before /proc/sys was bound is hidden by the bind.
 		{"boot_id masked below the /proc/sys bind", replace("93 92 0:6 /null /proc/sys/kernel/random/boot_id", "93 73 0:6 /null /proc/sys/kernel/random/boot_id"), fakeStat(nullPaths[:1], "/proc/sys/kernel/random/boot_id"), "mask:/proc/sys/kernel/random/boot_id"},
+		{"sysfs mounted", base + "99 64 0:61 / /sys ro,nosuid,nodev,noexec - sysfs sysfs ro\n", fakeStat(nullPaths), "no_sysfs"},
 		{"unreadable", drop("/proc/cmdline"), func(string) (unix.Stat_t, error) { return unix.Stat_t{}, unix.EACCES }, "mask:/proc/cmdline"},
 	}
 	for _, tt := range tests {
@@ -137,14 +138,17 @@ func TestMaskChecksRefuse(t *testing.T) {
 func TestMaskChecksAbsent(t *testing.T) {
 	ms := mustParse(t, readTestMountinfo(t))
 	cs := maskChecks("mountinfo", ms, []MaskedPath{{"/proc/latency_stats", MaskNull}, {"/proc/asound", MaskEmpty}}, fakeStat(nullPaths))
-	for _, c := range cs {
+	if len(cs) != 3 || cs[0].Name != "no_sysfs" || !cs[0].OK {
+		t.Fatalf("maskChecks = %+v, want no_sysfs (OK) and one fact per path", cs)
+	}
+	for _, c := range cs[1:] {
 		if !c.OK || c.Got != "absent" {
 			t.Errorf("%s = %v %q, want OK %q: a path the kernel does not have cannot be read", c.Name, c.OK, c.Got, "absent")
 		}
 	}
 	cs = maskChecks("mountinfo", ms, []MaskedPath{{"/proc/cmdline", "hidden"}}, fakeStat(nullPaths))
-	if cs[0].OK {
-		t.Errorf("unknown kind: %s OK, want a failed check", cs[0].Name)
+	if cs[1].OK {
+		t.Errorf("unknown kind: %s OK, want a failed check", cs[1].Name)
 	}
 }
 
