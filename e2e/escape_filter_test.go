@@ -23,7 +23,7 @@ import (
 )
 
 const (
-	childModeEnv   = "CORDON_E2E_ESCAPE_CHILD"  // mount, bpf or tiocsti
+	childModeEnv   = "CORDON_E2E_ESCAPE_CHILD"  // mount, umount, bpf or tiocsti
 	childFilterEnv = "CORDON_E2E_ESCAPE_FILTER" // "1": install the sandbox filter first
 	childDirEnv    = "CORDON_E2E_ESCAPE_DIR"    // mount: the directory to mount on
 )
@@ -43,7 +43,7 @@ func filterChild(mode string, withFilter bool, dir string) int {
 		fmt.Fprintln(os.Stderr, "escape child:", err)
 		return 2
 	}
-	if mode == "mount" {
+	if mode == "mount" || mode == "umount" {
 		// A private mount namespace for this thread, so that the control's
 		// successful mount is never seen by the host.
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
@@ -51,6 +51,13 @@ func filterChild(mode string, withFilter bool, dir string) int {
 		}
 		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 			return fail(fmt.Errorf("make mounts private: %w", err))
+		}
+	}
+	if mode == "umount" {
+		// The mount to take off, made before the filter (as the init
+		// makes the sandbox's /proc masks).
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+			return fail(fmt.Errorf("mount tmpfs: %w", err))
 		}
 	}
 	if withFilter {
@@ -67,6 +74,12 @@ func filterChild(mode string, withFilter bool, dir string) int {
 	switch mode {
 	case "mount":
 		err = unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k")
+		var st unix.Statfs_t
+		if serr := unix.Statfs(dir, &st); serr == nil {
+			r.Data = fmt.Sprintf("fstype=%#x", st.Type)
+		}
+	case "umount":
+		err = unix.Unmount(dir, unix.MNT_DETACH)
 		var st unix.Statfs_t
 		if serr := unix.Statfs(dir, &st); serr == nil {
 			r.Data = fmt.Sprintf("fstype=%#x", st.Type)

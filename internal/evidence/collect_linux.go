@@ -30,7 +30,8 @@ type Inputs struct {
 	ProbeDir            string // sandbox path of the Landlock probe dir
 	ProbeControl, Probe string // file names in ProbeDir
 	Hostname            string
-	InitEnv             []string // the init's exact environment, as passed
+	InitEnv             []string     // the init's exact environment, as passed
+	Masks               []MaskedPath // paths of the sandbox's /proc that must be masked
 }
 
 var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
@@ -280,6 +281,8 @@ func credentialChecks(proc string, t threads, in Inputs) []Check {
 
 // mountEntry is one line of mountinfo.
 type mountEntry struct {
+	id, parent                              int
+	dev, root                               string // major:minor and the path within its filesystem
 	target, fstype, source, opts, superOpts string
 }
 
@@ -300,10 +303,15 @@ func parseMountinfo(b []byte) ([]mountEntry, error) {
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		sep := slices.Index(f, "-")
-		if len(f) < 6 || sep < 0 || len(f) < sep+3 {
+		if len(f) < 6 || sep < 6 || len(f) < sep+3 {
 			return nil, fmt.Errorf("malformed mountinfo line %q", sc.Text())
 		}
-		out = append(out, mountEntry{target: unescape(f[4]), opts: f[5], fstype: f[sep+1], source: f[sep+2], superOpts: strings.Join(f[sep+3:], " ")})
+		id, err1 := strconv.Atoi(f[0])
+		parent, err2 := strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("malformed mountinfo line %q: mount ids", sc.Text())
+		}
+		out = append(out, mountEntry{id: id, parent: parent, dev: f[2], root: unescape(f[3]), target: unescape(f[4]), opts: f[5], fstype: f[sep+1], source: f[sep+2], superOpts: strings.Join(f[sep+3:], " ")})
 	}
 	return out, sc.Err()
 }
@@ -345,6 +353,7 @@ func filesystemChecks(proc string, in Inputs) []Check {
 		Check{Name: "no_undeclared_mounts", Want: "only declared mount points", Got: fmt.Sprintf("%d mounts; undeclared: %v", len(ms), undeclared), OK: len(undeclared) == 0, Source: proc + "/mountinfo"},
 		Check{Name: "writable_mounts_declared", Want: "writable only: " + strings.Join(in.WritableTargets, " "), Got: fmt.Sprintf("unexpectedly writable: %v", rw), OK: len(rw) == 0, Source: proc + "/mountinfo"},
 	)
+	out = append(out, maskChecks(proc+"/mountinfo", ms, in.Masks, sandboxStat(proc))...)
 	return append(out, landlockProbe(proc, in))
 }
 

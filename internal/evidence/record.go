@@ -125,6 +125,9 @@ var NonClaims = []string{
 	"no claim about what the program does inside its own boundary, nor about prompt or tool injection",
 	"the facts hold at collected_at, read before the program's first instruction; later changes are not observed by this record",
 	"no claim that a program reachable through the gateway (later issues) is safe; this record covers the sandbox only",
+	"host-wide figures stay readable in the sandbox's /proc: /proc/stat (CPU times, boot time, interrupt totals), /proc/meminfo, /proc/cpuinfo, /proc/loadavg, /proc/uptime, /proc/vmstat, /proc/version and the kernel release; the host facts masked are listed as mask:PATH facts (docs/masked-paths.md)",
+	"/proc/self/mountinfo shows, for every bind, its path within the host filesystem it comes from (the workspace's and each --ro/--rw bind's host path)",
+	"inotify and access times on the read-only host binds (/usr, the /bin and /lib layout, --ro binds) reveal which host programs and files are used while the sandbox runs",
 }
 
 // Admit returns the highest level the boundary verdicts support and the

@@ -140,7 +140,12 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		Seccomp: prog.Raw, Argv: sb.spec.Argv, Env: mergeEnv(sb.spec.Env), Dir: sandboxHome,
 		TestSkip: sb.p.opts.TestSkip,
 	}
-	mounts := []string{"/", "/proc", "/proc/sys", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
+	mounts := []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
+	var masks []evidence.MaskedPath
+	for _, m := range sbinit.Masks {
+		mounts = append(mounts, m.Path)
+		masks = append(masks, evidence.MaskedPath{Path: m.Path, Kind: string(m.Kind)})
+	}
 	writable := []string{"/proc", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
 	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
 		mounts = append(mounts, "/dev/"+n)
@@ -184,7 +189,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
 		NoFile: nofile, FSize: fsize, ProbeDir: sbinit.ProbeDir,
 		ProbeControl: sbinit.ProbeControl, Probe: sbinit.ProbeDenied, Hostname: cfg.Hostname,
-		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env,
+		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env, Masks: masks,
 	}
 	// Seen from the host's cgroup namespace, the init must sit in the
 	// sandbox's own group in every hierarchy cordon uses.
@@ -252,7 +257,7 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 		return sandbox.Admission{}, initFailure(m)
 	}
 	sb.mark("init")
-	for _, k := range []string{"root", "namespaces", "rlimits_bounding", "creds_nnp", "landlock", "seccomp"} {
+	for _, k := range []string{"root", "namespaces", "masks", "rlimits_bounding", "creds_nnp", "landlock", "seccomp"} {
 		if v, ok := m.Timings[k]; ok {
 			sb.phases = append(sb.phases, Phase{Name: "init." + k, Dur: time.Duration(v) * time.Microsecond, Nested: true})
 		}

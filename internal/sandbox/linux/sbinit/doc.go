@@ -1,6 +1,6 @@
 // Package sbinit is the sandbox init: the small program that runs as PID 1
 // inside a new sandbox, builds the boundary from the inside (mounts,
-// pivot_root, hostname, loopback, rlimits, capabilities, securebits,
+// pivot_root, hostname, loopback, /proc masks, rlimits, capabilities, securebits,
 // no_new_privs, Landlock, seccomp), waits until the trusted side has read
 // its evidence, then starts the program in its own session, reaps children
 // and forwards signals. In daemon mode (Config.Daemon) it outlives its

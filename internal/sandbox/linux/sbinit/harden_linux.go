@@ -26,14 +26,10 @@ const lockedSecurebits = 1<<0 | 1<<1 | // SECBIT_NOROOT, _LOCKED
 func configureNamespaces(cfg *Config) error {
 	// Nested user namespaces: the limit is per user namespace, so this
 	// leaves the host value alone. Seccomp is the second layer.
+	// Every /proc/sys write goes here: maskProc, the next step, makes
+	// /proc/sys read-only.
 	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
 		return fmt.Errorf("limit user namespaces: %w", err)
-	}
-	if err := unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind /proc/sys: %w", err)
-	}
-	if err := remountRO("/proc/sys"); err != nil {
-		return err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)

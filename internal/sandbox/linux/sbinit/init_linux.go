@@ -118,6 +118,12 @@ func Main() int {
 		return c.fail("configure namespaces", err)
 	}
 	tm.mark("namespaces")
+	// After configureNamespaces: its /proc/sys writes must be done before
+	// /proc/sys is read-only. Before harden: mounting needs capabilities.
+	if err := maskProc(&cfg); err != nil {
+		return c.fail("mask /proc", err)
+	}
+	tm.mark("masks")
 	abi, err := harden(&cfg, &tm)
 	if err != nil {
 		return c.fail("harden", err)
