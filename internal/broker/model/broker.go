@@ -279,10 +279,8 @@ func (b *Broker) pick(a api, model []byte) *route {
 		if rt.api != a {
 			continue
 		}
-		for _, g := range rt.Models {
-			if ok, _ := path.Match(g, name); ok {
-				return rt
-			}
+		if matchModel(rt.Models, name) {
+			return rt
 		}
 	}
 	return nil
