@@ -354,3 +354,41 @@ func TestStateApprovalPendingIsReceipted(t *testing.T) {
 		t.Fatalf("the write happened: %v", err)
 	}
 }
+
+// FuzzApprovalReserve: whatever policy question a compromised gateway
+// sends with a reservation, a crossing policy holds for approval never
+// opens without an operator's approval (none is ever given here), and
+// nothing is left reserved.
+func FuzzApprovalReserve(f *testing.F) {
+	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:"+strings.Repeat("a", 64), int64(10), int64(0))
+	f.Add("egress", "egress.connect", "Host", "api.example.com", 443, "", int64(0), int64(1))
+	f.Add("egress", "egress.connect", "Host", "PKG.example.com.", 443, "", int64(0), int64(1))
+	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:zz", int64(-1), int64(0))
+	st := testStoreF(f)
+	set, err := policy.LoadSources(policy.Source{Name: "a.cedar", Data: []byte(approvalPolicy)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv := &LedgerServer{Store: st, ID: apprID, Policy: set, Tools: &ToolPolicy{ApprovalTTL: time.Minute}}
+	f.Fuzz(func(t *testing.T, broker, action, resource, target string, port int, digest string, bytes, conns int64) {
+		req := ledgerReq{ID: 1, Op: "reserve", Broker: broker, Want: crossing.Amount{Requests: 1, Connections: conns},
+			Ask: &crossing.Ask{Action: action, Resource: resource, Target: target, Port: port, RequestDigest: digest, RequestBytes: bytes}}
+		if !srv.needsApproval(req) {
+			return
+		}
+		resp := srv.reserveApproved(req)
+		if resp.Err == "" || resp.Res.ID != 0 {
+			t.Fatalf("reserve %+v without an approval = %+v", req.Ask, resp)
+		}
+	})
+}
+
+func testStoreF(f *testing.F) *store.Store {
+	dir := f.TempDir()
+	s, err := store.Open(dir, store.Pool{Base: 1 << 30, Size: 65536, Slots: 4})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	return s
+}

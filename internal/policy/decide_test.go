@@ -487,3 +487,34 @@ func TestEntityCacheBounded(t *testing.T) {
 		t.Errorf("past the bound: Decide(fs/write_file) = %v, %+v; want allow with approval", allow, d)
 	}
 }
+
+// @approval_scope("sandbox") widens an egress approval only when every
+// determining permit that requires approval says so: the narrowest wins.
+func TestDecideApprovalScope(t *testing.T) {
+	s, err := loadString(t, `
+@id("pkg") @approval("required") @approval_scope("sandbox")
+permit (principal, action == Action::"egress.connect", resource == Host::"pkg.example.com");
+@id("pkg-strict") @approval("required")
+permit (principal, action == Action::"egress.connect", resource == Host::"pkg.example.com") when { context.port == 8443 };
+@id("api") @approval("required")
+permit (principal, action == Action::"egress.connect", resource == Host::"api.example.com");
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		host  string
+		port  int
+		scope string
+	}{
+		{"pkg.example.com", 443, ApprovalScopeSandbox},
+		{"pkg.example.com", 8443, ""}, // another determining permit wants one per connection
+		{"api.example.com", 443, ""},
+	} {
+		allow, d := s.Decide(Request{Workload: "w", Tenant: "t", Action: ActionEgressConnect,
+			Resource: Resource{Type: "Host", ID: tt.host}, Context: Context{Port: tt.port}})
+		if !allow || !d.ApprovalRequired || d.ApprovalScope != tt.scope {
+			t.Errorf("Decide(%s:%d) = %v, %+v; want approval scope %q", tt.host, tt.port, allow, d, tt.scope)
+		}
+	}
+}
