@@ -40,7 +40,10 @@ action Action::"model.invoke" | "egress.connect" | "tool.call" |
 Host::"<host name>", Tool::"<server>/<tool>" in Server::"<server>", or
 State::"<scope>"; context {purpose, user?, argument_digest, port, budget}.
 A permit annotated @approval("required") makes an allow it decides wait
-for an operator's approval. An evaluation error is a deny.
+for an operator's approval, on every action; @approval_scope("sandbox") on
+an egress.connect permit makes one approval cover that host and port for the
+sandbox's life. Any other annotation is refused. An evaluation error is a
+deny.
 
 Examples:
 
@@ -92,7 +95,9 @@ exit 0. Otherwise print each problem as FILE:LINE:COLUMN: policy ID: message
 and exit 125: a syntax error, a type error (comparing a String to a Long, a
 condition that is not a Bool), an unknown entity type, attribute or action,
 an optional attribute read without "has", an action on a resource type it
-does not apply to, a bad @approval or a duplicate @id. For a schema error
+does not apply to, a bad @approval or @approval_scope, a duplicate @id, or
+an annotation cordon does not enforce (only @id, @approval and
+@approval_scope are accepted). For a schema error
 the position is where the policy starts.
 
 Policy ids are @id("...") when present, else FILE-BASE-NAME:INDEX (from 0).
