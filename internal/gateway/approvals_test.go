@@ -211,8 +211,12 @@ func TestApprovalsOnEveryAction(t *testing.T) {
 			if err != nil || used == nil || used.ID != ref.ID || rc.Decision != crossing.Allow || rc.Approval != ref.ID {
 				t.Fatalf("approved crossing = %+v, %+v, %v", used, rc, err)
 			}
-			if a, _ := st.Approval(ctx, ref.ID); a.State != store.ApprovalConsumed {
+			a, _ = st.Approval(ctx, ref.ID)
+			if a.State != store.ApprovalConsumed {
 				t.Fatalf("approval after use is %s, want consumed", a.State)
+			}
+			if strings.HasPrefix(tc.action, "state.") && a.ReceiptID != rc.ID {
+				t.Fatalf("approval's receipt = %d, want %d", a.ReceiptID, rc.ID)
 			}
 			// Single use: the same crossing again needs a new approval.
 			second, _, err := tc.cross(t, c, st, 0)

@@ -225,6 +225,11 @@ func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Resp
 	var quota *store.StateQuotaError
 	switch {
 	case err == nil:
+		if rc.Approval != "" && out.Receipt != 0 {
+			if err := s.Store.SetApprovalReceipt(ctx, rc.Approval, out.Receipt); err != nil {
+				s.log().Warn("link approval to its receipt", "approval", rc.Approval, "err", err)
+			}
+		}
 		return out, nil
 	case errors.Is(err, store.ErrStateNotFound):
 		return deny(state.ErrNotFound)
