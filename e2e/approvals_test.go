@@ -3,9 +3,14 @@ package e2e
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -134,5 +139,86 @@ echo "other $(put notes/b 'approved value')"
 	}
 	if a := cordon(t, cordonBin, st, "approvals", "approve", id); a.Code != 125 {
 		t.Fatalf("approving a used approval again: %d %s", a.Code, a.Stderr)
+	}
+}
+
+// Egress connections held for approval, end to end through curl in a real
+// sandbox: a per-connection approval lets exactly one connection through;
+// a sandbox-scoped one (@approval_scope("sandbox")) every later
+// connection to that host and port. The operator approves from the host;
+// the upstreams count what reached them.
+func TestEgressApprovalFlow(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	var onceHits, sessionHits atomic.Int64
+	once := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { onceHits.Add(1); fmt.Fprint(w, "once") }))
+	defer once.Close()
+	session := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sessionHits.Add(1); fmt.Fprint(w, "session") }))
+	defer session.Close()
+	_, oport, _ := net.SplitHostPort(once.Listener.Addr().String())
+	_, sport, _ := net.SplitHostPort(session.Listener.Addr().String())
+	pol := filepath.Join(t.TempDir(), "egress.cedar")
+	os.WriteFile(pol, []byte(`
+@id("once") @approval("required")
+permit (principal, action == Action::"egress.connect", resource == Host::"once.test");
+@id("session") @approval("required") @approval_scope("sandbox")
+permit (principal, action == Action::"egress.connect", resource == Host::"session.test");
+`), 0o644)
+	up := newFakeUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up, fmt.Sprintf(`policy: [%s]
+approvals: {ttl: 5m}
+egress:
+  allow:
+    - {host: once.test, ports: [%s]}
+    - {host: session.test, ports: [%s]}
+  unsafe_allow_ranges: ["127.0.0.1/32"]
+  resolve:
+    once.test: 127.0.0.1
+    session.test: 127.0.0.1
+`, pol, oport, sport))
+	script := fmt.Sprintf(`get() { curl -sS -o /dev/null -w '%%{http_code}' --max-time 10 "$1"; }
+wait_ok() { c=$(get "$1"); i=0; while [ "$c" != 200 ] && [ $i -lt 300 ]; do sleep 0.2; c=$(get "$1"); i=$((i+1)); done; echo "$c"; }
+echo "once $(wait_ok http://once.test:%[1]s/) $(get http://once.test:%[1]s/)"
+echo "session $(wait_ok http://session.test:%[2]s/) $(get http://session.test:%[2]s/) $(get http://session.test:%[2]s/)"
+`, oport, sport)
+	done := make(chan result, 1)
+	go func() { done <- cordon(t, cordonBin, st, "run", "--config", cfg, "--", "/bin/sh", "-c", script) }()
+	approve := func(target string) string {
+		for i := 0; i < 150; i++ {
+			l := cordon(t, cordonBin, st, "approvals", "list", "--json")
+			for _, line := range strings.Split(strings.TrimSpace(l.Stdout), "\n") {
+				var a struct{ ID, State, Action, Target string }
+				if json.Unmarshal([]byte(line), &a) == nil && a.State == "pending" && a.Target == target {
+					if a.Action != "egress.connect" {
+						t.Fatalf("approval %+v", a)
+					}
+					if r := cordon(t, cordonBin, st, "approvals", "approve", a.ID); r.Code != 0 {
+						t.Fatalf("approve: %d %s", r.Code, r.Stderr)
+					}
+					return a.ID
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("no pending approval for %s", target)
+		return ""
+	}
+	onceID := approve("once.test")
+	sessionID := approve("session.test")
+	r := <-done
+	if r.Code != 0 || r.Stdout != "once 200 403\nsession 200 200 200\n" {
+		t.Fatalf("the agent saw (exit %d):\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if onceHits.Load() != 1 || sessionHits.Load() != 3 {
+		t.Fatalf("upstream hits: once %d (want 1), session %d (want 3)", onceHits.Load(), sessionHits.Load())
+	}
+	rcs := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "egress")
+	if strings.Count(rcs.Stdout, `"approval":"`+onceID+`"`) != 1 || strings.Count(rcs.Stdout, `"approval":"`+sessionID+`"`) != 3 ||
+		!strings.Contains(rcs.Stdout, "approval-pending apr_") {
+		t.Fatalf("receipts:\n%s", rcs.Stdout)
+	}
+	// The sandbox stopped: its held approval is revoked.
+	if s := cordon(t, cordonBin, st, "approvals", "show", sessionID, "--json"); !strings.Contains(s.Stdout, `"revoked"`) {
+		t.Fatalf("held approval after the sandbox stopped:\n%s", s.Stdout)
 	}
 }
