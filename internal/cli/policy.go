@@ -38,7 +38,8 @@ A request is: principal Workload::"<workload>" in Tenant::"<tenant>";
 action Action::"model.invoke" | "egress.connect" | "tool.call" |
 "state.read" | "state.write"; resource Model::"<model id>",
 Host::"<host name>", Tool::"<server>/<tool>" in Server::"<server>", or
-State::"<scope>"; context {purpose, user?, argument_digest, port, budget}.
+State::"<scope>"; context {purpose, argument_digest, port, budget} (the schema's optional
+user is never set: a policy reading it is refused).
 A permit annotated @approval("required") makes an allow it decides wait
 for an operator's approval, on every action; @approval_scope("sandbox") on
 an egress.connect permit makes one approval cover that host and port for the
@@ -245,7 +246,6 @@ configuration; the request gives the rest as JSON (--request '{...}',
 --request @FILE, or --request - for standard input):
 
   {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write",
-   "user":     "ada",                                          (optional)
    "resource": {"type": "Model" | "Host" | "Tool" | "State",
                 "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
                 "server": "fs"},                               (Tool; default: id before "/")
@@ -343,6 +343,11 @@ func readExplainRequest(arg string, stdin io.Reader) (explainRequest, error) {
 	}
 	if dec.More() {
 		return r, fmt.Errorf("trailing data after the JSON object")
+	}
+	if r.User != "" {
+		// What the runtime never sends cannot be explained: the answer
+		// would not be the runtime's.
+		return r, fmt.Errorf("user: no crossing carries a user (the gateway knows none), so the runtime decides without one; leave it out")
 	}
 	return r, nil
 }

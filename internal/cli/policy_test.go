@@ -192,7 +192,7 @@ func TestPolicyExplain(t *testing.T) {
 		})
 	}
 
-	out, _, code := runPolicy(t, `{"action":"tool.call","user":"ada","resource":{"type":"Tool","id":"fs/write_file"},"context":{"argument_digest":"sha256:00"}}`,
+	out, _, code := runPolicy(t, `{"action":"tool.call","resource":{"type":"Tool","id":"fs/write_file"},"context":{"argument_digest":"sha256:00"}}`,
 		"explain", "--json", "--config", cfg, "--request", "-")
 	var x ExplainReport
 	if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 || !x.Allow || !x.ApprovalRequired || !x.Decision.ApprovalRequired || len(x.Policies) != 2 || x.Policies[1].ID != "fs.write" || !x.Config.Allow {
@@ -215,6 +215,7 @@ func TestPolicyExplainRefuses(t *testing.T) {
 		want string
 	}{
 		{"unknown request field", []string{"--config", cfg, "--request", `{"action":"tool.call","resource":{"type":"Tool","id":"fs/x"},"tenant":"other"}`}, `unknown field "tenant"`},
+		{"a user", []string{"--config", cfg, "--request", `{"action":"tool.call","user":"ada","resource":{"type":"Tool","id":"fs/x"}}`}, "user: no crossing carries a user"},
 		{"not JSON", []string{"--config", cfg, "--request", `action=tool.call`}, "want a JSON object"},
 		{"trailing data", []string{"--config", cfg, "--request", `{} {}`}, "trailing data"},
 		{"no request", []string{"--config", cfg}, "--config and --request are required"},

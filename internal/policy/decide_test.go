@@ -55,7 +55,7 @@ when { context.budget.limits.requests > 0 && context.budget.used.requests >= con
 
 @id("state")
 permit (principal, action in [Action::"state.read", Action::"state.write"], resource)
-when { context has user && context.user in Tenant::"acme" && context.purpose == "coding" };
+when { context.purpose == "coding" };
 
 // Validates, but overflows at evaluation when bytes > 0.
 @id("overflow")
@@ -112,12 +112,10 @@ func TestDecide(t *testing.T) {
 		{"budget left", with(req(ActionModelInvoke, "Model", "claude-sonnet-4-5"), func(r *Request) {
 			r.Context.Budget = crossing.BudgetState{Used: crossing.Amount{Requests: 9}, Limits: crossing.Amount{Requests: 10}}
 		}), true, []string{"models"}, false, nil},
-		{"state with a user", with(req(ActionStateRead, "State", "notes"), func(r *Request) { r.User = "ada" }), true, []string{"state"}, false, nil},
-		{"state without a user", req(ActionStateRead, "State", "notes"), false, nil, false, nil},
-		{"state other purpose", with(req(ActionStateRead, "State", "notes"), func(r *Request) { r.User = "ada"; r.Purpose = "research" }), false, nil, false, nil},
-		{"state write", with(req(ActionStateWrite, "State", "notes"), func(r *Request) { r.User = "ada" }), true, []string{"state"}, false, nil},
+		{"state", req(ActionStateRead, "State", "notes"), true, []string{"state"}, false, nil},
+		{"state other purpose", with(req(ActionStateRead, "State", "notes"), func(r *Request) { r.Purpose = "research" }), false, nil, false, nil},
+		{"state write", req(ActionStateWrite, "State", "notes"), true, []string{"state"}, false, nil},
 		{"evaluation error denies", with(req(ActionStateWrite, "State", "notes"), func(r *Request) {
-			r.User = "ada"
 			r.Context.Budget.Used.Bytes = 1
 		}), false, []string{"overflow"}, false, []string{"policy overflow: "}},
 		{"unknown action", req("model.call", "Model", "claude-sonnet-4-5"), false, nil, false, []string{`unknown action "model.call"`}},

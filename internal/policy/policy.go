@@ -329,6 +329,9 @@ func build(srcs []source) (*Set, error) {
 			for _, msg := range check(v, p) {
 				errs = append(errs, lerr(string(e.id), invalid(msg)))
 			}
+			if readsUser(p) {
+				errs = append(errs, lerr(string(e.id), invalidf("context.user: no crossing carries a user (the gateway knows none), so a policy reading it would not decide as written; it is refused")))
+			}
 			s.policies = append(s.policies, e)
 			s.byID[e.id] = e
 			s.readsBudget = s.readsBudget || readsBudget(p)
@@ -498,4 +501,29 @@ func readsBudget(p *cedar.Policy) bool {
 		})
 	}
 	return contexts > elsewhere
+}
+
+// readsUser reports whether p reads context.user (or asks whether it is
+// there). The schema declares it for a gateway that knows the user a
+// workload acts for; none does, so every crossing is decided without it,
+// and a policy that reads it — a forbid on a user that never fires, a
+// permit that never matches — is refused rather than kept inert.
+func readsUser(p *cedar.Policy) bool {
+	found := false
+	isContext := func(n xast.IsNode) bool {
+		v, ok := n.(xast.NodeTypeVariable)
+		return ok && v.Name == "context"
+	}
+	for _, c := range (*xast.Policy)(p.AST()).Conditions {
+		xast.Inspect(xast.NewNode(c.Body), func(n xast.IsNode) bool {
+			switch n := n.(type) {
+			case xast.NodeTypeAccess:
+				found = found || isContext(n.Arg) && n.Value == "user"
+			case xast.NodeTypeHas:
+				found = found || isContext(n.Arg) && n.Value == "user"
+			}
+			return !found
+		})
+	}
+	return found
 }
