@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf16"
-
-	"github.com/cordon-project/cordon/internal/store"
 )
 
 // DisplayJSON renders an approval's arguments for a human: indented JSON
@@ -80,13 +77,4 @@ func visible(r rune, layout bool) bool {
 	// space; not Cc, Cf (bidi controls, zero-width joiners), Zl, Zp or
 	// other spaces. U+FFFD (from invalid UTF-8) is printable and visible.
 	return unicode.IsPrint(r)
-}
-
-// ExpiresText is a time for a person: RFC 3339, or, for an approval held
-// for its sandbox's life (store.HeldApprovalExpires), what ends it.
-func ExpiresText(t time.Time) string {
-	if t.Equal(store.HeldApprovalExpires) {
-		return "never (held until revoked or its sandbox stops)"
-	}
-	return t.UTC().Format(time.RFC3339)
 }
