@@ -56,7 +56,7 @@ var page = template.Must(template.New("console").Funcs(template.FuncMap{
 		if t.IsZero() {
 			return ""
 		}
-		return t.UTC().Format(time.RFC3339)
+		return ExpiresText(t)
 	},
 }).Parse(pageSource))
 

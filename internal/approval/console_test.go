@@ -361,3 +361,43 @@ func TestConsoleLogout(t *testing.T) {
 		t.Errorf("GET / after logout = %d, want 401", code)
 	}
 }
+
+// The console decides approvals of every action, not only tool calls:
+// a state write and an egress connection are listed with their action,
+// target and exact request, and approved like a tool call.
+func TestConsoleDecidesEveryAction(t *testing.T) {
+	st := openStore(t)
+	ctx := context.Background()
+	var ids []string
+	for i, a := range []store.Approval{
+		{Action: "state.write", Target: "notes/a", Arguments: json.RawMessage(`{"operation":"put","key":"notes/a","value":"v"}`)},
+		{Action: "egress.connect", Target: "api.example.com", Arguments: json.RawMessage(`{"host":"api.example.com","port":443}`)},
+		{Action: "model.invoke", Target: "claude-x", Arguments: json.RawMessage(`{"model":"claude-x","request_digest":"sha256:00"}`)},
+	} {
+		a.Workload, a.SandboxID = "wl", "sb"
+		sum := sha256.Sum256([]byte{byte(i)})
+		a.Digest = "sha256:" + hex.EncodeToString(sum[:])
+		got, err := st.RequestApproval(ctx, a, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got.ID)
+	}
+	c := startConsole(t, st)
+	cl := client(t)
+	csrf := login(t, c, cl)
+	code, body := get(t, cl, c, "/", nil)
+	for _, want := range []string{"state.write", "notes/a", "egress.connect", "api.example.com", "model.invoke", "claude-x"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("GET / = %d, does not show %q", code, want)
+		}
+	}
+	for _, id := range ids {
+		if code, _ := post(t, cl, c, "/approvals/"+id+"/approve", url.Values{csrfField: {csrf}}, nil); code != http.StatusSeeOther && code != http.StatusOK {
+			t.Fatalf("approve %s = %d", id, code)
+		}
+		if a, _ := st.Approval(ctx, id); a.State != store.ApprovalApproved || a.DecidedBy != "console" {
+			t.Fatalf("after the console approved it: %+v", a)
+		}
+	}
+}

@@ -30,12 +30,16 @@ func approvalsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "approvals",
 		Short: "Decide the approvals policy asks for: list, show, approve, deny, revoke, console",
-		Long: `When policy requires approval for a crossing (for example a tool call that
-writes files), the gateway holds the call and records a pending approval
-bound to the exact request: the tool, its canonical arguments and the
-workload, summarized by a SHA-256 digest. The call waits, bounded, until an
-operator approves or denies it here or in the web console, or the approval
-expires.
+		Long: `When policy requires approval for a crossing (a tool call that writes files,
+a model call, an egress connection, a state write), the privileged side
+records a pending approval bound to the exact request — the tenant, the
+workload and the sandbox, the action, the resource and the request (a
+tool's canonical arguments, a model request's body digest, an egress
+host:port, a state key, operation and value digest) — summarized by a
+SHA-256 digest. A tool call waits, bounded; a model call, an egress
+connection or a state operation is refused at once as pending (HTTP 409,
+or 403 for egress) and passes when retried once an operator approves it
+here or in the web console. See docs/approvals.md.
 
 An approval is good once, for that exact request only: a changed argument is
 a different digest and needs its own approval; a consumed, denied, expired or
@@ -145,7 +149,7 @@ Examples:
 				for _, a := range as {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.State, approval.DisplayText(a.Workload),
 						approval.DisplayText(a.SandboxID), approval.DisplayText(a.Action), approval.DisplayText(a.Target),
-						a.Expires.Format(time.RFC3339), a.Digest, cut(approval.CompactJSON(a.Arguments), 100))
+						approval.ExpiresText(a.Expires), a.Digest, cut(approval.CompactJSON(a.Arguments), 100))
 				}
 				return tw.Flush()
 			})
@@ -214,7 +218,7 @@ func printApproval(w io.Writer, a store.Approval) {
 	row("target", approval.DisplayText(a.Target))
 	row("digest", a.Digest)
 	row("requested", rfc3339(a.Created))
-	row("expires", rfc3339(a.Expires))
+	row("expires", approval.ExpiresText(a.Expires))
 	row("decided", rfc3339(a.Decided))
 	row("decided by", approval.DisplayText(a.DecidedBy))
 	row("consumed", rfc3339(a.Consumed))

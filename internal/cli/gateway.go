@@ -114,12 +114,7 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 			MaxResultBytes: int(c.Limits.MaxToolResultBytes), ApprovalWait: c.Approvals.Wait},
 		Version: Version,
 	}
-	for _, m := range c.Models {
-		cc.Routes = append(cc.Routes, gateway.Route{Name: m.Name, API: m.API, Upstream: m.Upstream, Credential: m.Credential, Models: m.Models})
-	}
-	for _, t := range c.Tools {
-		cc.Tools = append(cc.Tools, gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential})
-	}
+	cc.Routes, cc.Tools = routesOf(c), toolServersOf(c)
 	for n, v := range p.secrets {
 		cc.Secrets[n] = v
 	}
@@ -129,8 +124,7 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 	}
 	// The workload's managed state: its retention applies to what is
 	// stored before the program can read any of it.
-	sp := &gateway.StatePolicy{QuotaBytes: c.State.QuotaBytes, QuotaEntries: c.State.QuotaEntries,
-		MaxValueBytes: c.State.MaxValueBytes, Retention: c.State.Retention}
+	sp := statePolicyOf(c)
 	if _, err := st.RetainState(context.Background(), gateway.StateScope(cc.Identity), sp.Retention); err != nil {
 		for _, tp := range pipes {
 			tp.In.Close()
@@ -139,6 +133,42 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 		return nil, sandbox.Fail(sandbox.KindStore, "state retention", err)
 	}
 	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab, sp)
+}
+
+// routesOf is the configuration's model routes as the gateway process
+// gets them.
+func routesOf(c *config.Config) []gateway.Route {
+	var out []gateway.Route
+	for _, m := range c.Models {
+		out = append(out, gateway.Route{Name: m.Name, API: m.API, Upstream: m.Upstream, Credential: m.Credential, Models: m.Models})
+	}
+	return out
+}
+
+// toolServersOf is the configuration's tool servers as the gateway
+// process gets them.
+func toolServersOf(c *config.Config) []gateway.ToolServer {
+	var out []gateway.ToolServer
+	for _, t := range c.Tools {
+		out = append(out, gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential})
+	}
+	return out
+}
+
+// toolOffer is the privileged side's view of the tool servers: each
+// server's name and tool globs.
+func toolOffer(ts []gateway.ToolServer) (servers map[string]bool, allow map[string][]string) {
+	servers, allow = map[string]bool{}, map[string][]string{}
+	for _, t := range ts {
+		servers[t.Name], allow[t.Name] = true, t.Allow
+	}
+	return servers, allow
+}
+
+// statePolicyOf is the bounds of the workload's managed state.
+func statePolicyOf(c *config.Config) *gateway.StatePolicy {
+	return &gateway.StatePolicy{QuotaBytes: c.State.QuotaBytes, QuotaEntries: c.State.QuotaEntries,
+		MaxValueBytes: c.State.MaxValueBytes, Retention: c.State.Retention}
 }
 
 // egressConfig is an egress allow-list as the gateway process gets it.
@@ -182,10 +212,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	if a, ok := sb.(interface{ Adopt(int) error }); ok {
 		adopt = a.Adopt
 	}
-	servers, allow := map[string]bool{}, map[string][]string{}
-	for _, t := range cc.Tools {
-		servers[t.Name], allow[t.Name] = true, t.Allow
-	}
+	servers, allow := toolOffer(cc.Tools)
 	budget := store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window}
 	callLimit := c.Budgets.ToolCalls
 	if lab {

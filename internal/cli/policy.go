@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/textsafe"
@@ -36,9 +38,13 @@ A request is: principal Workload::"<workload>" in Tenant::"<tenant>";
 action Action::"model.invoke" | "egress.connect" | "tool.call" |
 "state.read" | "state.write"; resource Model::"<model id>",
 Host::"<host name>", Tool::"<server>/<tool>" in Server::"<server>", or
-State::"<scope>"; context {purpose, user?, argument_digest, port, budget}.
+State::"<scope>"; context {purpose, argument_digest, port, budget} (the schema's optional
+user is never set: a policy reading it is refused).
 A permit annotated @approval("required") makes an allow it decides wait
-for an operator's approval. An evaluation error is a deny.
+for an operator's approval, on every action; @approval_scope("sandbox") on
+an egress.connect permit makes one approval cover that host and port for the
+sandbox's life. Any other annotation is refused. An evaluation error is a
+deny.
 
 Examples:
 
@@ -90,7 +96,9 @@ exit 0. Otherwise print each problem as FILE:LINE:COLUMN: policy ID: message
 and exit 125: a syntax error, a type error (comparing a String to a Long, a
 condition that is not a Bool), an unknown entity type, attribute or action,
 an optional attribute read without "has", an action on a resource type it
-does not apply to, a bad @approval or a duplicate @id. For a schema error
+does not apply to, a bad @approval or @approval_scope, a duplicate @id, or
+an annotation cordon does not enforce (only @id, @approval and
+@approval_scope are accepted). For a schema error
 the position is where the policy starts.
 
 Policy ids are @id("...") when present, else FILE-BASE-NAME:INDEX (from 0).
@@ -177,6 +185,51 @@ type explainRequest struct {
 	User     string          `json:"user,omitempty"`
 	Resource policy.Resource `json:"resource"`
 	Context  policy.Context  `json:"context"`
+	// API is a model call's protocol ("anthropic" or "openai"; absent:
+	// any configured route); Operation a state operation (get, put,
+	// delete, list, export, reset; absent: get for state.read, put for
+	// state.write). Neither is part of the Cedar request.
+	API       string `json:"api,omitempty"`
+	Operation string `json:"operation,omitempty"`
+}
+
+// ExplainReport is the --json output of cordon policy explain: the
+// runtime's verdict, which needs both the configuration's checks and
+// policy to allow.
+type ExplainReport struct {
+	// Allow is the verdict: Config.Allow and PolicyAllow.
+	Allow bool `json:"allow"`
+	// ApprovalRequired: the crossing is allowed once an operator approves
+	// it (policy's @approval, when both halves allow).
+	ApprovalRequired bool `json:"approval_required,omitempty"`
+	// ApprovalScope is "sandbox" when one approval covers the sandbox's
+	// life (egress, @approval_scope("sandbox")).
+	ApprovalScope string `json:"approval_scope,omitempty"`
+	// Config is the configuration's half.
+	Config gateway.Admission `json:"config"`
+	// PolicyAllow, Decision and Policies are policy's half.
+	PolicyAllow bool                    `json:"policy_allow"`
+	Decision    crossing.PolicyDecision `json:"decision"`
+	Policies    []policy.Explained      `json:"policies,omitempty"`
+}
+
+// explain decides r for cfg's workload as the runtime does: the
+// configuration's checks (the brokers' own code) and policy.
+func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainReport {
+	x := set.Explain(policy.Request{
+		Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
+		Action: r.Action, Resource: r.Resource, Context: r.Context,
+	})
+	servers, allow := toolOffer(toolServersOf(cfg))
+	adm := gateway.Admit(gateway.ChildConfig{Routes: routesOf(cfg), Egress: egressConfig(cfg.Egress)},
+		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg),
+		gateway.AdmitRequest{Action: r.Action, Resource: r.Resource.ID, Server: r.Resource.Server, Port: r.Context.Port,
+			API: r.API, Operation: r.Operation})
+	rep := ExplainReport{Allow: adm.Allow && x.Allow, Config: adm, PolicyAllow: x.Allow, Decision: x.Decision, Policies: x.Policies}
+	if rep.Allow && x.Decision.ApprovalRequired {
+		rep.ApprovalRequired, rep.ApprovalScope = true, x.Decision.ApprovalScope
+	}
+	return rep
 }
 
 func policyExplainCmd(g *globals) *cobra.Command {
@@ -193,17 +246,23 @@ configuration; the request gives the rest as JSON (--request '{...}',
 --request @FILE, or --request - for standard input):
 
   {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write",
-   "user":     "ada",                                          (optional)
    "resource": {"type": "Model" | "Host" | "Tool" | "State",
                 "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
                 "server": "fs"},                               (Tool; default: id before "/")
    "context":  {"port": 443, "argument_digest": "sha256:…",
-                "budget": {"used": {"requests": 3}, "limits": {"requests": 1000}, "streams": 0}}}
+                "budget": {"used": {"requests": 3}, "limits": {"requests": 1000}, "streams": 0}},
+   "api":       "anthropic" | "openai",     (optional, model.invoke: the route's API)
+   "operation": "get" | "put" | "delete" | "list" | "export" | "reset"}
+                                            (optional, state: default get / put)
 
-Absent fields are "" or 0, as the gateway sends them. This is policy's half
-of the decision only: the configuration's allow-lists must allow too. Exit
-status 0 whatever the decision; 125 when the configuration, the policy or the
-request is invalid.
+Absent fields are "" or 0, as the gateway sends them. The decision is the
+runtime's: the configuration's checks — the models[] routes, the egress
+allow-list and pinned addresses, the tools[] servers and their allow globs,
+the state scope and quota, run with the brokers' own code — and policy must
+both allow. Each half is shown. Checks that can only be made when the
+crossing happens (a name's resolution, a value's size) are listed as notes.
+Exit status 0 whatever the decision; 125 when the configuration, the policy
+or the request is invalid.
 
 Examples:
 
@@ -238,10 +297,7 @@ Examples:
 			if err != nil {
 				return sandbox.Fail(sandbox.KindUsage, "request", err)
 			}
-			x := set.Explain(policy.Request{
-				Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
-				Action: r.Action, Resource: r.Resource, Context: r.Context,
-			})
+			x := explain(cfg, set, r)
 			if asJSON {
 				return writeJSON(g.stdout, x)
 			}
@@ -288,17 +344,44 @@ func readExplainRequest(arg string, stdin io.Reader) (explainRequest, error) {
 	if dec.More() {
 		return r, fmt.Errorf("trailing data after the JSON object")
 	}
+	if r.User != "" {
+		// What the runtime never sends cannot be explained: the answer
+		// would not be the runtime's.
+		return r, fmt.Errorf("user: no crossing carries a user (the gateway knows none), so the runtime decides without one; leave it out")
+	}
 	return r, nil
 }
 
-func printExplanation(w io.Writer, x policy.Explanation, builtin bool) {
-	decision := "deny"
-	if x.Allow {
-		decision = "allow"
+func printExplanation(w io.Writer, x ExplainReport, builtin bool) {
+	verdict := func(ok bool) string {
+		if ok {
+			return "allow"
+		}
+		return "deny"
 	}
-	fmt.Fprintf(w, "decision: %s\n", decision)
-	if x.Decision.ApprovalRequired {
-		fmt.Fprintln(w, "approval: required")
+	fmt.Fprintf(w, "decision: %s\n", verdict(x.Allow))
+	if x.ApprovalRequired {
+		if x.ApprovalScope == policy.ApprovalScopeSandbox {
+			fmt.Fprintln(w, "approval: required (one approval covers this host and port for the sandbox's life)")
+		} else {
+			fmt.Fprintln(w, "approval: required (one approval per exact crossing, used once)")
+		}
+	}
+	c := x.Config
+	line := fmt.Sprintf("config (%s): %s", c.Check, verdict(c.Allow))
+	if c.Rule != "" {
+		line += ", rule " + textsafe.Line(c.Rule)
+	}
+	if c.Reason != "" {
+		line += ": " + textsafe.Line(c.Reason)
+	}
+	fmt.Fprintln(w, line)
+	for _, n := range c.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	fmt.Fprintf(w, "policy: %s\n", verdict(x.PolicyAllow))
+	if x.Decision.ApprovalRequired && !x.ApprovalRequired {
+		fmt.Fprintln(w, "  (policy requires approval, but the configuration refuses the crossing first)")
 	}
 	set := x.Decision.Digest
 	if builtin {

@@ -120,6 +120,22 @@ purpose: coding
 policy:
   - policy/default.cedar
   - policy/approvals.cedar
+models:
+  - name: claude
+    api: anthropic
+    upstream: https://api.anthropic.com
+    credential: key
+    models: ["claude-*"]
+egress:
+  allow:
+    - host: api.github.com
+      ports: [443]
+tools:
+  - name: fs
+    command: [/bin/true]
+    allow: ["read_*", write_file, delete_file]
+secrets:
+  key: {env: CORDON_TEST_UNSET}
 `
 
 func explainSetup(t *testing.T) string {
@@ -149,6 +165,13 @@ func TestPolicyExplain(t *testing.T) {
 			[]string{"decision: deny", "determining: none (no permit matched: denied by default)"}},
 		{"egress with port", `{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443}}`,
 			[]string{"decision: allow", "  egress.github (permit, "}},
+		{"the configuration's allow-list refuses what policy permits", `{"action":"egress.connect","resource":{"type":"Host","id":"www.example.org"},"context":{"port":443}}`,
+			[]string{"decision: deny", "config (egress): deny: host-not-allowed", "policy: allow", "  egress.example-org (permit, "}},
+		{"no model route", `{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"api":"openai"}`,
+			[]string{"decision: deny", `config (models): deny: no models[] route allows model "claude-x" over the openai API`, "policy: allow"}},
+		{"tool not offered", `{"action":"tool.call","resource":{"type":"Tool","id":"fs/edit_file"}}`,
+			[]string{"decision: deny", `config (tools): deny, rule fs: tools[fs].allow does not offer tool "edit_file"`, "policy: allow",
+				"(policy requires approval, but the configuration refuses the crossing first)"}},
 		{"malformed request is a deny", `{"action":"tool.call","resource":{"type":"Model","id":"x"}}`,
 			[]string{"decision: deny", "errors (each is a deny):", "  request: action tool.call applies to a Tool"}},
 	}
@@ -169,10 +192,10 @@ func TestPolicyExplain(t *testing.T) {
 		})
 	}
 
-	out, _, code := runPolicy(t, `{"action":"tool.call","user":"ada","resource":{"type":"Tool","id":"fs/write_file"},"context":{"argument_digest":"sha256:00"}}`,
+	out, _, code := runPolicy(t, `{"action":"tool.call","resource":{"type":"Tool","id":"fs/write_file"},"context":{"argument_digest":"sha256:00"}}`,
 		"explain", "--json", "--config", cfg, "--request", "-")
-	var x policy.Explanation
-	if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 || !x.Allow || !x.Decision.ApprovalRequired || len(x.Policies) != 2 || x.Policies[1].ID != "fs.write" {
+	var x ExplainReport
+	if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 || !x.Allow || !x.ApprovalRequired || !x.Decision.ApprovalRequired || len(x.Policies) != 2 || x.Policies[1].ID != "fs.write" || !x.Config.Allow {
 		t.Errorf("explain --json = %d, %q (%v)", code, out, err)
 	}
 	req := writeTemp(t, t.TempDir(), "req.json", `{"action":"model.invoke","resource":{"type":"Model","id":"claude-sonnet-4-5"}}`)
@@ -192,6 +215,7 @@ func TestPolicyExplainRefuses(t *testing.T) {
 		want string
 	}{
 		{"unknown request field", []string{"--config", cfg, "--request", `{"action":"tool.call","resource":{"type":"Tool","id":"fs/x"},"tenant":"other"}`}, `unknown field "tenant"`},
+		{"a user", []string{"--config", cfg, "--request", `{"action":"tool.call","user":"ada","resource":{"type":"Tool","id":"fs/x"}}`}, "user: no crossing carries a user"},
 		{"not JSON", []string{"--config", cfg, "--request", `action=tool.call`}, "want a JSON object"},
 		{"trailing data", []string{"--config", cfg, "--request", `{} {}`}, "trailing data"},
 		{"no request", []string{"--config", cfg}, "--config and --request are required"},

@@ -41,6 +41,18 @@ type Reservation struct {
 	// Policy is the decision the privileged side made for the crossing
 	// the reservation is for (also set when policy denied it).
 	Policy *PolicyDecision `json:"policy,omitempty"`
+	// Approval is the approval of a crossing policy holds for one: the
+	// one it used (State "consumed", or "approved" for a sandbox-scoped
+	// approval kept for the sandbox's life), or, with ErrApprovalPending
+	// or ErrApprovalDenied, the one it waits on or that refused it.
+	Approval *ApprovalRef `json:"approval,omitempty"`
+}
+
+// ApprovalRef names an approval the privileged side used or waits on.
+type ApprovalRef struct {
+	ID      string    `json:"id"`
+	State   string    `json:"state"`
+	Expires time.Time `json:"expires"`
 }
 
 // Ask is what a crossing asks policy: the action and the resource. A
@@ -58,6 +70,15 @@ type Ask struct {
 	// ArgumentDigest is "sha256:<hex>" of a tool call's canonical
 	// arguments.
 	ArgumentDigest string `json:"argument_digest,omitempty"`
+	// RequestDigest is "sha256:<hex>" of the exact request the crossing
+	// carries (a model request's body as the agent sent it): an approval
+	// is bound to it.
+	RequestDigest string `json:"request_digest,omitempty"`
+	// RequestBytes is the size of that request, shown to an approver.
+	RequestBytes int64 `json:"request_bytes,omitempty"`
+	// Operation is the broker's name for what the request does (a model
+	// request's API action, "anthropic.messages"), shown to an approver.
+	Operation string `json:"operation,omitempty"`
 }
 
 type askKey struct{}
@@ -125,6 +146,11 @@ type PolicyDecision struct {
 	Errors []string `json:"errors,omitempty"`
 	// ApprovalRequired is set when a determining permit requires approval.
 	ApprovalRequired bool `json:"approval_required,omitempty"`
+	// ApprovalScope is "sandbox" when every determining permit that
+	// requires approval widens it to the sandbox's life
+	// (@approval_scope("sandbox"), egress only); empty otherwise: one
+	// approval per exact crossing.
+	ApprovalScope string `json:"approval_scope,omitempty"`
 }
 
 // Decisions.
@@ -140,6 +166,17 @@ var ErrBudgetExceeded = errors.New("budget exceeded")
 // ErrPolicyDenied is returned by Reserve when policy refuses the crossing;
 // the Reservation returned with it carries the decision.
 var ErrPolicyDenied = errors.New("denied by policy")
+
+// ErrApprovalPending is returned by Reserve when policy requires an
+// operator's approval of this exact crossing and none is given yet; the
+// Reservation's Approval names the pending approval. The crossing is
+// refused: the agent retries it once approved.
+var ErrApprovalPending = errors.New("approval pending")
+
+// ErrApprovalDenied is returned by Reserve when an operator denied this
+// exact crossing (the denial stands until the denied approval expires),
+// or the sandbox has too many approvals waiting.
+var ErrApprovalDenied = errors.New("approval denied")
 
 // ErrUnavailable means the ledger (store) cannot be reached: the crossing
 // must be refused, never let through.

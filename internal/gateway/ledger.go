@@ -90,7 +90,9 @@ type LedgerServer struct {
 	Ready chan struct{}
 
 	denials bucket
-	mu      sync.Mutex
+	// approvals are the approvals used by open crossings (approvals.go).
+	approvals grants
+	mu        sync.Mutex
 	// decided keeps the policy decision of each open reservation, so the
 	// receipt carries what this side decided, not what the gateway says.
 	decided map[int64]*crossing.PolicyDecision
@@ -181,6 +183,18 @@ func (s *LedgerServer) Serve(conn net.Conn) {
 			}()
 			continue
 		}
+		if s.needsApproval(req) {
+			// Using an approval is its own transaction: never in the batch.
+			if !tools.TryAcquire(1) {
+				reply(ledgerResp{ID: req.ID, Err: "too many operations in flight", Kind: "unavailable"})
+				continue
+			}
+			go func() {
+				defer tools.Release(1)
+				reply(s.reserveApproved(req))
+			}()
+			continue
+		}
 		if strings.HasPrefix(req.Op, "state_") {
 			// Each state operation is its own transaction, with its receipt.
 			if !states.TryAcquire(1) {
@@ -252,6 +266,13 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			resp.Res.Policy = d
 			break
 		}
+		if d != nil && d.ApprovalRequired && !s.skipApprovals() {
+			// Decided differently from needsApproval a moment ago (a
+			// policy reading context.budget): never let it through here.
+			resp.Res.Policy = d
+			err = fmt.Errorf("%w: the crossing needs an approval; retry it", crossing.ErrUnavailable)
+			break
+		}
 		resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
 		if err == nil {
 			resp.Res.Policy = d
@@ -275,6 +296,7 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		rc := *req.Receipt
 		rc.Identity = s.ID
 		rc.Policy = s.forget(r.ID)
+		rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
 	case "record":
 		if req.Receipt == nil {
@@ -294,8 +316,12 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			err = errors.New("record: an allowed tool receipt comes only from tool_end")
 			break
 		}
-		// Fields only this side may set (tool_end, settle_record).
-		rc.Approval, rc.CallKey, rc.ResultDigest = "", "", ""
+		// Fields only this side may set (tool_end, settle_record); an
+		// approval only when this side used it for an open crossing.
+		if rc.Decision != crossing.Allow || !s.recordedGrant(rc.Approval) {
+			rc.Approval = ""
+		}
+		rc.CallKey, rc.ResultDigest = "", ""
 		if rc.Policy != nil {
 			rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 		}
@@ -331,6 +357,10 @@ func errKind(err error) string {
 		return kindQuarantined
 	case errors.Is(err, tool.ErrDenied):
 		return kindApprovalDenied
+	case errors.Is(err, crossing.ErrApprovalPending):
+		return kindApprovalPending
+	case errors.Is(err, crossing.ErrApprovalDenied):
+		return kindCrossingApprovalDenied
 	}
 	return "unavailable"
 }
@@ -411,6 +441,9 @@ func (c *ledgerClient) call(ctx context.Context, req ledgerReq) (ledgerResp, err
 			return resp, fmt.Errorf("%w: %s", crossing.ErrPolicyDenied, resp.Err)
 		default:
 			if err := toolError(resp); err != nil {
+				return resp, err
+			}
+			if err := approvalError(resp); err != nil {
 				return resp, err
 			}
 			return resp, fmt.Errorf("%w: %s", crossing.ErrUnavailable, resp.Err)

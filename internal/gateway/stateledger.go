@@ -162,6 +162,14 @@ func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Resp
 	if err != nil {
 		return deny(err)
 	}
+	if d.ApprovalRequired && !s.skipApprovals() {
+		ref, err := s.useApproval(ctx, d, action, target, stateDigest(s.ID, action, target, r), stateShown(r))
+		out.Approval = ref
+		if err != nil {
+			return deny(err)
+		}
+		rc.Approval = ref.ID
+	}
 	rc.Decision, rc.Reason = crossing.Allow, r.Op+" "+target
 	rc.Duration = time.Since(start) // to the store: the receipt is written in the operation's transaction
 	sc := StateScope(s.ID)
@@ -217,6 +225,11 @@ func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Resp
 	var quota *store.StateQuotaError
 	switch {
 	case err == nil:
+		if rc.Approval != "" && out.Receipt != 0 {
+			if err := s.Store.SetApprovalReceipt(ctx, rc.Approval, out.Receipt); err != nil {
+				s.log().Warn("link approval to its receipt", "approval", rc.Approval, "err", err)
+			}
+		}
 		return out, nil
 	case errors.Is(err, store.ErrStateNotFound):
 		return deny(state.ErrNotFound)

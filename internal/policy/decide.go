@@ -110,11 +110,18 @@ func (s *Set) decide(r Request) (bool, crossing.PolicyDecision, []*entry) {
 			determining = append(determining, s.byID[e.PolicyID])
 		}
 	}
+	sandboxScope := true
 	for _, e := range determining {
 		d.Determining = append(d.Determining, string(e.id))
 		if allow && e.approval {
 			d.ApprovalRequired = true
+			// The narrowest scope wins: one permit asking for an
+			// approval per crossing makes it one per crossing.
+			sandboxScope = sandboxScope && e.scope == ApprovalScopeSandbox
 		}
+	}
+	if d.ApprovalRequired && sandboxScope && r.Action == ActionEgressConnect {
+		d.ApprovalScope = ApprovalScopeSandbox
 	}
 	return allow, d, determining
 }

@@ -55,7 +55,7 @@ when { context.budget.limits.requests > 0 && context.budget.used.requests >= con
 
 @id("state")
 permit (principal, action in [Action::"state.read", Action::"state.write"], resource)
-when { context has user && context.user in Tenant::"acme" && context.purpose == "coding" };
+when { context.purpose == "coding" };
 
 // Validates, but overflows at evaluation when bytes > 0.
 @id("overflow")
@@ -112,12 +112,10 @@ func TestDecide(t *testing.T) {
 		{"budget left", with(req(ActionModelInvoke, "Model", "claude-sonnet-4-5"), func(r *Request) {
 			r.Context.Budget = crossing.BudgetState{Used: crossing.Amount{Requests: 9}, Limits: crossing.Amount{Requests: 10}}
 		}), true, []string{"models"}, false, nil},
-		{"state with a user", with(req(ActionStateRead, "State", "notes"), func(r *Request) { r.User = "ada" }), true, []string{"state"}, false, nil},
-		{"state without a user", req(ActionStateRead, "State", "notes"), false, nil, false, nil},
-		{"state other purpose", with(req(ActionStateRead, "State", "notes"), func(r *Request) { r.User = "ada"; r.Purpose = "research" }), false, nil, false, nil},
-		{"state write", with(req(ActionStateWrite, "State", "notes"), func(r *Request) { r.User = "ada" }), true, []string{"state"}, false, nil},
+		{"state", req(ActionStateRead, "State", "notes"), true, []string{"state"}, false, nil},
+		{"state other purpose", with(req(ActionStateRead, "State", "notes"), func(r *Request) { r.Purpose = "research" }), false, nil, false, nil},
+		{"state write", req(ActionStateWrite, "State", "notes"), true, []string{"state"}, false, nil},
 		{"evaluation error denies", with(req(ActionStateWrite, "State", "notes"), func(r *Request) {
-			r.User = "ada"
 			r.Context.Budget.Used.Bytes = 1
 		}), false, []string{"overflow"}, false, []string{"policy overflow: "}},
 		{"unknown action", req("model.call", "Model", "claude-sonnet-4-5"), false, nil, false, []string{`unknown action "model.call"`}},
@@ -485,5 +483,36 @@ func TestEntityCacheBounded(t *testing.T) {
 	}
 	if allow, d := s.Decide(req(ActionToolCall, "Tool", "fs/write_file")); !allow || !d.ApprovalRequired {
 		t.Errorf("past the bound: Decide(fs/write_file) = %v, %+v; want allow with approval", allow, d)
+	}
+}
+
+// @approval_scope("sandbox") widens an egress approval only when every
+// determining permit that requires approval says so: the narrowest wins.
+func TestDecideApprovalScope(t *testing.T) {
+	s, err := loadString(t, `
+@id("pkg") @approval("required") @approval_scope("sandbox")
+permit (principal, action == Action::"egress.connect", resource == Host::"pkg.example.com");
+@id("pkg-strict") @approval("required")
+permit (principal, action == Action::"egress.connect", resource == Host::"pkg.example.com") when { context.port == 8443 };
+@id("api") @approval("required")
+permit (principal, action == Action::"egress.connect", resource == Host::"api.example.com");
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		host  string
+		port  int
+		scope string
+	}{
+		{"pkg.example.com", 443, ApprovalScopeSandbox},
+		{"pkg.example.com", 8443, ""}, // another determining permit wants one per connection
+		{"api.example.com", 443, ""},
+	} {
+		allow, d := s.Decide(Request{Workload: "w", Tenant: "t", Action: ActionEgressConnect,
+			Resource: Resource{Type: "Host", ID: tt.host}, Context: Context{Port: tt.port}})
+		if !allow || !d.ApprovalRequired || d.ApprovalScope != tt.scope {
+			t.Errorf("Decide(%s:%d) = %v, %+v; want approval scope %q", tt.host, tt.port, allow, d, tt.scope)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
@@ -33,7 +34,9 @@ const (
 	ActionStateWrite    = "state.write"
 )
 
-// The annotations cordon reads. Others are allowed and ignored.
+// The annotations cordon reads. Any other annotation is refused at load:
+// a policy must not look as if it asked for something the runtime does
+// not enforce.
 const (
 	// AnnotationID names a policy: @id("tools.fs-read").
 	AnnotationID = "id"
@@ -42,7 +45,34 @@ const (
 	AnnotationApproval = "approval"
 	// ApprovalRequired is the value of @approval.
 	ApprovalRequired = "required"
+	// AnnotationApprovalScope on a permit that requires approval says
+	// what one approval covers: ApprovalScopeRequest (the default: one
+	// exact crossing, once) or ApprovalScopeSandbox (egress.connect
+	// only: every connection to that host and port from the sandbox
+	// that asked, for the sandbox's life or until revoked).
+	AnnotationApprovalScope = "approval_scope"
+	ApprovalScopeRequest    = "request"
+	ApprovalScopeSandbox    = "sandbox"
 )
+
+// Annotations lists the annotations cordon enforces, with their values
+// ("" for a free-form value), for error messages and documentation.
+var Annotations = []struct{ Key, Values string }{
+	{AnnotationID, "any non-empty id"},
+	{AnnotationApproval, `"` + ApprovalRequired + `"`},
+	{AnnotationApprovalScope, `"` + ApprovalScopeRequest + `" or "` + ApprovalScopeSandbox + `" (egress.connect only)`},
+}
+
+func knownAnnotations() string {
+	var b strings.Builder
+	for i, a := range Annotations {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "@%s (%s)", a.Key, a.Values)
+	}
+	return b.String()
+}
 
 // MaxFileBytes bounds one policy file.
 const MaxFileBytes = 1 << 20
@@ -90,6 +120,9 @@ type entry struct {
 	policy   *cedar.Policy
 	forbid   bool
 	approval bool
+	// scope is @approval_scope: "" (one exact crossing) or
+	// ApprovalScopeSandbox.
+	scope string
 }
 
 // policyList is a Set's policies in file order, as cedar.Authorize wants
@@ -273,7 +306,20 @@ func build(srcs []source) (*Set, error) {
 						errs = append(errs, lerr(string(e.id), invalidf("@approval on a forbid: only a permit can require approval")))
 					}
 					e.approval = true
+				case AnnotationApprovalScope:
+					switch a.Value {
+					case ApprovalScopeRequest:
+					case ApprovalScopeSandbox:
+						e.scope = ApprovalScopeSandbox
+					default:
+						errs = append(errs, lerr(string(e.id), invalidf("@approval_scope(%q): the values are %q and %q", a.Value, ApprovalScopeRequest, ApprovalScopeSandbox)))
+					}
+				default:
+					errs = append(errs, lerr(string(e.id), invalidf("unknown annotation @%s: cordon does not enforce it, so it is refused; the annotations are %s", a.Key, knownAnnotations())))
 				}
+			}
+			if err := checkScope(p, e); err != nil {
+				errs = append(errs, lerr(string(e.id), err))
 			}
 			if first, dup := where[e.id]; dup {
 				errs = append(errs, lerr(string(e.id), invalidf("duplicate policy id (first at %s:%d:%d); give one an @id", first.Filename, first.Line, first.Column)))
@@ -282,6 +328,9 @@ func build(srcs []source) (*Set, error) {
 			where[e.id] = pos
 			for _, msg := range check(v, p) {
 				errs = append(errs, lerr(string(e.id), invalid(msg)))
+			}
+			if readsUser(p) {
+				errs = append(errs, lerr(string(e.id), invalidf("context.user: no crossing carries a user (the gateway knows none), so a policy reading it would not decide as written; it is refused")))
 			}
 			s.policies = append(s.policies, e)
 			s.byID[e.id] = e
@@ -297,6 +346,46 @@ func build(srcs []source) (*Set, error) {
 	}
 	s.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	return s, nil
+}
+
+// checkScope refuses an @approval_scope the runtime would not honour: on
+// a policy that requires no approval, and "sandbox" on a permit that may
+// apply to an action other than egress.connect (only an egress
+// connection's approval can cover the sandbox's life).
+func checkScope(p *cedar.Policy, e *entry) error {
+	has := false
+	for _, a := range p.AST().Annotations {
+		has = has || a.Key == AnnotationApprovalScope
+	}
+	if !has {
+		return nil
+	}
+	if !e.approval || e.forbid {
+		return invalidf("@approval_scope without @approval(%q) on a permit: there is no approval to scope", ApprovalRequired)
+	}
+	if e.scope != ApprovalScopeSandbox {
+		return nil
+	}
+	egress := types.NewEntityUID("Action", ActionEgressConnect)
+	switch sc := (*xast.Policy)(p.AST()).Action.(type) {
+	case xast.ScopeTypeEq:
+		if sc.Entity == egress {
+			return nil
+		}
+	case xast.ScopeTypeIn:
+		if sc.Entity == egress {
+			return nil
+		}
+	case xast.ScopeTypeInSet:
+		ok := len(sc.Entities) > 0
+		for _, a := range sc.Entities {
+			ok = ok && a == egress
+		}
+		if ok {
+			return nil
+		}
+	}
+	return invalidf("@approval_scope(%q) applies to egress.connect only: scope the permit with action == Action::%q", ApprovalScopeSandbox, ActionEgressConnect)
 }
 
 // parse parses one file. cedar-go's parser is not ours: a panic in it is
@@ -412,4 +501,29 @@ func readsBudget(p *cedar.Policy) bool {
 		})
 	}
 	return contexts > elsewhere
+}
+
+// readsUser reports whether p reads context.user (or asks whether it is
+// there). The schema declares it for a gateway that knows the user a
+// workload acts for; none does, so every crossing is decided without it,
+// and a policy that reads it — a forbid on a user that never fires, a
+// permit that never matches — is refused rather than kept inert.
+func readsUser(p *cedar.Policy) bool {
+	found := false
+	isContext := func(n xast.IsNode) bool {
+		v, ok := n.(xast.NodeTypeVariable)
+		return ok && v.Name == "context"
+	}
+	for _, c := range (*xast.Policy)(p.AST()).Conditions {
+		xast.Inspect(xast.NewNode(c.Body), func(n xast.IsNode) bool {
+			switch n := n.(type) {
+			case xast.NodeTypeAccess:
+				found = found || isContext(n.Arg) && n.Value == "user"
+			case xast.NodeTypeHas:
+				found = found || isContext(n.Arg) && n.Value == "user"
+			}
+			return !found
+		})
+	}
+	return found
 }

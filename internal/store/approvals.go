@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -313,14 +314,37 @@ func (s *Store) RequestApproval(ctx context.Context, a Approval, ttl time.Durati
 // ErrApprovalNotFound (nothing live: never requested, or expired, revoked
 // or already consumed — a consumed approval never authorizes again).
 func (s *Store) ConsumeApproval(ctx context.Context, workload, digest string) (Approval, error) {
+	return s.useApproval(ctx, workload, digest, false)
+}
+
+// HoldApproval is ConsumeApproval for an approval that covers every
+// identical crossing of its sandbox for the sandbox's life (an egress
+// connection under @approval_scope("sandbox")): the approved approval
+// stays approved, its expiry is lifted (it ends when revoked — by an
+// operator, or when its sandbox stops), and it is returned. Refusals are
+// ConsumeApproval's.
+func (s *Store) HoldApproval(ctx context.Context, workload, digest string) (Approval, error) {
+	return s.useApproval(ctx, workload, digest, true)
+}
+
+// HeldApprovalExpires is the expiry of a held approval: it ends when it
+// is revoked, never by time.
+var HeldApprovalExpires = time.Unix(0, math.MaxInt64).UTC()
+
+func (s *Store) useApproval(ctx context.Context, workload, digest string, hold bool) (Approval, error) {
 	var out Approval
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		now := s.clock()
 		n := now.UnixNano()
 		var err error
-		out, err = scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals SET state = 'consumed', consumed = ?
+		use := `UPDATE approvals SET state = 'consumed', consumed = ?`
+		if hold {
+			use = `UPDATE approvals SET expires = ?`
+			n = math.MaxInt64
+		}
+		out, err = scanApproval(tx.QueryRowContext(ctx, use+`
 			WHERE workload = ? AND digest = ? AND state = 'approved' AND expires > ?
-			RETURNING `+approvalColumns, n, workload, digest, n), now)
+			RETURNING `+approvalColumns, n, workload, digest, now.UnixNano()), now)
 		if err == nil {
 			return nil
 		}
@@ -331,7 +355,7 @@ func (s *Store) ConsumeApproval(ctx context.Context, workload, digest string) (A
 		// that is pending or denied.
 		out, err = scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalColumns+` FROM approvals
 			WHERE workload = ? AND digest = ? AND state IN ('pending', 'denied') AND expires > ?
-			ORDER BY (state = 'pending') DESC, created DESC LIMIT 1`, workload, digest, n), now)
+			ORDER BY (state = 'pending') DESC, created DESC LIMIT 1`, workload, digest, now.UnixNano()), now)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			out = Approval{}

@@ -35,6 +35,8 @@ const (
 	ReasonBudgetExceeded  = "budget-exceeded"  // 403, or a tunnel cut: the ledger refused a reservation
 	ReasonPolicyDenied    = "policy-denied"    // 403: policy (Cedar) refused the connection
 	ReasonConnectionLimit = "connection-limit" // 403: Options.MaxConnections tunnels already open
+	ReasonApprovalPending = "approval-pending" // 403: policy holds the connection for an operator's approval (X-Cordon-Approval names it)
+	ReasonApprovalDenied  = "approval-denied"  // 403: an operator denied it, or too many approvals wait
 
 	ReasonLedgerUnavailable = "ledger-unavailable" // 503: the ledger could not be reached
 	ReasonDialFailed        = "dial-failed"        // 502 (or close after 200): no checked address answered
@@ -228,6 +230,8 @@ type attempt struct {
 	usage    crossing.Amount
 	upstream int // HTTP status from upstream
 	policy   *crossing.PolicyDecision
+	// approval is the approval the connection used, or the one it waits on.
+	approval *crossing.ApprovalRef
 }
 
 // refuse answers a request with a refusal status and the reason header,
@@ -235,7 +239,15 @@ type attempt struct {
 func (b *Broker) refuse(w http.ResponseWriter, r *http.Request, at *attempt, status int, reason string) {
 	w.Header().Set("X-Cordon-Reason", reason)
 	w.Header().Set("Connection", "close")
-	http.Error(w, "cordon egress: "+http.StatusText(status)+": "+reason, status)
+	msg := "cordon egress: " + http.StatusText(status) + ": " + reason
+	if reason == ReasonApprovalPending && at.approval != nil {
+		exp := at.approval.Expires.UTC().Format(time.RFC3339)
+		w.Header().Set("X-Cordon-Approval", at.approval.ID)
+		w.Header().Set("X-Cordon-Approval-Expires", exp)
+		msg += ": this connection needs an operator's approval (id " + at.approval.ID + ", expires " + exp + "); retry it once approved"
+		reason += " " + at.approval.ID
+	}
+	http.Error(w, msg, status)
 	b.finish(r.Context(), at, crossing.Deny, reason)
 }
 
@@ -275,6 +287,9 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 			Usage:        at.usage,
 			Duration:     d,
 			Policy:       at.policy,
+		}
+		if decision == crossing.Allow && at.approval != nil {
+			rc.Approval = at.approval.ID
 		}
 		rctx, cancel := detached(ctx)
 		err := b.ledger.Record(rctx, rc)
@@ -436,8 +451,12 @@ func (b *Broker) reserve(ctx context.Context, at *attempt, port int) (*meter, in
 	rctx = crossing.WithAsk(rctx, crossing.Ask{Action: "egress.connect", Resource: "Host", Target: at.host, Port: port})
 	res, st, err := b.ledger.Reserve(rctx, at.id, brokerName, crossing.Amount{Connections: 1}, 0)
 	cancel()
-	at.budget, at.policy = st, res.Policy
+	at.budget, at.policy, at.approval = st, res.Policy, res.Approval
 	switch {
+	case errors.Is(err, crossing.ErrApprovalPending):
+		return nil, http.StatusForbidden, ReasonApprovalPending
+	case errors.Is(err, crossing.ErrApprovalDenied):
+		return nil, http.StatusForbidden, ReasonApprovalDenied
 	case errors.Is(err, crossing.ErrPolicyDenied):
 		return nil, http.StatusForbidden, ReasonPolicyDenied
 	case errors.Is(err, crossing.ErrBudgetExceeded):

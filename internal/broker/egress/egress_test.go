@@ -486,6 +486,9 @@ func TestForward(t *testing.T) {
 	if s := <-got; s.host != authority {
 		t.Errorf("upstream saw Host %q, want %q", s.host, authority)
 	}
+	// The crossing is settled, then receipted, after its response: wait
+	// for the receipt before counting what is still held.
+	l.receipt(t)
 	if n := l.outstanding(); n != 0 {
 		t.Errorf("%d reservations outstanding", n)
 	}

@@ -279,10 +279,8 @@ func (b *Broker) pick(a api, model []byte) *route {
 		if rt.api != a {
 			continue
 		}
-		for _, g := range rt.Models {
-			if ok, _ := path.Match(g, name); ok {
-				return rt
-			}
+		if matchModel(rt.Models, name) {
+			return rt
 		}
 	}
 	return nil
@@ -374,10 +372,17 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
 	x.want = b.reservation(x)
-	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target}
+	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
+		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
 	res, st, err := b.ledger.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, "model", x.want, streams)
 	x.rc.Budget, x.rc.Policy = st, res.Policy
 	switch {
+	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
+		b.denyApproval(r.Context(), w, x, res.Approval)
+		return
+	case errors.Is(err, crossing.ErrApprovalDenied):
+		b.deny(r.Context(), w, x, refuse(kindForbidden, "an operator denied this exact request, or too many approvals are waiting; nothing was forwarded"))
+		return
 	case errors.Is(err, crossing.ErrPolicyDenied):
 		b.deny(r.Context(), w, x, refuse(kindForbidden, "denied by policy for this workload; nothing was forwarded"))
 		return
@@ -390,6 +395,9 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return
 	}
 	x.res, x.reserved = res, true
+	if res.Approval != nil {
+		x.rc.Approval = res.Approval.ID
+	}
 	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
 	if x.plan.cap > 0 {
 		x.rc.Reason += "; output cap set by cordon: " + strconv.FormatInt(x.plan.cap, 10)

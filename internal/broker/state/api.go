@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
 )
 
 // Name is the broker's name in receipts.
@@ -128,6 +130,10 @@ type Response struct {
 	Limit   int64  `json:"limit,omitempty"`
 	Used    int64  `json:"used,omitempty"`
 	Needed  int64  `json:"needed,omitempty"`
+	// Approval is the approval the operation used, or, refused with
+	// crossing.ErrApprovalPending or ErrApprovalDenied, the one it
+	// waits on or that refused it.
+	Approval *crossing.ApprovalRef `json:"approval,omitempty"`
 }
 
 // Ledger is the privileged side of the state broker: it stamps the

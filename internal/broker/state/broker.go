@@ -27,6 +27,10 @@ const (
 	kindDenied       = "denied"
 	kindUnavailable  = "unavailable"
 	kindNoIdentity   = "no_identity"
+	// An operator must approve this exact operation first (409), or
+	// denied it (403).
+	kindApprovalPending = "approval_pending"
+	kindApprovalDenied  = "approval_denied"
 )
 
 // opTimeout bounds one operation's round trip to the privileged side.
@@ -271,6 +275,19 @@ func (b *Broker) refuseErr(w http.ResponseWriter, o *outcome, resp Response, err
 		b.refuse(w, o, http.StatusRequestEntityTooLarge, kindTooLarge, err.Error(), map[string]any{"limit": resp.Limit})
 	case errors.Is(err, ErrInvalid):
 		b.refuse(w, o, http.StatusBadRequest, kindInvalid, err.Error(), nil)
+	case errors.Is(err, crossing.ErrApprovalPending) && resp.Approval != nil:
+		o.reason = err.Error()
+		b.refuse(w, o, http.StatusConflict, kindApprovalPending,
+			"approval pending: this exact operation needs an operator's approval (id "+resp.Approval.ID+", expires "+
+				resp.Approval.Expires.UTC().Format(time.RFC3339)+"). Nothing was done. Retry the same request once it is approved.",
+			map[string]any{"approval_id": resp.Approval.ID, "expires": resp.Approval.Expires.UTC()})
+	case errors.Is(err, crossing.ErrApprovalDenied):
+		o.reason = err.Error()
+		extra := map[string]any{}
+		if resp.Approval != nil {
+			extra["approval_id"] = resp.Approval.ID
+		}
+		b.refuse(w, o, http.StatusForbidden, kindApprovalDenied, "an operator denied this exact operation, or too many approvals are waiting; nothing was done", extra)
 	case errors.Is(err, crossing.ErrPolicyDenied):
 		// Not the policy's ids or text: only that it refused.
 		o.reason = err.Error()

@@ -1,0 +1,338 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cordon-project/cordon/internal/broker/state"
+	"github.com/cordon-project/cordon/internal/broker/tool"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/policy"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// Approvals of model calls, egress connections and state operations.
+//
+// Policy decides here, on the privileged side, whether a crossing needs
+// an operator's approval; the gateway process (which parses agent bytes
+// and may be compromised) only carries the answer. A reservation that
+// opens a crossing policy holds for approval is served outside the
+// ledger's batch (the approval is its own store transaction): the budget
+// is reserved, then the approval of that exact crossing is consumed —
+// or, when there is none, requested, the reservation released, and the
+// crossing refused with crossing.ErrApprovalPending until an operator
+// approves it with `cordon approvals` or the console. Tool calls keep
+// their own flow (toolledger.go), with the same store and guarantees.
+
+// Wire kinds of approval refusals of model, egress and state crossings.
+const (
+	kindApprovalPending        = "approval_pending"
+	kindCrossingApprovalDenied = "crossing_approval_denied"
+)
+
+// approvalError maps an approval refusal kind back to its error on the
+// gateway's side; nil for other kinds.
+func approvalError(resp ledgerResp) error {
+	switch resp.Kind {
+	case kindApprovalPending:
+		return fmt.Errorf("%w: %s", crossing.ErrApprovalPending, resp.Err)
+	case kindCrossingApprovalDenied:
+		return fmt.Errorf("%w: %s", crossing.ErrApprovalDenied, resp.Err)
+	}
+	return nil
+}
+
+// skipApprovals: FULL_CONTROL_LAB — approval-required permits do not
+// wait (the receipt's policy decision still says approval_required).
+func (s *LedgerServer) skipApprovals() bool { return s.Tools != nil && s.Tools.SkipApprovals }
+
+// approvalTTL is how long an approval request stays open, and how long
+// an approval can be used once given.
+func (s *LedgerServer) approvalTTL() time.Duration {
+	if s.Tools != nil && s.Tools.ApprovalTTL > 0 {
+		return s.Tools.ApprovalTTL
+	}
+	return DefaultApprovalTTL
+}
+
+// crossingDigest binds an approval to one exact crossing: the tenant,
+// the workload and the sandbox that asked, the action, the resource and
+// the request (each action's exact request: a model request's body
+// digest, an egress connection's port, a state operation's key, value
+// digest and preconditions).
+func crossingDigest(id crossing.Identity, action, target string, request any) string {
+	tenant := id.Tenant
+	if tenant == "" {
+		tenant = DefaultTenant
+	}
+	b, _ := json.Marshal(struct {
+		Action   string `json:"action"`
+		Request  any    `json:"request"`
+		Sandbox  string `json:"sandbox"`
+		Target   string `json:"target"`
+		Tenant   string `json:"tenant"`
+		Workload string `json:"workload"`
+	}{action, request, id.SandboxID, target, tenant, id.Workload})
+	return tool.Digest(b)
+}
+
+// needsApproval reports whether a ledger request opens a crossing policy
+// holds for an approval: such a reserve is served by reserveApproved.
+func (s *LedgerServer) needsApproval(req ledgerReq) bool {
+	if req.Op != "reserve" || req.Ask == nil || s.skipApprovals() {
+		return false
+	}
+	d, err := s.askPolicy(req)
+	return err == nil && d != nil && d.ApprovalRequired
+}
+
+// reserveApproved serves a reserve whose crossing needs an approval:
+// reserve the budget, then use the approval of the exact crossing; when
+// there is none, release the budget and refuse.
+func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
+	resp := ledgerResp{ID: req.ID}
+	ctx := context.Background()
+	fail := func(err error) ledgerResp {
+		resp.Err, resp.Kind = err.Error(), errKind(err)
+		return resp
+	}
+	d, err := s.askPolicy(req)
+	resp.Res.Policy = d
+	if err != nil {
+		return fail(err)
+	}
+	ask := *req.Ask
+	var digest string
+	var shown any
+	switch ask.Action {
+	case policy.ActionModelInvoke:
+		if !validDigest(ask.RequestDigest) {
+			return fail(fmt.Errorf("%w: a model call that needs approval must name its request digest", crossing.ErrPolicyDenied))
+		}
+		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
+			Digest string `json:"request_digest"`
+		}{ask.RequestDigest})
+		shown = struct {
+			Model     string `json:"model"`
+			Operation string `json:"operation,omitempty"`
+			Digest    string `json:"request_digest"`
+			Bytes     int64  `json:"request_bytes"`
+		}{ask.Target, clipID(ask.Operation), ask.RequestDigest, ask.RequestBytes}
+	case policy.ActionEgressConnect:
+		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
+			Port int `json:"port"`
+		}{ask.Port})
+		scope := "one connection"
+		if d.ApprovalScope == policy.ApprovalScopeSandbox {
+			scope = "every connection to this host and port from this sandbox until it stops or the approval is revoked"
+		}
+		shown = struct {
+			Host  string `json:"host"`
+			Port  int    `json:"port"`
+			Scope string `json:"covers"`
+		}{ask.Target, ask.Port, scope}
+	default:
+		return fail(fmt.Errorf("%w: %s cannot wait for approval here", crossing.ErrPolicyDenied, ask.Action))
+	}
+	res, st, err := s.Store.Reserve(ctx, s.ID, req.Broker, req.Want, req.Streams, s.Budget)
+	resp.State = st
+	if err != nil {
+		return fail(err)
+	}
+	res.Policy = d
+	if d.ApprovalRequired && !s.skipApprovals() {
+		ref, err := s.useApproval(ctx, d, ask.Action, ask.Target, digest, shown)
+		if err != nil {
+			// Nothing crosses: the budget goes back.
+			if _, serr := s.Store.Settle(ctx, res, crossing.Amount{}, s.Budget); serr != nil {
+				s.log().Warn("release the reservation of a crossing waiting for approval", "err", serr)
+			}
+			resp.Res = crossing.Reservation{Policy: d, Approval: ref}
+			return fail(err)
+		}
+		res.Approval = ref
+		s.grant(res.ID, ref.ID)
+	}
+	resp.Res = res
+	s.remember(res.ID, d, st)
+	return resp
+}
+
+// useApproval uses the approval of the exact crossing digest names:
+// consumes it (or, for a sandbox-scoped egress approval, holds it for
+// the sandbox's life). Without one it requests one (shown to the
+// operator as shown) and fails with crossing.ErrApprovalPending; a
+// denial fails with crossing.ErrApprovalDenied.
+func (s *LedgerServer) useApproval(ctx context.Context, d *crossing.PolicyDecision, action, target, digest string, shown any) (*crossing.ApprovalRef, error) {
+	use := s.Store.ConsumeApproval
+	if d.ApprovalScope == policy.ApprovalScopeSandbox && action == policy.ActionEgressConnect {
+		use = s.Store.HoldApproval
+	}
+	a, err := use(ctx, s.ID.Workload, digest)
+	switch {
+	case err == nil:
+		return refOf(a), nil
+	case errors.Is(err, store.ErrApprovalDenied):
+		return refOf(a), fmt.Errorf("%w: approval %s was denied", crossing.ErrApprovalDenied, a.ID)
+	case errors.Is(err, store.ErrApprovalNotFound):
+		if n, err := s.Store.PendingApprovals(ctx, s.ID.SandboxID); err != nil || n >= MaxPendingApprovals {
+			return nil, fmt.Errorf("%w: %d approval requests of this sandbox are already waiting (the limit is %d)",
+				crossing.ErrApprovalDenied, n, MaxPendingApprovals)
+		}
+		fallthrough
+	case errors.Is(err, store.ErrApprovalPending):
+		args, err := json.Marshal(shown)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+		}
+		a, err = s.Store.RequestApproval(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
+			Action: action, Target: target, Digest: digest, Arguments: args}, s.approvalTTL())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+		}
+		return refOf(a), fmt.Errorf("%w: approval %s waits for an operator (expires %s)", crossing.ErrApprovalPending,
+			a.ID, a.Expires.UTC().Format(time.RFC3339))
+	}
+	return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+}
+
+func refOf(a store.Approval) *crossing.ApprovalRef {
+	return &crossing.ApprovalRef{ID: a.ID, State: a.State, Expires: a.Expires}
+}
+
+// validDigest accepts "sha256:" and 64 lowercase hex characters.
+func validDigest(d string) bool {
+	h, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// grants are the approvals this side used for open crossings, so that
+// the crossing's receipt — which the gateway writes — names the approval
+// only when this side used it: by reservation (settle_record) and by
+// approval id (record, for egress, whose receipt follows its settlement).
+type grants struct {
+	mu    sync.Mutex
+	byRes map[int64]string
+	byID  map[string]int
+}
+
+// maxGrants bounds the grants kept; past it a receipt does not name its
+// approval (the approval still records its use).
+const maxGrants = 4096
+
+func (s *LedgerServer) grant(res int64, id string) {
+	g := &s.approvals
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byRes == nil {
+		g.byRes, g.byID = map[int64]string{}, map[string]int{}
+	}
+	if len(g.byRes) >= maxGrants || len(g.byID) >= maxGrants {
+		return
+	}
+	g.byRes[res] = id
+	g.byID[id]++
+}
+
+// settledGrant returns and drops the approval of a reservation being
+// settled with its receipt.
+func (s *LedgerServer) settledGrant(res int64) string {
+	g := &s.approvals
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	id, ok := g.byRes[res]
+	if !ok {
+		return ""
+	}
+	delete(g.byRes, res)
+	g.drop(id)
+	return id
+}
+
+// recordedGrant reports whether a receipt the gateway records may name
+// approval id: this side used it for a crossing not yet receipted.
+func (s *LedgerServer) recordedGrant(id string) bool {
+	if id == "" {
+		return false
+	}
+	g := &s.approvals
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byID[id] == 0 {
+		return false
+	}
+	g.drop(id)
+	for r, x := range g.byRes {
+		if x == id {
+			delete(g.byRes, r)
+			break
+		}
+	}
+	return true
+}
+
+func (g *grants) drop(id string) {
+	if g.byID[id]--; g.byID[id] <= 0 {
+		delete(g.byID, id)
+	}
+}
+
+// stateDigest binds a state operation's approval to the exact operation:
+// its key (or the scope), the operation, the digest of the value written
+// and every precondition and listing bound.
+func stateDigest(id crossing.Identity, action, target string, r state.Request) string {
+	return crossingDigest(id, action, target, stateExact(r))
+}
+
+type stateRequest struct {
+	Op          string `json:"operation"`
+	Key         string `json:"key,omitempty"`
+	ValueDigest string `json:"value_digest,omitempty"`
+	ValueBytes  int    `json:"value_bytes,omitempty"`
+	IfMatch     int64  `json:"if_match,omitempty"`
+	IfExists    bool   `json:"if_exists,omitempty"`
+	IfAbsent    bool   `json:"if_absent,omitempty"`
+	Prefix      string `json:"prefix,omitempty"`
+	After       string `json:"after,omitempty"`
+	Limit       int    `json:"limit,omitempty"`
+}
+
+func stateExact(r state.Request) stateRequest {
+	x := stateRequest{Op: r.Op, Key: r.Key, IfMatch: r.IfMatch, IfExists: r.IfExists, IfAbsent: r.IfAbsent,
+		Prefix: r.Prefix, After: r.After, Limit: r.Limit}
+	if r.Op == state.OpPut {
+		x.ValueDigest, x.ValueBytes = tool.Digest(r.Value), len(r.Value)
+	}
+	return x
+}
+
+// maxShownValue bounds the value of a put shown to an approver as text.
+const maxShownValue = 4 << 10
+
+// stateShown is what the approver reads: the exact operation, and a put's
+// value when it is short UTF-8 text.
+func stateShown(r state.Request) any {
+	x := struct {
+		stateRequest
+		Value *string `json:"value,omitempty"`
+	}{stateRequest: stateExact(r)}
+	if r.Op == state.OpPut && len(r.Value) <= maxShownValue && utf8.Valid(r.Value) {
+		v := string(r.Value)
+		x.Value = &v
+	}
+	return x
+}
