@@ -138,7 +138,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		MountDir: mountDir, Hostname: sb.hostname(), UID: sandboxUID, GID: sandboxGID,
 		TmpBytes: sb.spec.Limits.TmpBytes, NoFile: nofile, FSize: fsize,
 		Seccomp: prog.Raw, Argv: sb.spec.Argv, Env: mergeEnv(sb.spec.Env), Dir: sandboxHome,
-		TestSkip: sb.p.opts.TestSkip,
+		TestSkip: sb.p.opts.TestSkip, UserLimits: presentUserLimits(),
 	}
 	mounts := []string{"/", "/proc", "/proc/sys", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
 	writable := []string{"/proc", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
@@ -184,7 +184,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
 		NoFile: nofile, FSize: fsize, ProbeDir: sbinit.ProbeDir,
 		ProbeControl: sbinit.ProbeControl, Probe: sbinit.ProbeDenied, Hostname: cfg.Hostname,
-		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env,
+		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env, UserLimits: cfg.UserLimits,
 	}
 	// Seen from the host's cgroup namespace, the init must sit in the
 	// sandbox's own group in every hierarchy cordon uses.
@@ -306,7 +306,10 @@ func (sb *linuxSandbox) exitText() string {
 // that forked exits (golang/go#27505). Before the fork the thread joins the
 // sandbox's v1 cgroups (v1 moves single threads), so the init is born in
 // them and its cgroup namespace is rooted there; on v2 clone3 places it
-// with CLONE_INTO_CGROUP.
+// with CLONE_INTO_CGROUP. For the clone the thread's effective uid is the
+// lease's (asLeaseOwner): the lease owns the sandbox's user namespace, and
+// the other namespaces, created by the same clone, belong to that user
+// namespace.
 func (sb *linuxSandbox) spawn() error {
 	daemon := sb.p.opts.Daemon
 	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
@@ -389,7 +392,13 @@ func (sb *linuxSandbox) spawn() error {
 		back, err := sb.joinV1()
 		t1 := time.Now()
 		if err == nil {
-			err = sb.cmd.Start()
+			// The lease, not host root, owns the new user namespace.
+			err = asLeaseOwner(lease.UID, lease.GID, sb.cmd.Start)
+			if err != nil && sb.cmd.Process != nil {
+				// Started, but this thread kept the lease's credentials.
+				_ = sb.cmd.Process.Kill()
+				_ = sb.cmd.Wait()
+			}
 			t2 := time.Now()
 			// Leave the memory group at once: its OOM killer scans the
 			// group's tasks, and this thread's mm is cordon's own.
