@@ -87,7 +87,15 @@ func limitFacts(want cgroup.Limits, f cgroup.Facts, noSwapAcct bool, src string)
 	if sw.Source == "" {
 		sw.Source = src
 	}
-	return append(out, sw)
+	// TCP socket buffers: charged to the group and bounded by the memory
+	// limit (v1: memory.kmem.tcp.limit_in_bytes, counted apart from the
+	// memory limit; v2: memory.max itself).
+	tcp := evidence.Check{Name: "tcp_memory_limit", Want: itoa(want.MemoryBytes), Got: itoa(f.TCPMemBytes), Source: f.Files["TCPMemBytes"],
+		OK: want.MemoryBytes > 0 && f.TCPMemBytes == want.MemoryBytes}
+	if tcp.Source == "" {
+		tcp.Got, tcp.Source = "not charged: this kernel has no memory.kmem.tcp.limit_in_bytes", src
+	}
+	return append(out, sw, tcp)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

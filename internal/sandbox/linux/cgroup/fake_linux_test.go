@@ -42,14 +42,15 @@ var fakeFiles = map[int]map[string]string{
 		"cpu.max":                "max 100000\n",
 	},
 	1: {
-		"cgroup.procs":                "",
-		"tasks":                       "",
-		"memory.limit_in_bytes":       "9223372036854771712\n",
-		"memory.memsw.limit_in_bytes": "9223372036854771712\n",
-		"memory.oom_control":          "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
-		"pids.max":                    "max\n",
-		"cpu.cfs_period_us":           "100000\n",
-		"cpu.cfs_quota_us":            "-1\n",
+		"cgroup.procs":                   "",
+		"tasks":                          "",
+		"memory.limit_in_bytes":          "9223372036854771712\n",
+		"memory.memsw.limit_in_bytes":    "9223372036854771712\n",
+		"memory.kmem.tcp.limit_in_bytes": "9223372036854771712\n",
+		"memory.oom_control":             "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+		"pids.max":                       "max\n",
+		"cpu.cfs_period_us":              "100000\n",
+		"cpu.cfs_quota_us":               "-1\n",
 	},
 }
 
@@ -145,10 +146,13 @@ func TestCreateV2Fake(t *testing.T) {
 	}
 	wantFacts := Facts{
 		MemoryBytes: 64 << 20, MemswBytes: 64 << 20, Pids: 32, CPUQuotaUs: 50000, CPUPeriodUs: 100000,
-		Versions: map[Controller]int{Memory: 2, Pids: 2, CPU: 2},
+		// v2 charges socket buffers to memory.max: the TCP bound is it.
+		TCPMemBytes: 64 << 20,
+		Versions:    map[Controller]int{Memory: 2, Pids: 2, CPU: 2},
 		Files: map[string]string{
 			"MemoryBytes": filepath.Join(dir, "memory.max"), "MemswBytes": filepath.Join(dir, "memory.swap.max"),
-			"Pids": filepath.Join(dir, "pids.max"), "CPUQuotaUs": filepath.Join(dir, "cpu.max"), "CPUPeriodUs": filepath.Join(dir, "cpu.max"),
+			"TCPMemBytes": filepath.Join(dir, "memory.max"),
+			"Pids":        filepath.Join(dir, "pids.max"), "CPUQuotaUs": filepath.Join(dir, "cpu.max"), "CPUPeriodUs": filepath.Join(dir, "cpu.max"),
 		},
 		Dirs: []string{dir},
 	}
@@ -225,7 +229,7 @@ func TestCreateV2FakeNoSwapAccounting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Facts{MemoryBytes: 32 << 20, NoSwapAccounting: true, Pids: -1, CPUQuotaUs: -1, CPUPeriodUs: 100000}
+	want := Facts{MemoryBytes: 32 << 20, NoSwapAccounting: true, TCPMemBytes: 32 << 20, Pids: -1, CPUQuotaUs: -1, CPUPeriodUs: 100000}
 	if diff := cmp.Diff(want, facts, cmpopts.IgnoreFields(Facts{}, "Versions", "Files", "Dirs")); diff != "" {
 		t.Errorf("ReadBack() mismatch (-want +got):\n%s", diff)
 	}
@@ -268,12 +272,13 @@ func TestCreateHybridFake(t *testing.T) {
 		t.Errorf("Dirs() mismatch (-want +got):\n%s", diff)
 	}
 	want := map[string]string{
-		filepath.Join(mem, "cordon/hy/memory.limit_in_bytes"):       "67108864",
-		filepath.Join(mem, "cordon/hy/memory.memsw.limit_in_bytes"): "67108864",
-		filepath.Join(pids, "cordon/hy/pids.max"):                   "32",
-		filepath.Join(cpu, "cordon/hy/cpu.cfs_period_us"):           "100000",
-		filepath.Join(cpu, "cordon/hy/cpu.cfs_quota_us"):            "150000",
-		filepath.Join(uni, "cgroup.subtree_control"):                "", // no v2 controllers: untouched
+		filepath.Join(mem, "cordon/hy/memory.limit_in_bytes"):          "67108864",
+		filepath.Join(mem, "cordon/hy/memory.memsw.limit_in_bytes"):    "67108864",
+		filepath.Join(mem, "cordon/hy/memory.kmem.tcp.limit_in_bytes"): "67108864",
+		filepath.Join(pids, "cordon/hy/pids.max"):                      "32",
+		filepath.Join(cpu, "cordon/hy/cpu.cfs_period_us"):              "100000",
+		filepath.Join(cpu, "cordon/hy/cpu.cfs_quota_us"):               "150000",
+		filepath.Join(uni, "cgroup.subtree_control"):                   "", // no v2 controllers: untouched
 	}
 	if diff := cmp.Diff(want, readAll(t, want)); diff != "" {
 		t.Errorf("files after Create (-want +got):\n%s", diff)

@@ -251,6 +251,9 @@ func enableV2(mount string, cs []Controller, h *hooks) error {
 	return nil
 }
 
+// tcpLimitV1 bounds the TCP socket buffers of a v1 memory group.
+const tcpLimitV1 = "memory.kmem.tcp.limit_in_bytes"
+
 // writeLimits writes the set limits into the hierarchy of each controller.
 func (g *Group) writeLimits(l Layout, lim Limits) error {
 	if lim.MemoryBytes > 0 {
@@ -273,6 +276,17 @@ func (g *Group) writeLimits(l Layout, lim Limits) error {
 			g.noSwapAcct = true
 		case err != nil:
 			return err
+		}
+		// v1 charges TCP socket buffers to a memory group only once its
+		// TCP limit is set (v2 charges them to memory.max by default):
+		// without it a sandbox limited to 64 MiB pinned 1 GiB of the
+		// host's TCP memory. Bounded by the memory limit, on top of it
+		// (v1 counts them apart). A kernel without the file is recorded
+		// by ReadBack, not fatal here.
+		if m.Version == 1 {
+			if err := writeFile(filepath.Join(dir, tcpLimitV1), v); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
 	}
 	if lim.Pids > 0 {
