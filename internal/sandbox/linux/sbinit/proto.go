@@ -155,3 +155,9 @@ type Message struct {
 	Error string `json:"error,omitempty"`
 	Errno int    `json:"errno,omitempty"`
 }
+
+// MaxPtys bounds the sandbox's private devpts instance. kernel.pty.max
+// counts every instance on the host (all but pty.reserve of it is shared
+// by the non-initial instances, one per sandbox): without a per-instance
+// max one sandbox could take every pty the other sandboxes may get.
+const MaxPtys = 64
