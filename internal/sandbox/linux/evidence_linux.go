@@ -39,7 +39,7 @@ func (sb *linuxSandbox) limitChecks() []evidence.Check {
 	if err != nil {
 		return []evidence.Check{{Name: "cgroup_limits", Want: "readable", Got: "unreadable: " + err.Error(), Source: src}}
 	}
-	want := cgroup.Limits{MemoryBytes: sb.spec.Limits.MemoryBytes, Pids: sb.spec.Limits.Pids, CPUs: sb.spec.Limits.CPUs}
+	want := cgroup.Limits{MemoryBytes: sb.spec.Limits.MemoryBytes, Pids: sb.spec.Limits.Pids, CPUs: sb.spec.Limits.CPUs, TCPBytes: sb.tcpBytes}
 	return limitFacts(want, f, sb.cg.NoSwapAccounting(), src)
 }
 
@@ -87,11 +87,15 @@ func limitFacts(want cgroup.Limits, f cgroup.Facts, noSwapAcct bool, src string)
 	if sw.Source == "" {
 		sw.Source = src
 	}
-	// TCP socket buffers: charged to the group and bounded by the memory
-	// limit (v1: memory.kmem.tcp.limit_in_bytes, counted apart from the
-	// memory limit; v2: memory.max itself).
-	tcp := evidence.Check{Name: "tcp_memory_limit", Want: itoa(want.MemoryBytes), Got: itoa(f.TCPMemBytes), Source: f.Files["TCPMemBytes"],
-		OK: want.MemoryBytes > 0 && f.TCPMemBytes == want.MemoryBytes}
+	// TCP socket buffers: charged to the group and bounded (v1:
+	// memory.kmem.tcp.limit_in_bytes, counted apart from the memory limit;
+	// v2: memory.max itself).
+	wantTCP := want.TCPBytes
+	if wantTCP <= 0 || f.Versions[cgroup.Memory] == 2 {
+		wantTCP = want.MemoryBytes
+	}
+	tcp := evidence.Check{Name: "tcp_memory_limit", Want: itoa(wantTCP), Got: itoa(f.TCPMemBytes), Source: f.Files["TCPMemBytes"],
+		OK: wantTCP > 0 && f.TCPMemBytes == wantTCP}
 	if tcp.Source == "" {
 		tcp.Got, tcp.Source = "not charged: this kernel has no memory.kmem.tcp.limit_in_bytes", src
 	}

@@ -147,14 +147,15 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		spec.ID = newID()
 	}
 	spec.Limits = withDefaults(spec.Limits)
-	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
+	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
+		TCPBytes: tcpLimit(spec.Limits.MemoryBytes, readHostTCPMem)}
 	if err := lim.Validate(); err != nil {
 		return nil, sandbox.Fail(sandbox.KindUsage, "limits", err)
 	}
 	if m := p.layout.Missing(); len(m) > 0 {
 		return nil, sandbox.Failf(sandbox.KindUnsupported, "provision", "cgroup controllers missing on this host: %v", m)
 	}
-	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{}), mainDone: make(chan struct{})}
+	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{}), mainDone: make(chan struct{}), tcpBytes: lim.TCPBytes}
 	defer func() {
 		if err != nil {
 			sb.Deprovision(context.WithoutCancel(ctx))

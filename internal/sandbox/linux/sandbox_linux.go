@@ -55,6 +55,7 @@ type linuxSandbox struct {
 	cg       *cgroup.Group
 	cfg      sbinit.Config
 	prog     *filter.Program
+	tcpBytes int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
 
 	cmd    *exec.Cmd
 	v1Home []string // the v1 tasks files the spawning thread came from

@@ -3,6 +3,8 @@ package linux
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // userNSLimits are the per-uid bounds written to /proc/sys/user/* inside
@@ -42,3 +44,36 @@ func presentUserLimits() map[string]uint64 {
 	}
 	return out
 }
+
+// tcpShareOfPressure: one sandbox's socket buffers may take at most this
+// fraction of the host's TCP memory-pressure threshold (net.ipv4.tcp_mem,
+// second value). Past the third value every TCP allocation on the host
+// fails; one sandbox alone never brings the host into pressure.
+const tcpShareOfPressure = 4
+
+// tcpLimit is the v1 TCP socket-buffer limit of a sandbox with the given
+// memory limit: the memory limit, or a quarter of the host's TCP
+// pressure threshold if that is lower. readTCPMem returns the host's
+// tcp_mem (pages); an unreadable value leaves the memory limit.
+func tcpLimit(memory int64, readTCPMem func() ([]byte, error)) int64 {
+	b, err := readTCPMem()
+	if err != nil {
+		return memory
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		return memory
+	}
+	pressure, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || pressure <= 0 {
+		return memory
+	}
+	// Whole pages: the kernel rounds the limit down to a page.
+	share := pressure / tcpShareOfPressure * int64(os.Getpagesize())
+	if memory <= 0 || share < memory {
+		return share
+	}
+	return memory
+}
+
+func readHostTCPMem() ([]byte, error) { return os.ReadFile("/proc/sys/net/ipv4/tcp_mem") }

@@ -288,6 +288,52 @@ func TestCreateHybridFake(t *testing.T) {
 	}
 }
 
+// On v1 the TCP socket-buffer limit is its own file: TCPBytes when set,
+// the memory limit otherwise; a kernel without the file leaves it unset
+// (ReadBack reports 0, which evidence does not accept).
+func TestCreateV1FakeTCPLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		lim      Limits
+		omit     bool
+		wantFile string
+		wantRead int64
+	}{
+		{"explicit", Limits{MemoryBytes: 64 << 20, TCPBytes: 16 << 20}, false, "16777216", 16 << 20},
+		{"memory by default", Limits{MemoryBytes: 32 << 20}, false, "33554432", 32 << 20},
+		{"kernel without kmem.tcp", Limits{MemoryBytes: 32 << 20}, true, "", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			base := t.TempDir()
+			v1 := fakeFS{version: 1, omit: map[string]bool{tcpLimitV1: tt.omit}}
+			l := Layout{Mounts: map[Controller]Mount{}}
+			for _, c := range []Controller{Memory, Pids, CPU} {
+				p := filepath.Join(base, string(c))
+				if err := os.Mkdir(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				l.Mounts[c] = Mount{c, 1, p}
+			}
+			g, err := create(l, "tcp", tt.lim, &hooks{afterMkdir: v1.populate, beforeRmdir: v1.depopulate})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			t.Cleanup(func() { g.Remove() })
+			p := filepath.Join(base, string(Memory), "cordon/tcp", tcpLimitV1)
+			if b, err := os.ReadFile(p); (err == nil) == tt.omit || (err == nil && string(b) != tt.wantFile) {
+				t.Errorf("%s = %q, %v; want %q (absent: %v)", tcpLimitV1, b, err, tt.wantFile, tt.omit)
+			}
+			f, err := g.ReadBack()
+			if err != nil || f.TCPMemBytes != tt.wantRead {
+				t.Errorf("ReadBack().TCPMemBytes = %d, %v; want %d", f.TCPMemBytes, err, tt.wantRead)
+			}
+		})
+	}
+	if err := (Limits{TCPBytes: -1}).validate(); !errors.Is(err, ErrInvalidLimits) {
+		t.Errorf("validate(TCPBytes -1) = %v, want ErrInvalidLimits", err)
+	}
+}
+
 // A failing limit write undoes every directory already made; a name in use
 // is refused without touching the existing group.
 func TestCreateFakeCleansUp(t *testing.T) {
