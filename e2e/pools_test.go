@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,6 +98,44 @@ func TestHostPoolInotify(t *testing.T) {
 	if fr := h.finish(); fr.Code != 0 {
 		t.Errorf("held sandbox exit %d\nstderr: %s", fr.Code, fr.Stderr)
 	}
+
+	// Control 1: without the per-namespace limit (test build) the program
+	// takes exactly the host's per-user limit, charged to its lease: host
+	// root still creates instances. So 64 above was the namespace's limit,
+	// and the host-level charge is the lease's, not root's.
+	hostMax := int(readInt(t, "/proc/sys/user/max_inotify_instances"))
+	c := startHeld(t, hooksBin, st, probeArgs(withoutLayer("userns-limits", append([]string{"--json"}, lowerLevel...)), "hold", "inotify", "100000")...)
+	_, cprog := c.pids()
+	if n := countFDs(t, cprog, "anon_inode:inotify"); c.Probe.Errno != "EMFILE" || n != hostMax {
+		t.Errorf("control without the namespace limit: probe %+v, %d instances held; want EMFILE at the host's per-user %d", c.Probe, n, hostMax)
+	}
+	if fd, err := unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+		t.Errorf("host root inotify_init1 while a sandbox holds its lease's %d instances: %v", hostMax, err)
+	} else {
+		unix.Close(fd)
+	}
+	c.finish()
+
+	// Control 2: created the old way (test build: host root owns the
+	// namespace), the owner read from outside is root and the evidence
+	// refuses the credential boundary.
+	ev := filepath.Join(t.TempDir(), "ev.json")
+	o := startHeld(t, hooksBin, st, probeArgs(withoutLayer("userns-owner", []string{"--json", "--level", "SHARED", "--evidence", ev}), "hold", "inotify", "1")...)
+	oinit, _ := o.pids()
+	if got := nsOwner(t, oinit); got != 0 {
+		t.Errorf("control with a root-owned namespace: owner read from outside = %d, want 0 (the check must be able to see root)", got)
+	}
+	o.finish()
+	t.Logf("control 1: probe %s (host per-user limit %d); control 2: owner of a root-made namespace read as 0", c.Probe.Data, hostMax)
+	rec := readEvidenceFile(t, ev)
+	for _, f := range rec.facts(t, "credential") {
+		if f.Name == "user_namespace_owner" && (f.OK || f.Got != "0") {
+			t.Errorf("control with a root-owned namespace: evidence %+v, want got 0 and not ok", f)
+		}
+	}
+	if rec.EnforcementMode == "VERIFIED" {
+		t.Errorf("control with a root-owned namespace: enforcement %s, want UNVERIFIED", rec.EnforcementMode)
+	}
 	requireNoResidue(t, st)
 }
 
@@ -167,13 +206,16 @@ func TestHostPoolPty(t *testing.T) {
 // charge lands in its memory cgroup (cgroup v1 memory.kmem.tcp, set to the
 // memory limit), and from outside the bytes queued in the sandbox's
 // network namespace and the host's TCP memory stay within the limit.
+// Positive control: with the TCP limit lifted (test build), the same
+// program queues well past 64 MiB.
 func TestHostPoolTCPMemory(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
-	const limit = 64 << 20
+	const limit, margin = 64 << 20, 16 << 20
+	const conns = "32" // ~10 MiB of socket buffers each when nothing bounds them
 	st := newStateDir(t)
 	before := sockstatTCPPages(t)
-	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpfill", "128")...)
+	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpfill", conns)...)
 	initPid, _ := h.pids()
 	mem := memoryCgroupDir(t, initPid)
 	if mem == "" {
@@ -184,16 +226,16 @@ func TestHostPoolTCPMemory(t *testing.T) {
 	if lim != limit {
 		t.Errorf("memory.kmem.tcp.limit_in_bytes = %d, want the memory limit %d", lim, limit)
 	}
-	// Positive control: the sockets' memory is charged to this group, and
-	// the program queued enough to meet the bound.
+	// The sockets' memory is charged to this group, and the program
+	// queued enough to meet the bound.
 	if maxUse < limit/2 {
 		t.Errorf("memory.kmem.tcp.max_usage_in_bytes = %d, want at least %d: the queued data must be charged to the sandbox", maxUse, limit/2)
 	}
-	if maxUse > limit+16<<20 {
+	if maxUse > limit+margin {
 		t.Errorf("memory.kmem.tcp.max_usage_in_bytes = %d, want at most the limit %d (+16 MiB of forced charges)", maxUse, limit)
 	}
 	queued := netnsQueued(t, initPid)
-	if queued > limit+16<<20 {
+	if queued > limit+margin {
 		t.Errorf("bytes queued in the sandbox's network namespace (/proc/%d/net/tcp) = %d, want at most %d", initPid, queued, limit)
 	}
 	after := sockstatTCPPages(t)
@@ -202,6 +244,20 @@ func TestHostPoolTCPMemory(t *testing.T) {
 	}
 	t.Logf("probe %s; kmem.tcp max %d; queued in netns %d; host TCP pages %d -> %d", h.Probe.Data, maxUse, queued, before, after)
 	h.finish()
+
+	// Evidence reads the limit back: lifted, the resource boundary fails.
+	if r := cordon(t, hooksBin, st, probeArgs(withoutLayer("kmem-tcp", []string{"--json", "--memory", "64M"}), "inotify", "1")...); r.Outcome.FailureKind != "evidence_insufficient" || !slices.Contains(r.Outcome.Unverified, "resource") {
+		t.Errorf("TCP limit lifted: outcome %+v, want evidence_insufficient with resource unverified", r.Outcome)
+	}
+	c := startHeld(t, hooksBin, st, probeArgs(withoutLayer("kmem-tcp", append([]string{"--json", "--memory", "64M"}, lowerLevel...)), "hold", "tcpfill", conns)...)
+	cinit, _ := c.pids()
+	cmem := memoryCgroupDir(t, cinit)
+	cqueued, cuse := netnsQueued(t, cinit), readInt(t, filepath.Join(cmem, "memory.kmem.tcp.usage_in_bytes"))
+	if cqueued <= limit+margin || cuse <= limit+margin {
+		t.Errorf("control without the TCP limit: %d bytes queued in the netns, kmem.tcp usage %d; want both above %d (the limit is what bounds it)", cqueued, cuse, limit+margin)
+	}
+	t.Logf("control: probe %s; queued in netns %d; kmem.tcp usage %d", c.Probe.Data, cqueued, cuse)
+	c.finish()
 	requireNoResidue(t, st)
 }
 

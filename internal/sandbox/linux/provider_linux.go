@@ -213,6 +213,13 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindProvision, "cgroups", err)
 	}
+	if sb.skip("kmem-tcp") {
+		// Positive control (test builds): socket buffers still charged,
+		// no longer bounded.
+		for _, d := range sb.cg.Dirs() {
+			_ = os.WriteFile(filepath.Join(d, "memory.kmem.tcp.limit_in_bytes"), []byte("-1"), 0)
+		}
+	}
 	if err := sb.prepareTrees(); err != nil {
 		return nil, err
 	}
