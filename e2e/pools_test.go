@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -339,4 +340,40 @@ func netnsQueued(t *testing.T, pid int) int64 {
 		}
 	}
 	return total
+}
+
+// TestHostPoolPipes: pipe buffers are charged to the memory cgroup of the
+// writer and counted against fs.pipe-user-pages-soft of its real uid,
+// which is the sandbox's own (lease + 1000). One sandbox fills pipes past
+// that soft limit (its new pipes shrink to the minimum); meanwhile an
+// unprivileged host user and a second sandbox still get full-size pipes.
+// Positive control: the first sandbox's memory cgroup holds the bytes.
+func TestHostPoolPipes(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	st := newStateDir(t)
+	softPages := readInt(t, "/proc/sys/fs/pipe-user-pages-soft")
+	if softPages == 0 || softPages > 65536 {
+		t.Fatalf("fs.pipe-user-pages-soft = %d; this test needs a soft limit it can reach in 256 MiB", softPages)
+	}
+	soft := softPages * int64(os.Getpagesize())
+	n := strconv.FormatInt(soft/(64<<10)+200, 10) // past the soft limit at 64 KiB a pipe
+	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "256M"}, "hold", "pipes", n)...)
+	if !h.Probe.OK || !strings.HasSuffix(h.Probe.Data, "lastsize=8192") && !strings.HasSuffix(h.Probe.Data, "lastsize=4096") {
+		t.Errorf("pipes past the soft limit: probe %+v, want the last pipe at the minimum size", h.Probe)
+	}
+	initPid, _ := h.pids()
+	if use := readInt(t, filepath.Join(memoryCgroupDir(t, initPid), "memory.usage_in_bytes")); use < soft {
+		t.Errorf("sandbox memory cgroup usage %d while it holds pipes, want at least the %d bytes it queued (charged to the sandbox)", use, soft)
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	if p := hostProbe(t, nobody, "pipes", "4"); !p.OK || !strings.HasSuffix(p.Data, "lastsize=65536") {
+		t.Errorf("host user nobody: 4 pipes while a sandbox is past its soft limit: %+v, want full-size pipes", p)
+	}
+	r := runCordon(t, st, runOpts{}, probeArgs(nil, "pipes", "4")...)
+	if !r.Probe.OK || !strings.HasSuffix(r.Probe.Data, "lastsize=65536") {
+		t.Errorf("second sandbox: 4 pipes = %+v, want full-size pipes\nstderr: %s", r.Probe, r.Stderr)
+	}
+	h.finish()
+	requireNoResidue(t, st)
 }

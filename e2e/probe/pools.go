@@ -20,6 +20,7 @@ func init() {
 	register("aio", aioOp)
 	register("ptys", ptysOp)
 	register("tcpfill", tcpfillOp)
+	register("pipes", pipesOp)
 }
 
 // kept keeps what the ops took alive until the process exits.
@@ -143,4 +144,37 @@ func tcpfillOp(a []string) (string, error) {
 		}
 	}
 	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
+}
+
+// pipesOp creates N pipes and fills each until it takes no more; it
+// reports the bytes held and the capacity of the last pipe (the kernel
+// gives a user past fs.pipe-user-pages-soft one-page pipes).
+func pipesOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 64<<10)
+	var total int64
+	last := 0
+	for i := 0; i < n; i++ {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+			return fmt.Sprintf("pipes=%d bytes=%d lastsize=%d", i, total, last), err
+		}
+		kept = append(kept, p)
+		for {
+			w, err := unix.Write(p[1], buf)
+			if w > 0 {
+				total += int64(w)
+			}
+			if err != nil {
+				break
+			}
+		}
+		if last, err = unix.FcntlInt(uintptr(p[1]), unix.F_GETPIPE_SZ, 0); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("pipes=%d bytes=%d lastsize=%d", n, total, last), nil
 }
