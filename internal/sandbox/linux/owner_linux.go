@@ -3,6 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,6 +41,13 @@ func asLeaseOwner(uid, gid uint32, fn func() error) error {
 	if e != 0 {
 		return fmt.Errorf("read securebits: %w", e)
 	}
+	// The kernel clears a thread's parent-death signal when its euid
+	// changes; if this is cordon's main thread, one its own parent armed
+	// must survive.
+	var pdeath int32
+	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0); e != 0 {
+		return fmt.Errorf("read parent-death signal: %w", e)
+	}
 	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits|secbitNoSetuidFixup, 0, 0, 0, 0); e != 0 {
 		return fmt.Errorf("keep capabilities across the uid change: %w", e)
 	}
@@ -53,6 +61,11 @@ func asLeaseOwner(uid, gid uint32, fn func() error) error {
 		}
 		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0, 0, 0, 0); e != 0 {
 			errs = append(errs, fmt.Errorf("restore securebits: %w", e))
+		}
+		if pdeath != 0 {
+			if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(pdeath), 0); e != 0 {
+				errs = append(errs, fmt.Errorf("restore parent-death signal: %w", e))
+			}
 		}
 		if len(errs) > 0 {
 			return fmt.Errorf("%w: %w", errThreadTainted, errors.Join(errs...))
