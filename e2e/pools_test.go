@@ -177,7 +177,8 @@ func TestHostPoolPty(t *testing.T) {
 	t.Parallel()
 	st := newStateDir(t)
 	before := readInt(t, "/proc/sys/kernel/pty/nr")
-	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json"}, "hold", "ptys", "100000")...)
+	ev := filepath.Join(t.TempDir(), "ev.json")
+	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--evidence", ev}, "hold", "ptys", "100000")...)
 	if h.Probe.OK || h.Probe.Errno != "ENOSPC" || h.Probe.Data != fmt.Sprintf("ptys=%d", sandboxMaxPtys) {
 		t.Errorf("ptys until refused: probe %+v, want ENOSPC after %d", h.Probe, sandboxMaxPtys)
 	}
@@ -199,6 +200,9 @@ func TestHostPoolPty(t *testing.T) {
 		t.Errorf("second sandbox: 8 ptys = %d, probe %+v; want all 8\nstderr: %s", r.Code, r.Probe, r.Stderr)
 	}
 	h.finish()
+	if got := factGot(t, readEvidenceFile(t, ev), "resource", "devpts_max"); !strings.Contains(got, fmt.Sprintf("max=%d", sandboxMaxPtys)) {
+		t.Errorf("evidence devpts_max read %q, want max=%d", got, sandboxMaxPtys)
+	}
 	requireNoResidue(t, st)
 }
 
@@ -216,7 +220,8 @@ func TestHostPoolTCPMemory(t *testing.T) {
 	const conns = "32" // ~10 MiB of socket buffers each when nothing bounds them
 	st := newStateDir(t)
 	before := sockstatTCPPages(t)
-	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpfill", conns)...)
+	ev := filepath.Join(t.TempDir(), "ev.json")
+	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M", "--evidence", ev}, "hold", "tcpfill", conns)...)
 	initPid, _ := h.pids()
 	mem := memoryCgroupDir(t, initPid)
 	if mem == "" {
@@ -245,6 +250,9 @@ func TestHostPoolTCPMemory(t *testing.T) {
 	}
 	t.Logf("probe %s; kmem.tcp max %d; queued in netns %d; host TCP pages %d -> %d", h.Probe.Data, maxUse, queued, before, after)
 	h.finish()
+	if got := factGot(t, readEvidenceFile(t, ev), "resource", "tcp_memory_limit"); got != strconv.Itoa(limit) {
+		t.Errorf("evidence tcp_memory_limit read back %q, want %d", got, limit)
+	}
 
 	// Evidence reads the limit back: lifted, the resource boundary fails.
 	if r := cordon(t, hooksBin, st, probeArgs(withoutLayer("kmem-tcp", []string{"--json", "--memory", "64M"}), "inotify", "1")...); r.Outcome.FailureKind != "evidence_insufficient" || !slices.Contains(r.Outcome.Unverified, "resource") {

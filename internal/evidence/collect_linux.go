@@ -35,6 +35,8 @@ type Inputs struct {
 	// UserLimits are the /proc/sys/user/* values the init was told to set
 	// in the sandbox's user namespace (name -> value).
 	UserLimits map[string]uint64
+	// PtyMax is the max= of the sandbox's devpts instance at /dev/pts.
+	PtyMax int
 }
 
 var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
@@ -54,7 +56,7 @@ func Collect(in Inputs) map[string]Boundary {
 		Network:    func() []Check { return append(pick(ns, "net"), networkChecks(proc)...) },
 		Resource: func() []Check {
 			cs := append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...)
-			return append(cs, userLimitsCheck(in.Pid, in.UserLimits))
+			return append(cs, userLimitsCheck(in.Pid, in.UserLimits), ptyMaxCheck(proc, in.PtyMax))
 		},
 	}
 	b := map[string]Boundary{}
@@ -352,6 +354,25 @@ func filesystemChecks(proc string, in Inputs) []Check {
 		Check{Name: "writable_mounts_declared", Want: "writable only: " + strings.Join(in.WritableTargets, " "), Got: fmt.Sprintf("unexpectedly writable: %v", rw), OK: len(rw) == 0, Source: proc + "/mountinfo"},
 	)
 	return append(out, landlockProbe(proc, in))
+}
+
+// ptyMaxCheck reads the max= of the sandbox's devpts instance: the
+// kernel's pty count is host-wide, so each sandbox's instance is bounded.
+func ptyMaxCheck(proc string, max int) Check {
+	c := Check{Name: "devpts_max", Want: "max=" + strconv.Itoa(max), Source: proc + "/mountinfo"}
+	ms, err := readMountinfo(proc + "/mountinfo")
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	c.Got = "no devpts at /dev/pts"
+	for _, m := range ms {
+		if m.target == "/dev/pts" {
+			c.Got = m.fstype + " " + m.superOpts
+			c.OK = max > 0 && m.fstype == "devpts" && hasOpt(m.superOpts, c.Want)
+		}
+	}
+	return c
 }
 
 // landlockProbe judges Landlock by its effect, which /proc cannot show

@@ -66,3 +66,27 @@ func TestNSOwnerUID(t *testing.T) {
 		t.Errorf("userNSOwner(host, want 1000) = %+v, want got 0 and not ok", c)
 	}
 }
+
+func TestPtyMaxCheck(t *testing.T) {
+	tests := []struct {
+		name, mountinfo string
+		ok              bool
+	}{
+		{"bounded", "25 22 0:30 / /dev/pts rw,nosuid,noexec - devpts devpts rw,mode=620,ptmxmode=666,max=64\n", true},
+		{"unbounded", "25 22 0:30 / /dev/pts rw,nosuid,noexec - devpts devpts rw,mode=620,ptmxmode=666\n", false},
+		{"other bound", "25 22 0:30 / /dev/pts rw - devpts devpts rw,max=4096\n", false},
+		{"not devpts", "25 22 0:30 / /dev/pts rw - tmpfs tmpfs rw,max=64\n", false},
+		{"absent", "22 1 0:21 / / ro - tmpfs tmpfs rw\n", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "mountinfo"), []byte(tt.mountinfo), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if c := ptyMaxCheck(dir, 64); c.OK != tt.ok {
+				t.Errorf("ptyMaxCheck(%q) = %+v, want ok=%v", tt.mountinfo, c, tt.ok)
+			}
+		})
+	}
+}

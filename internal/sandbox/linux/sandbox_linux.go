@@ -187,6 +187,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		NoFile: nofile, FSize: fsize, ProbeDir: sbinit.ProbeDir,
 		ProbeControl: sbinit.ProbeControl, Probe: sbinit.ProbeDenied, Hostname: cfg.Hostname,
 		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env, UserLimits: cfg.UserLimits,
+		PtyMax: sbinit.MaxPtys,
 	}
 	// Seen from the host's cgroup namespace, the init must sit in the
 	// sandbox's own group in every hierarchy cordon uses.
