@@ -48,15 +48,18 @@ func asLeaseOwner(uid, gid uint32, fn func() error) error {
 	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0); e != 0 {
 		return fmt.Errorf("read parent-death signal: %w", e)
 	}
+	// This thread's own effective ids (root's, in practice), read per thread.
+	euid, _, _ := unix.RawSyscall(unix.SYS_GETEUID, 0, 0, 0)
+	egid, _, _ := unix.RawSyscall(unix.SYS_GETEGID, 0, 0, 0)
 	if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits|secbitNoSetuidFixup, 0, 0, 0, 0); e != 0 {
 		return fmt.Errorf("keep capabilities across the uid change: %w", e)
 	}
 	restore := func() error {
 		var errs []error
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), 0, ^uintptr(0)); e != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), euid, ^uintptr(0)); e != 0 {
 			errs = append(errs, fmt.Errorf("restore euid: %w", e))
 		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), 0, ^uintptr(0)); e != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, ^uintptr(0), egid, ^uintptr(0)); e != 0 {
 			errs = append(errs, fmt.Errorf("restore egid: %w", e))
 		}
 		if _, _, e := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, bits, 0, 0, 0, 0); e != 0 {
