@@ -40,7 +40,33 @@ func (sb *linuxSandbox) limitChecks() []evidence.Check {
 		return []evidence.Check{{Name: "cgroup_limits", Want: "readable", Got: "unreadable: " + err.Error(), Source: src}}
 	}
 	want := cgroup.Limits{MemoryBytes: sb.spec.Limits.MemoryBytes, Pids: sb.spec.Limits.Pids, CPUs: sb.spec.Limits.CPUs, TCPBytes: sb.tcpBytes}
-	return limitFacts(want, f, sb.cg.NoSwapAccounting(), src)
+	b, err := os.ReadFile("/proc/cmdline")
+	return append(limitFacts(want, f, sb.cg.NoSwapAccounting(), src), kernelAccountingFact(string(b), err))
+}
+
+// kernelAccountingFact: the memory cgroup charges kernel objects (open
+// files, pipe buffers, dentries, socket memory) only unless the host booted
+// with cgroup.memory=nokmem or =nosocket; docs/host-pools.md relies on it.
+func kernelAccountingFact(cmdline string, err error) evidence.Check {
+	c := evidence.Check{Name: "kernel_memory_accounting", Want: "no cgroup.memory=nokmem or nosocket on the kernel command line", Source: "/proc/cmdline"}
+	if err != nil {
+		c.Got = "unreadable: " + err.Error()
+		return c
+	}
+	c.Got, c.OK = "kernel and socket memory charged to the memory cgroup", true
+	for _, f := range strings.Fields(cmdline) {
+		if f == "--" {
+			break // what follows is the init's, not the kernel's
+		}
+		if v, ok := strings.CutPrefix(f, "cgroup.memory="); ok {
+			for _, o := range strings.Split(v, ",") {
+				if o == "nokmem" || o == "nosocket" {
+					c.Got, c.OK = f, false
+				}
+			}
+		}
+	}
+	return c
 }
 
 func hostFacts(l cgroup.Layout) evidence.Host {

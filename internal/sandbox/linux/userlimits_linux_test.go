@@ -30,3 +30,21 @@ func TestTCPLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestKernelAccountingFact(t *testing.T) {
+	for _, tt := range []struct {
+		cmdline string
+		err     error
+		ok      bool
+	}{
+		{"console=ttyS0 quiet psi=1", nil, true},
+		{"quiet cgroup.memory=nokmem", nil, false},
+		{"cgroup.memory=nosocket,nokmem quiet", nil, false},
+		{"quiet -- cgroup.memory=nokmem", nil, true}, // after "--": the init's arguments
+		{"", errors.New("unreadable"), false},
+	} {
+		if c := kernelAccountingFact(tt.cmdline, tt.err); c.OK != tt.ok {
+			t.Errorf("kernelAccountingFact(%q) = %+v, want ok=%v", tt.cmdline, c, tt.ok)
+		}
+	}
+}
