@@ -50,7 +50,7 @@ var errnoNames = map[syscall.Errno]string{
 	syscall.EEXIST: "EEXIST", syscall.EIO: "EIO", syscall.EXDEV: "EXDEV", syscall.ENOTDIR: "ENOTDIR",
 	syscall.EBADF: "EBADF", syscall.EFAULT: "EFAULT", syscall.ENOMEM: "ENOMEM", syscall.EBUSY: "EBUSY",
 	syscall.ENODEV: "ENODEV", syscall.EOPNOTSUPP: "EOPNOTSUPP", syscall.EHOSTUNREACH: "EHOSTUNREACH",
-	syscall.EADDRNOTAVAIL: "EADDRNOTAVAIL",
+	syscall.EADDRNOTAVAIL: "EADDRNOTAVAIL", syscall.EMFILE: "EMFILE",
 }
 
 func main() {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,11 @@ type Inputs struct {
 	Hostname            string
 	InitEnv             []string     // the init's exact environment, as passed
 	Masks               []MaskedPath // paths of the sandbox's /proc that must be masked
+	// UserLimits are the /proc/sys/user/* values the init was told to set
+	// in the sandbox's user namespace (name -> value).
+	UserLimits map[string]uint64
+	// PtyMax is the max= of the sandbox's devpts instance at /dev/pts.
+	PtyMax int
 }
 
 var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
@@ -50,7 +56,8 @@ func Collect(in Inputs) map[string]Boundary {
 		IPC:        func() []Check { return append(pick(ns, "ipc", "uts"), ipcChecks(proc, in)...) },
 		Network:    func() []Check { return append(pick(ns, "net"), networkChecks(proc)...) },
 		Resource: func() []Check {
-			return append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...)
+			cs := append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...)
+			return append(cs, userLimitsCheck(in.Pid, in.UserLimits), ptyMaxCheck(proc, in.PtyMax))
 		},
 	}
 	b := map[string]Boundary{}
@@ -262,6 +269,7 @@ func credentialChecks(proc string, t threads, in Inputs) []Check {
 		}
 		out = append(out, c)
 	}
+	out = append(out, userNSOwner(proc, in.LeaseUID))
 	// The init's environment is exactly what the trusted side passed:
 	// nothing of the host's (the program's own environment is built from
 	// declared values only).
@@ -355,6 +363,25 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	)
 	out = append(out, maskChecks(proc+"/mountinfo", ms, in.Masks, sandboxStat(proc))...)
 	return append(out, landlockProbe(proc, in))
+}
+
+// ptyMaxCheck reads the max= of the sandbox's devpts instance: the
+// kernel's pty count is host-wide, so each sandbox's instance is bounded.
+func ptyMaxCheck(proc string, max int) Check {
+	c := Check{Name: "devpts_max", Want: "max=" + strconv.Itoa(max), Source: proc + "/mountinfo"}
+	ms, err := readMountinfo(proc + "/mountinfo")
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	c.Got = "no devpts at /dev/pts"
+	for _, m := range ms {
+		if m.target == "/dev/pts" {
+			c.Got = m.fstype + " " + m.superOpts
+			c.OK = max > 0 && m.fstype == "devpts" && hasOpt(m.superOpts, c.Want)
+		}
+	}
+	return c
 }
 
 // landlockProbe judges Landlock by its effect, which /proc cannot show
@@ -591,4 +618,39 @@ func fdFlags(b []byte) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// nsGetOwnerUID is NS_GET_OWNER_UID (linux/nsfs.h): _IO(0xb7, 0x4).
+const nsGetOwnerUID = 0xb704
+
+// userNSOwner checks that the sandbox's user namespace is owned by the
+// lease's base uid, not host root: the kernel charges the namespace's
+// per-user counters (inotify instances and watches, namespace counts,
+// message-queue bytes, pending signals, locked memory) to its owner in the
+// host's namespace, so an owner of root would let the sandbox use up host
+// root's share.
+func userNSOwner(proc string, lease uint32) Check {
+	c := Check{Name: "user_namespace_owner", Want: strconv.FormatUint(uint64(lease), 10), Source: proc + "/ns/user: ioctl NS_GET_OWNER_UID"}
+	uid, err := nsOwnerUID(proc + "/ns/user")
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	c.Got = strconv.FormatUint(uint64(uid), 10)
+	c.OK = uid == lease
+	return c
+}
+
+// nsOwnerUID returns the host uid that owns the user namespace at path.
+func nsOwnerUID(path string) (uint32, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	var uid uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		return 0, fmt.Errorf("NS_GET_OWNER_UID: %w", e)
+	}
+	return uid, nil
 }

@@ -106,6 +106,7 @@ var TCB = []string{
 	"the host's root account and everything running as host root",
 	"the embedded store under the state directory (leases, write-ahead records)",
 	"the host binaries and libraries bound read-only into the sandbox (/usr and the /bin, /lib layout)",
+	"the host's /usr/bin/nsenter and /bin/cat, run by the trusted side to read the sandbox's /proc/sys/user limits",
 }
 
 // Assumptions are what must hold for the claim (contract section 2).
@@ -122,6 +123,7 @@ var NonClaims = []string{
 	"no claim about covert or side channels (timing, cache, CPU contention, /proc/loadavg-style global counters)",
 	"no VM-grade isolation: the kernel is shared with the host",
 	"no bound on disk filled through a read-write bind beyond RLIMIT_FSIZE per file; the root filesystem has no quota",
+	"host-wide pools bounded only through other limits: fs.file-max (open files are charged to the memory limit), kernel.pid_max (the pids limit), kernel.pty.max beyond 64 per sandbox, tcp_max_orphans (docs/host-pools.md)",
 	"no claim about what the program does inside its own boundary, nor about prompt or tool injection",
 	"the facts hold at collected_at, read before the program's first instruction; later changes are not observed by this record",
 	"no claim that a program reachable through the gateway (later issues) is safe; this record covers the sandbox only",

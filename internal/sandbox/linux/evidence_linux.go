@@ -39,8 +39,34 @@ func (sb *linuxSandbox) limitChecks() []evidence.Check {
 	if err != nil {
 		return []evidence.Check{{Name: "cgroup_limits", Want: "readable", Got: "unreadable: " + err.Error(), Source: src}}
 	}
-	want := cgroup.Limits{MemoryBytes: sb.spec.Limits.MemoryBytes, Pids: sb.spec.Limits.Pids, CPUs: sb.spec.Limits.CPUs}
-	return limitFacts(want, f, sb.cg.NoSwapAccounting(), src)
+	want := cgroup.Limits{MemoryBytes: sb.spec.Limits.MemoryBytes, Pids: sb.spec.Limits.Pids, CPUs: sb.spec.Limits.CPUs, TCPBytes: sb.tcpBytes}
+	b, err := os.ReadFile("/proc/cmdline")
+	return append(limitFacts(want, f, sb.cg.NoSwapAccounting(), src), kernelAccountingFact(string(b), err))
+}
+
+// kernelAccountingFact: the memory cgroup charges kernel objects (open
+// files, pipe buffers, dentries, socket memory) only unless the host booted
+// with cgroup.memory=nokmem or =nosocket; docs/host-pools.md relies on it.
+func kernelAccountingFact(cmdline string, err error) evidence.Check {
+	c := evidence.Check{Name: "kernel_memory_accounting", Want: "no cgroup.memory=nokmem or nosocket on the kernel command line", Source: "/proc/cmdline"}
+	if err != nil {
+		c.Got = "unreadable: " + err.Error()
+		return c
+	}
+	c.Got, c.OK = "kernel and socket memory charged to the memory cgroup", true
+	for _, f := range strings.Fields(cmdline) {
+		if f == "--" {
+			break // what follows is the init's, not the kernel's
+		}
+		if v, ok := strings.CutPrefix(f, "cgroup.memory="); ok {
+			for _, o := range strings.Split(v, ",") {
+				if o == "nokmem" || o == "nosocket" {
+					c.Got, c.OK = f, false
+				}
+			}
+		}
+	}
+	return c
 }
 
 func hostFacts(l cgroup.Layout) evidence.Host {
@@ -87,7 +113,19 @@ func limitFacts(want cgroup.Limits, f cgroup.Facts, noSwapAcct bool, src string)
 	if sw.Source == "" {
 		sw.Source = src
 	}
-	return append(out, sw)
+	// TCP socket buffers: charged to the group and bounded (v1:
+	// memory.kmem.tcp.limit_in_bytes, counted apart from the memory limit;
+	// v2: memory.max itself).
+	wantTCP := want.TCPBytes
+	if wantTCP <= 0 || f.Versions[cgroup.Memory] == 2 {
+		wantTCP = want.MemoryBytes
+	}
+	tcp := evidence.Check{Name: "tcp_memory_limit", Want: itoa(wantTCP), Got: itoa(f.TCPMemBytes), Source: f.Files["TCPMemBytes"],
+		OK: wantTCP > 0 && f.TCPMemBytes == wantTCP}
+	if tcp.Source == "" {
+		tcp.Got, tcp.Source = "not charged: this kernel has no memory.kmem.tcp.limit_in_bytes", src
+	}
+	return append(out, sw, tcp)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

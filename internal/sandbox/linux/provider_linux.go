@@ -147,14 +147,15 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		spec.ID = newID()
 	}
 	spec.Limits = withDefaults(spec.Limits)
-	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs}
+	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
+		TCPBytes: tcpLimit(spec.Limits.MemoryBytes, readHostTCPMem)}
 	if err := lim.Validate(); err != nil {
 		return nil, sandbox.Fail(sandbox.KindUsage, "limits", err)
 	}
 	if m := p.layout.Missing(); len(m) > 0 {
 		return nil, sandbox.Failf(sandbox.KindUnsupported, "provision", "cgroup controllers missing on this host: %v", m)
 	}
-	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{}), mainDone: make(chan struct{})}
+	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{}), mainDone: make(chan struct{}), tcpBytes: lim.TCPBytes}
 	defer func() {
 		if err != nil {
 			sb.Deprovision(context.WithoutCancel(ctx))
@@ -211,6 +212,13 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	sb.cg, err = cgroup.Create(p.layout, spec.ID, lim)
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindProvision, "cgroups", err)
+	}
+	if sb.skip("kmem-tcp") {
+		// Positive control (test builds): socket buffers still charged,
+		// no longer bounded.
+		for _, d := range sb.cg.Dirs() {
+			_ = os.WriteFile(filepath.Join(d, "memory.kmem.tcp.limit_in_bytes"), []byte("-1"), 0)
+		}
 	}
 	if err := sb.prepareTrees(); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -55,6 +56,7 @@ type linuxSandbox struct {
 	cg       *cgroup.Group
 	cfg      sbinit.Config
 	prog     *filter.Program
+	tcpBytes int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
 
 	cmd    *exec.Cmd
 	v1Home []string // the v1 tasks files the spawning thread came from
@@ -138,7 +140,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		MountDir: mountDir, Hostname: sb.hostname(), UID: sandboxUID, GID: sandboxGID,
 		TmpBytes: sb.spec.Limits.TmpBytes, NoFile: nofile, FSize: fsize,
 		Seccomp: prog.Raw, Argv: sb.spec.Argv, Env: mergeEnv(sb.spec.Env), Dir: sandboxHome,
-		TestSkip: sb.p.opts.TestSkip,
+		TestSkip: sb.p.opts.TestSkip, UserLimits: presentUserLimits(),
 	}
 	mounts := []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
 	var masks []evidence.MaskedPath
@@ -189,7 +191,8 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
 		NoFile: nofile, FSize: fsize, ProbeDir: sbinit.ProbeDir,
 		ProbeControl: sbinit.ProbeControl, Probe: sbinit.ProbeDenied, Hostname: cfg.Hostname,
-		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env, Masks: masks,
+		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env, Masks: masks, UserLimits: cfg.UserLimits,
+		PtyMax: sbinit.MaxPtys,
 	}
 	// Seen from the host's cgroup namespace, the init must sit in the
 	// sandbox's own group in every hierarchy cordon uses.
@@ -311,7 +314,10 @@ func (sb *linuxSandbox) exitText() string {
 // that forked exits (golang/go#27505). Before the fork the thread joins the
 // sandbox's v1 cgroups (v1 moves single threads), so the init is born in
 // them and its cgroup namespace is rooted there; on v2 clone3 places it
-// with CLONE_INTO_CGROUP.
+// with CLONE_INTO_CGROUP. For the clone the thread's effective uid is the
+// lease's (asLeaseOwner): the lease owns the sandbox's user namespace, and
+// the other namespaces, created by the same clone, belong to that user
+// namespace.
 func (sb *linuxSandbox) spawn() error {
 	daemon := sb.p.opts.Daemon
 	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
@@ -394,7 +400,17 @@ func (sb *linuxSandbox) spawn() error {
 		back, err := sb.joinV1()
 		t1 := time.Now()
 		if err == nil {
-			err = sb.cmd.Start()
+			// The lease, not host root, owns the new user namespace.
+			if sb.skip("userns-owner") {
+				err = sb.cmd.Start()
+			} else {
+				err = asLeaseOwner(lease.UID, lease.GID, sb.cmd.Start)
+			}
+			if err != nil && sb.cmd.Process != nil {
+				// Started, but this thread kept the lease's credentials.
+				_ = sb.cmd.Process.Kill()
+				_ = sb.cmd.Wait()
+			}
 			t2 := time.Now()
 			// Leave the memory group at once: its OOM killer scans the
 			// group's tasks, and this thread's mm is cordon's own.
@@ -440,6 +456,11 @@ func (sb *linuxSandbox) spawn() error {
 		}
 	}
 	return nil
+}
+
+// skip reports whether a test build was asked to leave out layer.
+func (sb *linuxSandbox) skip(layer string) bool {
+	return testHooks && slices.Contains(sb.p.opts.TestSkip, layer)
 }
 
 // joinV1 moves the calling thread into the sandbox's v1 cgroups and

@@ -42,14 +42,15 @@ var fakeFiles = map[int]map[string]string{
 		"cpu.max":                "max 100000\n",
 	},
 	1: {
-		"cgroup.procs":                "",
-		"tasks":                       "",
-		"memory.limit_in_bytes":       "9223372036854771712\n",
-		"memory.memsw.limit_in_bytes": "9223372036854771712\n",
-		"memory.oom_control":          "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
-		"pids.max":                    "max\n",
-		"cpu.cfs_period_us":           "100000\n",
-		"cpu.cfs_quota_us":            "-1\n",
+		"cgroup.procs":                   "",
+		"tasks":                          "",
+		"memory.limit_in_bytes":          "9223372036854771712\n",
+		"memory.memsw.limit_in_bytes":    "9223372036854771712\n",
+		"memory.kmem.tcp.limit_in_bytes": "9223372036854771712\n",
+		"memory.oom_control":             "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+		"pids.max":                       "max\n",
+		"cpu.cfs_period_us":              "100000\n",
+		"cpu.cfs_quota_us":               "-1\n",
 	},
 }
 
@@ -145,10 +146,13 @@ func TestCreateV2Fake(t *testing.T) {
 	}
 	wantFacts := Facts{
 		MemoryBytes: 64 << 20, MemswBytes: 64 << 20, Pids: 32, CPUQuotaUs: 50000, CPUPeriodUs: 100000,
-		Versions: map[Controller]int{Memory: 2, Pids: 2, CPU: 2},
+		// v2 charges socket buffers to memory.max: the TCP bound is it.
+		TCPMemBytes: 64 << 20,
+		Versions:    map[Controller]int{Memory: 2, Pids: 2, CPU: 2},
 		Files: map[string]string{
 			"MemoryBytes": filepath.Join(dir, "memory.max"), "MemswBytes": filepath.Join(dir, "memory.swap.max"),
-			"Pids": filepath.Join(dir, "pids.max"), "CPUQuotaUs": filepath.Join(dir, "cpu.max"), "CPUPeriodUs": filepath.Join(dir, "cpu.max"),
+			"TCPMemBytes": filepath.Join(dir, "memory.max"),
+			"Pids":        filepath.Join(dir, "pids.max"), "CPUQuotaUs": filepath.Join(dir, "cpu.max"), "CPUPeriodUs": filepath.Join(dir, "cpu.max"),
 		},
 		Dirs: []string{dir},
 	}
@@ -225,7 +229,7 @@ func TestCreateV2FakeNoSwapAccounting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Facts{MemoryBytes: 32 << 20, NoSwapAccounting: true, Pids: -1, CPUQuotaUs: -1, CPUPeriodUs: 100000}
+	want := Facts{MemoryBytes: 32 << 20, NoSwapAccounting: true, TCPMemBytes: 32 << 20, Pids: -1, CPUQuotaUs: -1, CPUPeriodUs: 100000}
 	if diff := cmp.Diff(want, facts, cmpopts.IgnoreFields(Facts{}, "Versions", "Files", "Dirs")); diff != "" {
 		t.Errorf("ReadBack() mismatch (-want +got):\n%s", diff)
 	}
@@ -268,18 +272,65 @@ func TestCreateHybridFake(t *testing.T) {
 		t.Errorf("Dirs() mismatch (-want +got):\n%s", diff)
 	}
 	want := map[string]string{
-		filepath.Join(mem, "cordon/hy/memory.limit_in_bytes"):       "67108864",
-		filepath.Join(mem, "cordon/hy/memory.memsw.limit_in_bytes"): "67108864",
-		filepath.Join(pids, "cordon/hy/pids.max"):                   "32",
-		filepath.Join(cpu, "cordon/hy/cpu.cfs_period_us"):           "100000",
-		filepath.Join(cpu, "cordon/hy/cpu.cfs_quota_us"):            "150000",
-		filepath.Join(uni, "cgroup.subtree_control"):                "", // no v2 controllers: untouched
+		filepath.Join(mem, "cordon/hy/memory.limit_in_bytes"):          "67108864",
+		filepath.Join(mem, "cordon/hy/memory.memsw.limit_in_bytes"):    "67108864",
+		filepath.Join(mem, "cordon/hy/memory.kmem.tcp.limit_in_bytes"): "67108864",
+		filepath.Join(pids, "cordon/hy/pids.max"):                      "32",
+		filepath.Join(cpu, "cordon/hy/cpu.cfs_period_us"):              "100000",
+		filepath.Join(cpu, "cordon/hy/cpu.cfs_quota_us"):               "150000",
+		filepath.Join(uni, "cgroup.subtree_control"):                   "", // no v2 controllers: untouched
 	}
 	if diff := cmp.Diff(want, readAll(t, want)); diff != "" {
 		t.Errorf("files after Create (-want +got):\n%s", diff)
 	}
 	if _, err := os.Stat(filepath.Join(uni, "cordon", "cgroup.subtree_control")); err != nil {
 		t.Errorf("tracking parent not created: %v", err)
+	}
+}
+
+// On v1 the TCP socket-buffer limit is its own file: TCPBytes when set,
+// the memory limit otherwise; a kernel without the file leaves it unset
+// (ReadBack reports 0, which evidence does not accept).
+func TestCreateV1FakeTCPLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		lim      Limits
+		omit     bool
+		wantFile string
+		wantRead int64
+	}{
+		{"explicit", Limits{MemoryBytes: 64 << 20, TCPBytes: 16 << 20}, false, "16777216", 16 << 20},
+		{"memory by default", Limits{MemoryBytes: 32 << 20}, false, "33554432", 32 << 20},
+		{"kernel without kmem.tcp", Limits{MemoryBytes: 32 << 20}, true, "", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			base := t.TempDir()
+			v1 := fakeFS{version: 1, omit: map[string]bool{tcpLimitV1: tt.omit}}
+			l := Layout{Mounts: map[Controller]Mount{}}
+			for _, c := range []Controller{Memory, Pids, CPU} {
+				p := filepath.Join(base, string(c))
+				if err := os.Mkdir(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				l.Mounts[c] = Mount{c, 1, p}
+			}
+			g, err := create(l, "tcp", tt.lim, &hooks{afterMkdir: v1.populate, beforeRmdir: v1.depopulate})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			t.Cleanup(func() { g.Remove() })
+			p := filepath.Join(base, string(Memory), "cordon/tcp", tcpLimitV1)
+			if b, err := os.ReadFile(p); (err == nil) == tt.omit || (err == nil && string(b) != tt.wantFile) {
+				t.Errorf("%s = %q, %v; want %q (absent: %v)", tcpLimitV1, b, err, tt.wantFile, tt.omit)
+			}
+			f, err := g.ReadBack()
+			if err != nil || f.TCPMemBytes != tt.wantRead {
+				t.Errorf("ReadBack().TCPMemBytes = %d, %v; want %d", f.TCPMemBytes, err, tt.wantRead)
+			}
+		})
+	}
+	if err := (Limits{TCPBytes: -1}).validate(); !errors.Is(err, ErrInvalidLimits) {
+		t.Errorf("validate(TCPBytes -1) = %v, want ErrInvalidLimits", err)
 	}
 }
 

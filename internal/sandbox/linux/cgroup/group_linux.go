@@ -52,6 +52,10 @@ type Limits struct {
 	// CPUs is a CFS bandwidth quota in CPUs per 100ms period (0.5 = half a CPU).
 	// It may exceed the host's CPU count, which then bounds it instead.
 	CPUs float64
+	// TCPBytes caps the socket buffers on v1 (memory.kmem.tcp, counted
+	// apart from MemoryBytes); 0 means MemoryBytes. v2 has no such file:
+	// socket memory counts against memory.max there.
+	TCPBytes int64
 }
 
 func (lim Limits) validate() error {
@@ -62,6 +66,9 @@ func (lim Limits) validate() error {
 		return fmt.Errorf("%w: memory limit %s is below the 8MiB minimum needed to start", ErrInvalidLimits, formatBytes(m))
 	case m > maxMemoryBytes:
 		return fmt.Errorf("%w: memory limit %s is above %s", ErrInvalidLimits, formatBytes(m), formatBytes(maxMemoryBytes))
+	}
+	if lim.TCPBytes < 0 {
+		return fmt.Errorf("%w: TCP memory limit %d is negative", ErrInvalidLimits, lim.TCPBytes)
 	}
 	switch p := lim.Pids; {
 	case p < 0:
@@ -251,6 +258,9 @@ func enableV2(mount string, cs []Controller, h *hooks) error {
 	return nil
 }
 
+// tcpLimitV1 bounds the TCP socket buffers of a v1 memory group.
+const tcpLimitV1 = "memory.kmem.tcp.limit_in_bytes"
+
 // writeLimits writes the set limits into the hierarchy of each controller.
 func (g *Group) writeLimits(l Layout, lim Limits) error {
 	if lim.MemoryBytes > 0 {
@@ -273,6 +283,21 @@ func (g *Group) writeLimits(l Layout, lim Limits) error {
 			g.noSwapAcct = true
 		case err != nil:
 			return err
+		}
+		// v1 charges TCP socket buffers to a memory group only once its
+		// TCP limit is set (v2 charges them to memory.max by default):
+		// without it a sandbox limited to 64 MiB pinned 1 GiB of the
+		// host's TCP memory. Bounded by TCPBytes (default the memory
+		// limit), on top of the memory limit (v1 counts them apart). A
+		// kernel without the file is recorded by ReadBack, not fatal here.
+		if m.Version == 1 {
+			tcp := v
+			if lim.TCPBytes > 0 {
+				tcp = strconv.FormatInt(lim.TCPBytes, 10)
+			}
+			if err := writeFile(filepath.Join(dir, tcpLimitV1), tcp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
 	}
 	if lim.Pids > 0 {

@@ -179,9 +179,13 @@ type Facts struct {
 	// not account swap, so nothing but the host's own swap size bounds it.
 	MemswBytes       int64
 	NoSwapAccounting bool
-	Pids             int64 // pids.max
-	CPUQuotaUs       int64 // cpu.cfs_quota_us (v1) or cpu.max (v2)
-	CPUPeriodUs      int64 // cpu.cfs_period_us (v1) or cpu.max (v2)
+	// TCPMemBytes bounds the group's TCP socket buffers: v1's
+	// memory.kmem.tcp.limit_in_bytes (0 when this kernel lacks it), or
+	// on v2 memory.max, which charges socket memory by default.
+	TCPMemBytes int64
+	Pids        int64 // pids.max
+	CPUQuotaUs  int64 // cpu.cfs_quota_us (v1) or cpu.max (v2)
+	CPUPeriodUs int64 // cpu.cfs_period_us (v1) or cpu.max (v2)
 	// Versions is the cgroup version each controller's limit came from.
 	Versions map[Controller]int
 	// Files names the file each fact above was read from, by field name.
@@ -255,6 +259,12 @@ func (g *Group) ReadBack() (Facts, error) {
 			f.MemswBytes = -1
 		default:
 			f.MemswBytes = f.MemoryBytes + swap
+		}
+		if d.version == 2 {
+			f.TCPMemBytes = f.MemoryBytes
+			f.Files["TCPMemBytes"] = f.Files["MemoryBytes"]
+		} else if err := limit("TCPMemBytes", dir, tcpLimitV1, &f.TCPMemBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return f, err
 		}
 	}
 	if d, ok := g.groupDirOf(Pids); ok {

@@ -125,7 +125,8 @@ func TestRealLifecycle(t *testing.T) {
 	}
 	want := Facts{
 		MemoryBytes: lim.MemoryBytes, MemswBytes: lim.MemoryBytes, Pids: lim.Pids,
-		CPUQuotaUs: 50000, CPUPeriodUs: 100000,
+		TCPMemBytes: lim.MemoryBytes, // v1 memory.kmem.tcp.limit_in_bytes, or v2 memory.max
+		CPUQuotaUs:  50000, CPUPeriodUs: 100000,
 		Versions: map[Controller]int{Memory: l.Mounts[Memory].Version, Pids: l.Mounts[Pids].Version, CPU: l.Mounts[CPU].Version},
 		Dirs:     g.Dirs(),
 	}

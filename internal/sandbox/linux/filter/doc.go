@@ -11,7 +11,9 @@
 // since its numbers mean different calls; x32 calls on amd64 carry bit
 // 0x40000000 in their number, which no rule matches, so they fail with EPERM
 // too. clone3 and openat2 fail with ENOSYS, so that libc falls back to clone
-// and openat, whose arguments the filter can see.
+// and openat, whose arguments the filter can see; so do the native AIO calls
+// (io_setup and the rest), whose one host-wide pool (fs.aio-max-nr) nothing
+// bounds per sandbox (docs/host-pools.md).
 //
 // The package must never:
 //   - allow a path into a namespace, mount, ptrace, bpf, perf, keyring,

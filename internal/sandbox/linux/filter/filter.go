@@ -108,13 +108,10 @@ var (
 		"timerfd_gettime", "timerfd_settime",
 	}
 
-	// eventSyscalls wait on descriptors. The legacy AIO calls are here too:
-	// unlike io_uring they perform no system calls on the agent's behalf.
+	// eventSyscalls wait on descriptors.
 	eventSyscalls = []string{
 		"epoll_create1", "epoll_ctl", "epoll_pwait", "epoll_pwait2",
 		"eventfd2", "ppoll", "pselect6", "pipe2",
-		"io_setup", "io_destroy", "io_submit", "io_cancel",
-		"io_getevents", "io_pgetevents",
 	}
 
 	// networkSyscalls use sockets. The network namespace decides what a
@@ -240,7 +237,17 @@ var deniedGroups = [][]string{
 // libc falls back to the older call: clone3's flags and openat2's mode are
 // behind a pointer that seccomp cannot read, while clone's and openat's are
 // plain arguments checked below.
-var enosysSyscalls = []string{"clone3", "openat2"}
+var enosysSyscalls = slices.Concat([]string{"clone3", "openat2"}, aioSyscalls)
+
+// aioSyscalls are Linux native AIO. io_setup reserves from fs.aio-max-nr,
+// one pool for the whole host that no cgroup or namespace bounds: one
+// sandbox exhausted it for everyone. ENOSYS, as on a kernel built without
+// CONFIG_AIO, which callers (libaio users, databases) already handle with
+// a thread-pool fallback; libuv and Node do not use it.
+var aioSyscalls = []string{
+	"io_setup", "io_destroy", "io_submit", "io_cancel",
+	"io_getevents", "io_pgetevents",
+}
 
 // modeArgSyscalls set or create file modes; the value is the index of the
 // mode argument. They are allowed only without setuid and setgid bits: on
@@ -295,8 +302,8 @@ func Build() (*Program, error) {
 }
 
 // Denied lists, for documentation and evidence, the syscall names that the
-// filter refuses outright (sorted): with EPERM, or with ENOSYS for clone3
-// and openat2.
+// filter refuses outright (sorted): with EPERM, or with ENOSYS for clone3,
+// openat2 and the native AIO calls.
 func Denied() []string {
 	names := slices.Concat(append(slices.Clone(deniedGroups), enosysSyscalls)...)
 	slices.Sort(names)

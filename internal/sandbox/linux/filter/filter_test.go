@@ -122,6 +122,8 @@ func TestFilter(t *testing.T) {
 		{name: "adjtimex", syscall: "adjtimex", want: action(retEPERM)},
 		{name: "clone(CLONE_NEWUSER)", syscall: "clone", args: []uint64{unix.CLONE_NEWUSER | uint64(unix.SIGCHLD)}, want: action(retEPERM)},
 		{name: "clone3", syscall: "clone3", want: action(retENOSYS)},
+		{name: "io_setup (host-wide aio-max-nr)", syscall: "io_setup", want: action(retENOSYS)},
+		{name: "io_submit", syscall: "io_submit", want: action(retENOSYS)},
 		{name: "openat2", syscall: "openat2", want: action(retENOSYS)},
 		{name: "chmod(04755)", syscall: "chmod", args: []uint64{0, 0o4755}, want: action(retEPERM)},
 		{name: "fchmodat(02755)", syscall: "fchmodat", args: []uint64{atFDCWD, 0, 0o2755}, want: action(retEPERM)},

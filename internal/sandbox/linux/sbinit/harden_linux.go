@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -30,6 +33,25 @@ func configureNamespaces(cfg *Config) error {
 	// /proc/sys read-only.
 	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0"), 0); err != nil {
 		return fmt.Errorf("limit user namespaces: %w", err)
+	}
+	// The per-user counters of this namespace (the kernel charges them to
+	// the lease, its owner, in the host's namespace as well): each uid
+	// inside gets at most these.
+	names := make([]string, 0, len(cfg.UserLimits))
+	for n := range cfg.UserLimits {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if skip(cfg, "userns-limits") {
+		names = nil
+	}
+	for _, n := range names {
+		if n == "" || strings.ContainsAny(n, "/\x00") || n[0] == '.' {
+			return fmt.Errorf("user limit %q: not a file name", n)
+		}
+		if err := os.WriteFile("/proc/sys/user/"+n, []byte(strconv.FormatUint(cfg.UserLimits[n], 10)), 0); err != nil {
+			return fmt.Errorf("set user limit %s: %w", n, err)
+		}
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)

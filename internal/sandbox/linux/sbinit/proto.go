@@ -94,6 +94,11 @@ type Config struct {
 	Argv          []string `json:"argv"`
 	Env           []string `json:"env"`
 	Dir           string   `json:"dir"`
+	// UserLimits are written to /proc/sys/user/<name> in the sandbox's
+	// user namespace before the init drops its capabilities: per-uid
+	// bounds on the kernel's per-user counters (inotify, fanotify,
+	// namespace counts) inside the sandbox. Names are bare file names.
+	UserLimits map[string]uint64 `json:"user_limits,omitempty"`
 	// TestSkip names hardening layers to leave out; honoured only in test
 	// builds (build tag cordon_testhooks), for positive controls.
 	TestSkip []string `json:"test_skip,omitempty"`
@@ -150,3 +155,9 @@ type Message struct {
 	Error string `json:"error,omitempty"`
 	Errno int    `json:"errno,omitempty"`
 }
+
+// MaxPtys bounds the sandbox's private devpts instance. kernel.pty.max
+// counts every instance on the host (all but pty.reserve of it is shared
+// by the non-initial instances, one per sandbox): without a per-instance
+// max one sandbox could take every pty the other sandboxes may get.
+const MaxPtys = 64

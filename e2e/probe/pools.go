@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Host-wide pools (docs/host-pools.md). Each op takes as much of one pool
+// as the kernel gives and keeps it (run under hold): the tests count what
+// was taken from outside and check that a host process and another
+// sandbox still get their share.
+func init() {
+	register("inotify", inotifyOp)
+	register("aio", aioOp)
+	register("ptys", ptysOp)
+	register("tcpfill", tcpfillOp)
+	register("pipes", pipesOp)
+}
+
+// kept keeps what the ops took alive until the process exits.
+var kept []any
+
+func count(a []string) (int, error) {
+	if len(a) < 1 {
+		return 0, fmt.Errorf("want a count")
+	}
+	n, err := strconv.Atoi(a[0])
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("count %q: want a positive number", a[0])
+	}
+	return n, nil
+}
+
+// inotifyOp creates up to N inotify instances and keeps them.
+func inotifyOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	got := 0
+	for got < n {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			return fmt.Sprintf("instances=%d", got), err
+		}
+		kept = append(kept, fd)
+		got++
+	}
+	return fmt.Sprintf("instances=%d", got), nil
+}
+
+// aioOp reserves N events of the host's fs.aio-max-nr with io_setup.
+func aioOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	var ctx uintptr
+	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(n), uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+		return "", e
+	}
+	kept = append(kept, ctx)
+	return fmt.Sprintf("reserved=%d", n), nil
+}
+
+// ptysOp opens up to N pseudo-terminals from /dev/ptmx and keeps them.
+func ptysOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	got := 0
+	for got < n {
+		f, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+		if err != nil {
+			return fmt.Sprintf("ptys=%d", got), unwrap(err)
+		}
+		kept = append(kept, f)
+		got++
+	}
+	return fmt.Sprintf("ptys=%d", got), nil
+}
+
+func unwrap(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// tcpfillOp opens N loopback connections and, on each, writes without
+// the peer ever reading until the kernel takes no more: the bytes queue in
+// the socket buffers of the sandbox's own network namespace.
+func tcpfillOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 1<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i, total), err
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i, total), err
+		}
+		kept = append(kept, c, s)
+		raw, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return "", err
+		}
+		var werr error
+		_ = raw.Control(func(fd uintptr) {
+			_ = unix.SetNonblock(int(fd), true)
+			for {
+				w, err := unix.Write(int(fd), buf)
+				if w > 0 {
+					total += int64(w)
+				}
+				if err != nil {
+					if err != unix.EAGAIN {
+						werr = err
+					}
+					return
+				}
+			}
+		})
+		if werr != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i+1, total), werr
+		}
+	}
+	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
+}
+
+// pipesOp creates N pipes and fills each until it takes no more; it
+// reports the bytes held and the capacity of the last pipe (the kernel
+// gives a user past fs.pipe-user-pages-soft one-page pipes).
+func pipesOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 64<<10)
+	var total int64
+	last := 0
+	for i := 0; i < n; i++ {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+			return fmt.Sprintf("pipes=%d bytes=%d lastsize=%d", i, total, last), err
+		}
+		kept = append(kept, p)
+		for {
+			w, err := unix.Write(p[1], buf)
+			if w > 0 {
+				total += int64(w)
+			}
+			if err != nil {
+				break
+			}
+		}
+		if last, err = unix.FcntlInt(uintptr(p[1]), unix.F_GETPIPE_SZ, 0); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("pipes=%d bytes=%d lastsize=%d", n, total, last), nil
+}
