@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Issue 9 item 1: root writes the --evidence record, often into the
@@ -174,6 +178,137 @@ func TestEvidenceWriteNeverFollowsTheSandbox(t *testing.T) {
 			}
 		}
 		hostUnchanged(t)
+	})
+	requireNoResidue(t, st)
+}
+
+// trapReport mirrors trapscan.Report in --json and the evidence record.
+type trapReport struct {
+	Root      string `json:"root"`
+	Sandbox   string `json:"sandbox"`
+	Traps     []trap `json:"traps"`
+	Entries   int    `json:"entries_scanned"`
+	Truncated string `json:"truncated"`
+}
+
+type trap struct {
+	Path   string `json:"path"`
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+}
+
+// Issue 9 item 8: what a program leaves in its workspace that can trap the
+// host user is reported after the run, from the host side, exactly; the
+// socket it left makes the next run refuse, saying which path to remove.
+// Control: a clean workspace, and links that stay inside, report nothing.
+func TestWorkspaceTrapsReported(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	st := newStateDir(t)
+	run := func(t *testing.T, ws, script string) (result, []trapReport, []trapReport) {
+		t.Helper()
+		ev := filepath.Join(t.TempDir(), "ev.json")
+		args := []string{"run", "--ro", probeDir + ":/probe", "--json", "--workspace", ws, "--evidence", ev, "--", "/bin/sh", "-c", script}
+		r := runCordon(t, st, runOpts{}, args...)
+		if r.Code != 0 {
+			t.Fatalf("cordon run %q = %d, want 0\nstderr: %s", script, r.Code, r.Stderr)
+		}
+		var out struct {
+			Traps []trapReport `json:"workspace_traps"`
+		}
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil {
+			t.Fatalf("--json line: %v\n%s", err, r.Stdout)
+		}
+		b, err := os.ReadFile(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			Traps []trapReport `json:"workspace_traps"`
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return r, out.Traps, rec.Traps
+	}
+
+	t.Run("control: clean workspace", func(t *testing.T) {
+		ws := filepath.Join(t.TempDir(), "ws")
+		mustMkdirOwned(t, ws, 2345)
+		r, js, ev := run(t, ws, `mkdir -p src && echo hi > src/a && ln -s src/a ok && mkdir d && ln -s ../src d/up && ln -s ../src/a d/b && ln -s missing dangling`)
+		for name, reps := range map[string][]trapReport{"--json": js, "evidence": ev} {
+			if len(reps) != 1 || reps[0].Root != ws || reps[0].Sandbox != "/workspace" || len(reps[0].Traps) != 0 || reps[0].Truncated != "" || reps[0].Entries < 6 {
+				t.Errorf("%s workspace_traps = %+v, want one report of %s with no traps, not truncated", name, reps, ws)
+			}
+		}
+		if strings.Contains(r.Stderr, "trap") {
+			t.Errorf("stderr mentions traps for a clean workspace: %q", r.Stderr)
+		}
+	})
+
+	t.Run("each kind of trap", func(t *testing.T) {
+		ws := filepath.Join(t.TempDir(), "ws")
+		mustMkdirOwned(t, ws, 2345)
+		// A program cannot create device nodes (no CAP_MKNOD, nodev); these
+		// stand for ones that are there after the run all the same.
+		if err := unix.Mknod(filepath.Join(ws, "disk"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(filepath.Join(ws, "mem"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 1))); err != nil {
+			t.Fatal(err)
+		}
+		evil := "evil\x1b]0;pwned\x07"
+		script := `set -e
+ln -s /root/.ssh/id_rsa README.md
+mkdir -p docs/deep && ln -s ../../../../etc/shadow docs/deep/notes
+ln -s /etc/passwd "$(printf 'evil\033]0;pwned\007')"
+echo fine > docs/ok.txt && ln -s docs/ok.txt inside
+mkfifo docs/pipe
+/probe/probe mksock /workspace/agent.sock >/dev/null`
+		r, js, ev := run(t, ws, script)
+		want := []trap{
+			{Path: "README.md", Kind: "symlink_out", Target: "/root/.ssh/id_rsa"},
+			{Path: "agent.sock", Kind: "socket"},
+			{Path: "disk", Kind: "block_device"},
+			{Path: "docs/deep/notes", Kind: "symlink_out", Target: "../../../../etc/shadow"},
+			{Path: "docs/pipe", Kind: "fifo"},
+			{Path: evil, Kind: "symlink_out", Target: "/etc/passwd"},
+			{Path: "mem", Kind: "char_device"},
+		}
+		slices.SortFunc(want, func(a, b trap) int { return strings.Compare(a.Path, b.Path) })
+		for name, reps := range map[string][]trapReport{"--json": js, "evidence": ev} {
+			if len(reps) != 1 {
+				t.Fatalf("%s workspace_traps = %+v, want one report", name, reps)
+			}
+			got := slices.Clone(reps[0].Traps)
+			slices.SortFunc(got, func(a, b trap) int { return strings.Compare(a.Path, b.Path) })
+			if !slices.Equal(got, want) {
+				t.Errorf("%s traps =\n  %q\nwant\n  %q", name, got, want)
+			}
+		}
+		// stderr names each one, escaped: no raw escape reaches the terminal.
+		for _, s := range []string{"README.md", "/root/.ssh/id_rsa", "docs/deep/notes", "docs/pipe", "agent.sock", "disk", "mem", `evil\u001b]0;pwned\u0007`} {
+			if !strings.Contains(r.Stderr, s) {
+				t.Errorf("stderr does not name %q:\n%s", s, r.Stderr)
+			}
+		}
+		if strings.ContainsRune(r.Stderr, 0x1b) || strings.Contains(r.Stderr, "docs/ok.txt") {
+			t.Errorf("stderr holds a raw escape or the inside link:\n%q", r.Stderr)
+		}
+		// The socket refuses the next run; the refusal says which path to
+		// remove. Once removed, the run works.
+		r2 := runCordon(t, st, runOpts{}, "run", "--json", "--workspace", ws, "--", "/bin/true")
+		sock := filepath.Join(ws, "agent.sock")
+		if r2.Code != 125 || !strings.Contains(r2.Stderr, sock) || !strings.Contains(r2.Stderr, "remove it") {
+			t.Errorf("next run = %d, stderr %q; want 125 naming %s and saying to remove it", r2.Code, r2.Stderr, sock)
+		}
+		if err := os.Remove(sock); err != nil {
+			t.Fatal(err)
+		}
+		if r3 := runCordon(t, st, runOpts{}, "run", "--workspace", ws, "--", "/bin/true"); r3.Code != 0 {
+			t.Errorf("run after removing the socket = %d, want 0\nstderr: %s", r3.Code, r3.Stderr)
+		}
 	})
 	requireNoResidue(t, st)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/signal"
@@ -21,6 +22,8 @@ import (
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/textsafe"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 type runFlags struct {
@@ -101,6 +104,9 @@ type Outcome struct {
 	Error           string        `json:"error,omitempty"`
 	Unverified      []string      `json:"unverified_boundaries,omitempty"`
 	DurationMS      int64         `json:"duration_ms"`
+	// WorkspaceTraps: what the program left in its writable binds that can
+	// trap a host user (exact names and targets).
+	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
 }
 
 // parseSpec validates every flag before anything is created.
@@ -371,10 +377,18 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		return finish(ExitRefused, err)
 	}
 	tr.mark("wait")
+	// The program and everything it started have ended: report what it
+	// left in the workspace that can trap the host user next.
+	if ts, ok := sb.(interface{ ScanTraps() []trapscan.Report }); ok {
+		out.WorkspaceTraps = ts.ScanTraps()
+		printTraps(g.stderr, out.WorkspaceTraps)
+		tr.mark("trap_scan")
+	}
 	now := time.Now().UTC()
 	if rec != nil {
 		rec.FinishedAt = &now
 		rec.Outcome = &evidence.Outcome{ExitCode: ex.Code, Signal: ex.Signal, OOM: ex.OOM, TimedOut: ex.TimedOut}
+		rec.WorkspaceTraps = out.WorkspaceTraps
 	}
 	evErr := writeEvidence()
 	out.Signal, out.OOM, out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
@@ -449,4 +463,33 @@ func checkEvidenceDir(path string) error {
 		return evidencePathError(&safefile.Error{Op: "check target", Path: path, Err: what})
 	}
 	return nil
+}
+
+// trapWhat says what each kind of trap does to a host user.
+var trapWhat = map[trapscan.Kind]string{
+	trapscan.SymlinkOut: "symlink leaving the workspace",
+	trapscan.FIFO:       "FIFO (whoever opens it blocks)",
+	trapscan.Socket:     "Unix socket (a way to whatever listens; the next run on this directory is refused until it is removed)",
+	trapscan.CharDevice: "character device",
+	trapscan.BlockDev:   "block device",
+}
+
+// printTraps reports traps on stderr for a person: every name and target
+// came from the program and goes through textsafe.
+func printTraps(w io.Writer, reps []trapscan.Report) {
+	for _, r := range reps {
+		if len(r.Traps) > 0 {
+			fmt.Fprintf(w, "cordon: the program left %d thing(s) in %s that can trap a host user; check before opening them:\n", len(r.Traps), textsafe.Line(r.Root))
+		}
+		for _, t := range r.Traps {
+			line := fmt.Sprintf("cordon:   %s: %s", textsafe.Line(t.Path), trapWhat[t.Kind])
+			if t.Kind == trapscan.SymlinkOut {
+				line += " -> " + textsafe.Line(t.Target)
+			}
+			fmt.Fprintln(w, line)
+		}
+		if r.Truncated != "" {
+			fmt.Fprintf(w, "cordon: the trap scan of %s stopped early (%s); what it did not see is not known to be clean\n", textsafe.Line(r.Root), textsafe.Line(r.Truncated))
+		}
+	}
 }
