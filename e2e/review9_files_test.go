@@ -312,3 +312,57 @@ mkfifo docs/pipe
 	})
 	requireNoResidue(t, st)
 }
+
+// Daemon sandboxes: the workspace is scanned when the sandbox stops; the
+// stop reply lists the traps exactly (--json) and stderr names them.
+// Control: a sandbox whose program leaves nothing reports none.
+func TestDaemonWorkspaceTrapsAtStop(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	for _, tt := range []struct {
+		name, script string
+		want         []trap
+	}{
+		{"clean", "mkdir -p src && echo x > src/a && ln -s src/a ok; exec sleep 1000", nil},
+		{"traps", "ln -s /root/.ssh/id_rsa README.md && mkfifo pipe; exec sleep 1000", []trap{
+			{Path: "README.md", Kind: "symlink_out", Target: "/root/.ssh/id_rsa"},
+			{Path: "pipe", Kind: "fifo"},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ws := userWorkspace(t)
+			if r := d.cli("sandbox", "create", tt.name, "--workspace", ws, "--", "/bin/sh", "-c", tt.script); r.Code != 0 {
+				t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
+			}
+			if r := d.cli("sandbox", "start", tt.name); r.Code != 0 {
+				t.Fatalf("start: %d %s", r.Code, r.Stderr)
+			}
+			waitFor(t, func() bool {
+				_, err := os.Lstat(filepath.Join(ws, map[bool]string{true: "ok", false: "pipe"}[tt.want == nil]))
+				return err == nil
+			}, "the program's files")
+			r := d.cli("sandbox", "stop", "--json", tt.name)
+			if r.Code != 0 {
+				t.Fatalf("stop: %d %s", r.Code, r.Stderr)
+			}
+			var info struct {
+				Traps []trapReport `json:"workspace_traps"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &info); err != nil {
+				t.Fatalf("stop --json: %v\n%s", err, r.Stdout)
+			}
+			if len(info.Traps) != 1 || info.Traps[0].Truncated != "" {
+				t.Fatalf("stop --json workspace_traps = %+v, want one complete report", info.Traps)
+			}
+			got := info.Traps[0].Traps
+			slices.SortFunc(got, func(a, b trap) int { return strings.Compare(a.Path, b.Path) })
+			if len(got) != len(tt.want) || (len(got) > 0 && !slices.Equal(got, tt.want)) {
+				t.Errorf("stop --json traps = %q, want %q", got, tt.want)
+			}
+			if r := d.cli("sandbox", "rm", tt.name); r.Code != 0 {
+				t.Fatalf("rm: %d %s", r.Code, r.Stderr)
+			}
+		})
+	}
+}
