@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // daemon is a `cordon daemon` the test started (by PID) on its own socket
@@ -24,7 +27,7 @@ type daemon struct {
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
 	done    chan struct{}
-	before  map[string]bool // cgroups that existed before the daemon
+	ids     *idWatch // the ids of the sandboxes this test's daemons created
 	logFile *os.File
 	failOK  bool // start may fail (cleanup)
 	// volumeDir is the daemon's volume directory (a temp dir per test).
@@ -47,7 +50,7 @@ func startDaemon(t *testing.T, state string, args ...string) *daemon {
 	volDir := t.TempDir()
 	os.Chmod(volDir, 0o711)
 	d := &daemon{t: t, bin: hooksBin, state: state, socket: filepath.Join(sockDir, "d.sock"), log: &bytes.Buffer{}, done: make(chan struct{}),
-		before: cgroupIDs(), volumeDir: volDir}
+		ids: watchSandboxIDs(t, state), volumeDir: volDir}
 	d.start(args...)
 	t.Cleanup(func() {
 		d.kill()
@@ -64,7 +67,7 @@ func startDaemon(t *testing.T, state string, args ...string) *daemon {
 			}
 			d.kill()
 		}
-		killNewCgroups(d.before)
+		killCgroupsOf(d.ids.seen())
 	})
 	return d
 }
@@ -104,11 +107,12 @@ func (d *daemon) start(args ...string) bool {
 	return false
 }
 
-// killNewCgroups SIGKILLs every process in a sandbox cgroup that did not
-// exist before (the test's own sandboxes) and removes those cgroups.
-func killNewCgroups(before map[string]bool) {
+// killCgroupsOf SIGKILLs every process in the cgroups of the sandboxes
+// ids (the test's own: other sandboxes run on this host at the same time,
+// and their cgroups are none of this test's business) and removes them.
+func killCgroupsOf(ids map[string]bool) {
 	for id := range cgroupIDs() {
-		if before[id] {
+		if !ids[id] {
 			continue
 		}
 		for _, ctl := range []string{"pids", "memory", "cpu", "cpuacct"} {
@@ -124,6 +128,50 @@ func killNewCgroups(before map[string]bool) {
 		time.Sleep(50 * time.Millisecond)
 		for _, ctl := range []string{"pids", "memory", "cpu", "cpuacct"} {
 			os.Remove(filepath.Join("/sys/fs/cgroup", ctl, "cordon", id))
+		}
+	}
+}
+
+// idWatch learns the id of every sandbox a daemon on one state dir
+// creates: the daemon creates <state>/logs/<id>.log before anything else
+// of the sandbox exists on the host (inotify on that directory).
+type idWatch struct {
+	fd  int
+	ids map[string]bool
+}
+
+func watchSandboxIDs(t *testing.T, state string) *idWatch {
+	t.Helper()
+	dir := filepath.Join(state, "logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("inotify_init1: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		t.Fatalf("watch %s: %v", dir, err)
+	}
+	return &idWatch{fd: fd, ids: map[string]bool{}}
+}
+
+// seen returns every id created so far.
+func (w *idWatch) seen() map[string]bool {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(w.fd, buf)
+		if err != nil || n <= 0 {
+			return w.ids
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			name := string(bytes.TrimRight(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)], "\x00"))
+			if id := strings.TrimSuffix(name, ".log"); isSandboxID(id) {
+				w.ids[id] = true
+			}
+			off += unix.SizeofInotifyEvent + int(ev.Len)
 		}
 	}
 }
@@ -317,8 +365,9 @@ func cgroupIDs() map[string]bool {
 func (d *daemon) assertNoResidue(live map[string]bool) {
 	t := d.t
 	t.Helper()
+	ours := d.ids.seen()
 	for id := range cgroupIDs() {
-		if !d.before[id] && !live[id] {
+		if ours[id] && !live[id] {
 			t.Errorf("cgroup residue %s", id)
 		}
 	}

@@ -113,7 +113,7 @@ func TestResourcePids(t *testing.T) {
 			if d := cgroupDirsOf(r.Outcome.SandboxID); len(d) != 0 {
 				t.Errorf("after the fork bomb: cgroup dirs %v remain, want removed", d)
 			}
-			if left := procsWithUIDIn(rec.Lease.UID, rec.Lease.UID+rec.Lease.Size); len(left) != 0 {
+			if left := procsWithUIDIn(r.Outcome.SandboxID, rec.Lease.UID, rec.Lease.UID+rec.Lease.Size); len(left) != 0 {
 				t.Errorf("after the fork bomb: processes in the leased range remain: %v", left)
 			}
 		})

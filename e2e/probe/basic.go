@@ -16,6 +16,15 @@ func init() {
 		return string(b), err
 	})
 	register("env", func([]string) (string, error) { return strings.Join(os.Environ(), "\n"), nil })
+	// mksock PATH: bind a Unix socket at PATH and leave it there.
+	register("mksock", func(a []string) (string, error) {
+		fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+		if err != nil {
+			return "", err
+		}
+		defer syscall.Close(fd)
+		return "", syscall.Bind(fd, &syscall.SockaddrUnix{Name: a[0]})
+	})
 	register("ids", func([]string) (string, error) {
 		g, err := os.Getgroups()
 		return fmt.Sprintf("uid=%d gid=%d euid=%d groups=%v", os.Getuid(), os.Getgid(), os.Geteuid(), g), err

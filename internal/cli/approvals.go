@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/approval"
+	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -373,34 +374,10 @@ func (g *globals) serveConsole(ctx context.Context, st *store.Store, listen stri
 	return nil
 }
 
-// writePrivate writes data to path atomically with mode 0600.
+// writePrivate writes data to path atomically with mode 0600, never
+// through a symlink (safefile).
 func writePrivate(path, data string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	// CreateTemp makes the file 0600; say so rather than rely on it.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.WriteString(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return safefile.WriteFile(path, []byte(data), 0o600)
 }
 
 // removeIfOurs removes path if it still holds data (another console may

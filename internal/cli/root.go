@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
@@ -152,10 +153,8 @@ func binaryDigest(stateDir string) string {
 	}
 	c.Key, c.SHA256 = key, hex.EncodeToString(h.Sum(nil))
 	if b, err := json.Marshal(c); err == nil {
-		tmp := cache + ".tmp"
-		if os.WriteFile(tmp, b, 0o600) == nil {
-			_ = os.Rename(tmp, cache)
-		}
+		_ = safefile.WriteFile(cache, b, 0o600) // a cache: never through a symlink
+
 	}
 	return c.SHA256
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/signal"
@@ -14,12 +15,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/ledger"
+	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/textsafe"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 type runFlags struct {
@@ -100,6 +104,9 @@ type Outcome struct {
 	Error           string        `json:"error,omitempty"`
 	Unverified      []string      `json:"unverified_boundaries,omitempty"`
 	DurationMS      int64         `json:"duration_ms"`
+	// WorkspaceTraps: what the program left in its writable binds that can
+	// trap a host user (exact names and targets).
+	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
 }
 
 // parseSpec validates every flag before anything is created.
@@ -192,6 +199,11 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 			return fail("--evidence: %v", err)
 		}
 		f.evidenceFile = abs
+	}
+	if f.evidenceFile != "" {
+		if err := checkEvidenceDir(f.evidenceFile); err != nil {
+			return sandbox.Spec{}, err
+		}
 	}
 	return spec, nil
 }
@@ -295,12 +307,17 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			}
 		}
 	}
-	writeEvidence := func() {
-		if f.evidenceFile != "" && rec != nil {
-			if werr := writeFileAtomic(f.evidenceFile, rec); werr != nil {
-				fmt.Fprintf(g.stderr, "cordon: write evidence: %s\n", textsafe.Line(werr.Error()))
-			}
+	// writeEvidence writes the record where --evidence says. The path may
+	// be in the workspace the program could change: see writeRecord.
+	writeEvidence := func() error {
+		if f.evidenceFile == "" || rec == nil {
+			return nil
 		}
+		werr := writeRecord(f.evidenceFile, rec)
+		if werr != nil {
+			fmt.Fprintf(g.stderr, "cordon: %s\n", describe(werr))
+		}
+		return werr
 	}
 	if err != nil {
 		writeEvidence()
@@ -360,12 +377,20 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		return finish(ExitRefused, err)
 	}
 	tr.mark("wait")
+	// The program and everything it started have ended: report what it
+	// left in the workspace that can trap the host user next.
+	if ts, ok := sb.(interface{ ScanTraps() []trapscan.Report }); ok {
+		out.WorkspaceTraps = ts.ScanTraps()
+		printTraps(g.stderr, out.WorkspaceTraps)
+		tr.mark("trap_scan")
+	}
 	now := time.Now().UTC()
 	if rec != nil {
 		rec.FinishedAt = &now
 		rec.Outcome = &evidence.Outcome{ExitCode: ex.Code, Signal: ex.Signal, OOM: ex.OOM, TimedOut: ex.TimedOut}
+		rec.WorkspaceTraps = out.WorkspaceTraps
 	}
-	writeEvidence()
+	evErr := writeEvidence()
 	out.Signal, out.OOM, out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
 	code := ex.Code
 	switch {
@@ -380,32 +405,91 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	case ex.OOM:
 		fmt.Fprintf(g.stderr, "cordon: the out-of-memory killer acted in the sandbox (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
 	}
+	if evErr != nil {
+		// The caller asked for the record and does not have it: that is
+		// cordon failing, whatever the program did (already on stderr).
+		fmt.Fprintf(g.stderr, "cordon: the program exited with status %d, but the evidence record was not written\n", code)
+		out.FailureKind, out.Error = sandbox.KindOf(evErr), evErr.Error()
+		code = ExitRefused
+	}
 	return finish(code, nil)
 }
 
 // checkpointEvery is how often a run signs an evidence-log checkpoint.
 const checkpointEvery = 5 * time.Second
 
-func writeFileAtomic(path string, v any) error {
+// writeRecord writes v as indented JSON to path for the caller. cordon
+// runs as root and path is often inside the workspace, which the program
+// owned until a moment ago: safefile opens the directory without following
+// a symlink anywhere, creates a randomly named temporary file exclusively
+// in it and renames it onto the target, and refuses a symlink or a
+// non-regular file at the target (design decision 15).
+func writeRecord(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return err
+		return sandbox.Fail(sandbox.KindInternal, "evidence", err)
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err := safefile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return evidencePathError(err)
+	}
+	return nil
+}
+
+// evidencePathError is a safefile error as a failure kind: a symlink or
+// something other than a regular file where the record goes is refused
+// (policy_rejected); anything else is the caller's path (usage).
+func evidencePathError(err error) error {
+	if errors.Is(err, safefile.ErrSymlink) || errors.Is(err, safefile.ErrNotRegular) {
+		return sandbox.Failf(sandbox.KindPolicyRejected, "evidence", "%v; refused: cordon never writes through a symlink or onto anything but a regular file (give a path without symlinks, and remove what is there)", err)
+	}
+	return sandbox.Fail(sandbox.KindUsage, "evidence", err)
+}
+
+// checkEvidenceDir refuses, before anything runs, an --evidence path whose
+// directory cannot be opened without following a symlink, or that names a
+// symlink or a non-regular file now.
+func checkEvidenceDir(path string) error {
+	fd, err := safefile.OpenDir(filepath.Dir(path))
 	if err != nil {
-		return err
+		return evidencePathError(err)
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, filepath.Base(path), &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		what := safefile.ErrNotRegular
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			what = safefile.ErrSymlink
+		}
+		return evidencePathError(&safefile.Error{Op: "check target", Path: path, Err: what})
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	return nil
+}
+
+// trapWhat says what each kind of trap does to a host user.
+var trapWhat = map[trapscan.Kind]string{
+	trapscan.SymlinkOut: "symlink leaving the workspace",
+	trapscan.FIFO:       "FIFO (whoever opens it blocks)",
+	trapscan.Socket:     "Unix socket (a way to whatever listens; the next run on this directory is refused until it is removed)",
+	trapscan.CharDevice: "character device",
+	trapscan.BlockDev:   "block device",
+}
+
+// printTraps reports traps on stderr for a person: every name and target
+// came from the program and goes through textsafe.
+func printTraps(w io.Writer, reps []trapscan.Report) {
+	for _, r := range reps {
+		if len(r.Traps) > 0 {
+			fmt.Fprintf(w, "cordon: the program left %d thing(s) in %s that can trap a host user; check before opening them:\n", len(r.Traps), textsafe.Line(r.Root))
+		}
+		for _, t := range r.Traps {
+			line := fmt.Sprintf("cordon:   %s: %s", textsafe.Line(t.Path), trapWhat[t.Kind])
+			if t.Kind == trapscan.SymlinkOut {
+				line += " -> " + textsafe.Line(t.Target)
+			}
+			fmt.Fprintln(w, line)
+		}
+		if r.Truncated != "" {
+			fmt.Fprintf(w, "cordon: the trap scan of %s stopped early (%s); what it did not see is not known to be clean\n", textsafe.Line(r.Root), textsafe.Line(r.Truncated))
+		}
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -411,7 +411,7 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 			if err := sf.do(cmd.Context(), "stop", hostmgr.NameArgs{Name: args[0]}, nil, &i); err != nil {
 				return err
 			}
-			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}) })
+			return g.print(sf, i, func() { printInfo(g, []hostmgr.Info{i}); printTraps(g.stderr, i.WorkspaceTraps) })
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "emergency stop: every sandbox of the daemon (root)")

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 // Schema identifies the evidence record format.
@@ -82,6 +83,10 @@ type Record struct {
 	CollectedAt     time.Time           `json:"collected_at"`
 	FinishedAt      *time.Time          `json:"finished_at,omitempty"`
 	Outcome         *Outcome            `json:"outcome,omitempty"`
+	// WorkspaceTraps is what the program left in each writable bind that
+	// can trap a host user (symlinks leaving it, FIFOs, sockets, devices),
+	// read by the trusted side after the program ended.
+	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
 }
 
 // LeaseFacts is the UID/GID range the sandbox was given.

@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 // DefaultSocket is where the daemon listens.
@@ -103,6 +104,8 @@ type box struct {
 	// execs are the exec'd processes being watched (signal), by pid.
 	execMu sync.Mutex
 	execs  map[int]*linux.Process
+	// traps is the workspace trap scan taken when the sandbox stopped.
+	traps []trapscan.Report
 }
 
 // New checks the options and returns a daemon; Run serves.

@@ -21,6 +21,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 // Spec is what a sandbox is created with; it holds no host path.
@@ -96,6 +97,9 @@ type Info struct {
 	Bypassed  []string  `json:"bypassed,omitempty"`
 	Argv      []string  `json:"argv,omitempty"`
 	Workspace bool      `json:"workspace,omitempty"`
+	// WorkspaceTraps: what the program left in its workspace that can
+	// trap a host user, scanned when the sandbox stopped (kept in memory).
+	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
 }
 
 // authorize finds the named sandbox and checks the caller may act on it.
@@ -641,6 +645,20 @@ func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
 		b.gw = nil
 	}
 	if b.sb != nil {
+		// Once its processes are dead, and before its descriptors close,
+		// report what the program left in its workspace that can trap the
+		// host user (only a sandbox this daemon built holds the workspace
+		// descriptor; one adopted after a restart does not).
+		if ts, ok := b.sb.(interface{ ScanTraps() []trapscan.Report }); ok && b.spec.Workspace {
+			if err := b.sb.Stop(ctx); err == nil {
+				b.traps = ts.ScanTraps()
+				for _, r := range b.traps {
+					if len(r.Traps) > 0 || r.Truncated != "" {
+						d.log.Warn("workspace traps", "name", b.rec.Name, "id", b.rec.ID, "root", r.Root, "traps", len(r.Traps), "truncated", r.Truncated)
+					}
+				}
+			}
+		}
 		if err := b.sb.Deprovision(ctx); err != nil {
 			d.log.Warn("deprovision", "name", b.rec.Name, "err", err)
 		}
@@ -733,7 +751,7 @@ func (d *Daemon) info(b *box) Info {
 	_ = json.Unmarshal(b.rec.Admitted, &adm)
 	i := Info{Name: b.rec.Name, ID: b.rec.ID, Owner: b.rec.OwnerUID, State: b.rec.State, Profile: string(b.profile), Drain: b.rec.Drain,
 		Level: b.rec.Level, InitPid: b.rec.InitPid, MainExit: b.rec.MainExit, Note: b.rec.Note, Admitted: adm, Created: b.rec.Created,
-		Argv: b.spec.Argv, Workspace: b.spec.Workspace}
+		Argv: b.spec.Argv, Workspace: b.spec.Workspace, WorkspaceTraps: b.traps}
 	if b.profile == FullControlLab {
 		i.Bypassed = LabBypasses
 	}

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/cordon-project/cordon/internal/safefile"
 )
 
 // Key files, in KeyDir(stateDir).
@@ -109,72 +111,21 @@ func checkPrivate(path string, fi fs.FileInfo) error {
 	return nil
 }
 
-// writeNew writes a 0600 file that must not exist yet: a temp file,
-// fsynced, then hard-linked into place, which fails if anything (even a
-// dangling symlink) has the name.
+// writeNew writes a 0600 file that must not exist yet (anything with the
+// name, even a dangling symlink, is ErrKeyExists), atomically and never
+// through a symlink (safefile).
 func writeNew(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-key-*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	err := safefile.WriteNew(path, data, 0o600)
+	if errors.Is(err, safefile.ErrExists) {
+		return fmt.Errorf("write %s: %w", path, ErrKeyExists)
 	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("write %s: %w", path, ErrKeyExists)
-		}
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(dir)
+	return err
 }
 
-// writePub replaces PubFile atomically with vkey (mode 0644).
+// writePub replaces PubFile atomically with vkey (mode 0644), never
+// through a symlink.
 func writePub(dir, vkey string) error {
-	path := filepath.Join(dir, PubFile)
-	tmp, err := os.CreateTemp(dir, ".tmp-pub-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.WriteString(vkey + "\n")
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return safefile.WriteFile(filepath.Join(dir, PubFile), []byte(vkey+"\n"), 0o644)
 }
 
 // loadKey reads dir's signer key, refusing a symlink, a file that is not

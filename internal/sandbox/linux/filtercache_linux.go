@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/filter"
 )
 
@@ -50,10 +51,8 @@ func seccompFor(stateDir, binarySHA string) (*filter.Program, error) {
 	return p, nil
 }
 
+// writeAtomic replaces path (in the state dir) atomically, never through
+// a symlink.
 func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return safefile.WriteFile(path, b, 0o600)
 }

@@ -86,7 +86,7 @@ func openWorkspaceFile(f *os.File, stateDir string, unsafeRoot bool) (*hostPath,
 		return nil, sandbox.Fail(sandbox.KindPolicyRejected, "workspace", err)
 	} else if sock != "" {
 		h.close()
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "the workspace holds a Unix socket (%s); socket-holding directories are never bound", sock)
+		return nil, socketRefusal("workspace", path, sock)
 	}
 	return h, nil
 }

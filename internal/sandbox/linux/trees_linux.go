@@ -100,7 +100,7 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, erro
 			return nil, sandbox.Fail(sandbox.KindPolicyRejected, "bind", err)
 		} else if sock != "" {
 			h.close()
-			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s holds a Unix socket (%s); socket-holding directories are never bound", src, sock)
+			return nil, socketRefusal("bind", src, sock)
 		}
 	}
 	return h, nil

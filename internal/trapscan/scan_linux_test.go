@@ -1,0 +1,174 @@
+package trapscan
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+)
+
+func scanDir(t *testing.T, dir string, lim Limits) Report {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	return Scan(fd, dir, lim)
+}
+
+func TestScanFindsEachTrap(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(p string) string { p = filepath.Join(dir, p); os.MkdirAll(filepath.Dir(p), 0o755); return p }
+	link := func(target, p string) {
+		if err := os.Symlink(target, mk(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Traps.
+	link("/root/.ssh/id_rsa", "README.md")
+	link("../../etc/passwd", "a/up")
+	link("..", "dotdot")
+	link("../../../nowhere", "a/b/dangling-up")
+	// Inside as written, outside as resolved: x/y/d -> ../.. is the root,
+	// so x/y/e -> d/../z climbs above it.
+	link("../..", "x/y/d")
+	link("d/../z", "x/y/e")
+	if err := syscall.Mkfifo(mk("q/fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", mk("sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var devs []Trap
+	if os.Geteuid() == 0 {
+		if err := unix.Mknod(mk("null"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(mk("dev/blk"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))); err != nil {
+			t.Fatal(err)
+		}
+		devs = []Trap{{Path: "dev/blk", Kind: BlockDev}, {Path: "null", Kind: CharDevice}}
+	}
+	// Not traps: regular files, directories, links that stay inside.
+	os.WriteFile(mk("src/main.go"), []byte("package main"), 0o644)
+	link("src/main.go", "main.go")
+	link("../src", "a/src")
+	link("missing-inside", "dangling-in")
+	link("loop", "loop")
+	link("x/y/d", "root-again") // resolves to the root itself
+
+	rep := scanDir(t, dir, DefaultLimits)
+	want := append([]Trap{
+		{Path: "README.md", Kind: SymlinkOut, Target: "/root/.ssh/id_rsa"},
+		{Path: "a/b/dangling-up", Kind: SymlinkOut, Target: "../../../nowhere"},
+		{Path: "a/up", Kind: SymlinkOut, Target: "../../etc/passwd"},
+		{Path: "dotdot", Kind: SymlinkOut, Target: ".."},
+		{Path: "q/fifo", Kind: FIFO},
+		{Path: "sock", Kind: Socket},
+		{Path: "x/y/e", Kind: SymlinkOut, Target: "d/../z"},
+	}, devs...)
+	sortTraps(rep.Traps)
+	sortTraps(want)
+	if diff := cmp.Diff(want, rep.Traps); diff != "" {
+		t.Errorf("Scan(%s) traps (-want +got):\n%s", dir, diff)
+	}
+	if rep.Truncated != "" || rep.Root != dir || rep.Entries < 20 {
+		t.Errorf("Scan(%s) = truncated %q, root %q, %d entries; want the whole tree", dir, rep.Truncated, rep.Root, rep.Entries)
+	}
+}
+
+func TestScanCleanTree(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "a/b"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a/b/f"), nil, 0o644)
+	os.Symlink("b/f", filepath.Join(dir, "a/link"))
+	rep := scanDir(t, dir, DefaultLimits)
+	if len(rep.Traps) != 0 || rep.Truncated != "" || rep.Entries != 4 {
+		t.Errorf("Scan(clean tree) = %+v, want no traps, 4 entries, not truncated", rep)
+	}
+}
+
+func TestScanBounds(t *testing.T) {
+	dir := t.TempDir()
+	deep := dir
+	for range 5 {
+		deep = filepath.Join(deep, "d")
+	}
+	os.MkdirAll(deep, 0o755)
+	for i := range 5 {
+		os.Symlink("/etc", filepath.Join(dir, "l"+string(rune('0'+i))))
+	}
+	tests := []struct {
+		name      string
+		lim       Limits
+		wantWhy   string
+		wantTraps int
+	}{
+		{"depth", Limits{MaxEntries: 100, MaxDepth: 2, MaxTraps: 100}, "deep", -1},
+		{"entries", Limits{MaxEntries: 3, MaxDepth: 100, MaxTraps: 100}, "entries", -1},
+		{"traps", Limits{MaxEntries: 100, MaxDepth: 100, MaxTraps: 2}, "traps", 2},
+	}
+	for _, tt := range tests {
+		rep := scanDir(t, dir, tt.lim)
+		if !strings.Contains(rep.Truncated, tt.wantWhy) || (tt.wantTraps >= 0 && len(rep.Traps) != tt.wantTraps) {
+			t.Errorf("%s: Scan with %+v = truncated %q, %d traps; want truncated mentioning %q", tt.name, tt.lim, rep.Truncated, len(rep.Traps), tt.wantWhy)
+		}
+	}
+}
+
+func sortTraps(ts []Trap) {
+	for i := range ts {
+		for j := i + 1; j < len(ts); j++ {
+			if ts[j].Path < ts[i].Path {
+				ts[i], ts[j] = ts[j], ts[i]
+			}
+		}
+	}
+}
+
+// FuzzScanSymlink: a symlink with any target (the program chooses it) is
+// reported exactly when it is absolute, climbs out as written, or the
+// kernel resolving it beneath the root leaves the root.
+func FuzzScanSymlink(f *testing.F) {
+	for _, s := range []string{"/etc/passwd", "..", "../x", "a/../../b", "sub/../sub/f", "d/../z", "./.", "sub", "x\x1b]0;title\x07", "//", "sub/../.."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		if target == "" || strings.IndexByte(target, 0) >= 0 || len(target) > 4000 {
+			return
+		}
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+		os.WriteFile(filepath.Join(dir, "sub", "f"), nil, 0o644)
+		os.Symlink("..", filepath.Join(dir, "sub", "d")) // the root
+		if err := os.Symlink(target, filepath.Join(dir, "sub", "l")); err != nil {
+			t.Skip(err)
+		}
+		rep := scanDir(t, dir, DefaultLimits)
+		reported := false
+		for _, tr := range rep.Traps {
+			if tr.Path == "sub/l" {
+				reported = tr.Kind == SymlinkOut && tr.Target == target
+			}
+		}
+		root, _ := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		defer unix.Close(root)
+		fd, err := unix.Openat2(root, "sub/l", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH})
+		if err == nil {
+			unix.Close(fd)
+		}
+		clean := filepath.Clean(filepath.Join("sub", target))
+		mustReport := strings.HasPrefix(target, "/") || clean == ".." || strings.HasPrefix(clean, "../") || err == unix.EXDEV
+		if mustReport != reported {
+			t.Errorf("symlink sub/l -> %q: reported %v, want %v (beneath: %v)", target, reported, mustReport, err)
+		}
+	})
+}
