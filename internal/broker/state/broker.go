@@ -27,6 +27,7 @@ const (
 	kindDenied       = "denied"
 	kindUnavailable  = "unavailable"
 	kindNoIdentity   = "no_identity"
+	kindBudget       = "budget_exceeded"
 )
 
 // opTimeout bounds one operation's round trip to the privileged side.
@@ -271,6 +272,10 @@ func (b *Broker) refuseErr(w http.ResponseWriter, o *outcome, resp Response, err
 		b.refuse(w, o, http.StatusRequestEntityTooLarge, kindTooLarge, err.Error(), map[string]any{"limit": resp.Limit})
 	case errors.Is(err, ErrInvalid):
 		b.refuse(w, o, http.StatusBadRequest, kindInvalid, err.Error(), nil)
+	case errors.Is(err, crossing.ErrBudgetExceeded):
+		// The sandbox's crossing rate or receipt bound: nothing was done.
+		o.reason = err.Error()
+		b.refuse(w, o, http.StatusTooManyRequests, kindBudget, "cordon: "+err.Error(), nil)
 	case errors.Is(err, crossing.ErrPolicyDenied):
 		// Not the policy's ids or text: only that it refused.
 		o.reason = err.Error()
