@@ -630,7 +630,9 @@ func (a *attachedSandbox) InitStartTime() uint64 { return a.start }
 func (a *attachedSandbox) Lease() store.Lease    { return a.rec.Lease }
 
 // Adopt places a trusted-side helper in the sandbox's cgroups.
-func (a *attachedSandbox) Adopt(pid int) error { return a.cg.AddProc(pid) }
+func (a *attachedSandbox) Adopt(pid int) error {
+	return cgroup.Open(a.p.layout, GatewayGroup(a.rec.ID)).AddProc(pid)
+}
 
 func (a *attachedSandbox) notHere(op string) error {
 	return sandbox.Failf(sandbox.KindUsage, op, "sandbox %s was attached after a restart: %s belongs to the process that spawned it", a.rec.ID, op)
@@ -722,6 +724,9 @@ func (a *attachedSandbox) Deprovision(ctx context.Context) error {
 	a.mu.Unlock()
 	if err := a.cg.Remove(); err != nil {
 		errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+	}
+	if err := cgroup.Open(a.p.layout, GatewayGroup(a.rec.ID)).Remove(); err != nil {
+		errs = append(errs, fmt.Errorf("remove gateway cgroups: %w", err))
 	}
 	if err := os.Remove(a.p.runSockPath(a.rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		a.p.opts.Logger.Warn("remove exec socket", "err", err)

@@ -1,0 +1,229 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// slowUpstream is an Anthropic Messages upstream whose streams send a
+// delta every 100ms until released (or 30s): a stream in flight for as
+// long as a test needs. started gets one value per request.
+type slowUpstream struct {
+	srv     *httptest.Server
+	started chan struct{}
+	release chan struct{}
+}
+
+func newSlowUpstream(t *testing.T) *slowUpstream {
+	u := &slowUpstream{started: make(chan struct{}, 16), release: make(chan struct{})}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/messages" || r.Header.Get("x-api-key") != fakeKey {
+			http.Error(w, `{"type":"error"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_slow", "type": "message", "role": "assistant",
+			"model": "claude-test-1", "content": []any{}, "stop_reason": nil, "usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})
+		sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+		select {
+		case u.started <- struct{}{}:
+		default:
+		}
+		deadline := time.After(30 * time.Second)
+	loop:
+		for {
+			select {
+			case <-u.release:
+				break loop
+			case <-deadline:
+				break loop
+			case <-r.Context().Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+				sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "tok "}})
+			}
+		}
+		sse(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+		sse(w, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
+			"usage": map[string]any{"output_tokens": 7}})
+		sse(w, "message_stop", map[string]any{"type": "message_stop"})
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// gatewayPidOf is the pid in the gateway's own cgroup of sandbox id
+// (<mount>/cordon/<id>--gw), read from the host.
+func gatewayPidOf(t *testing.T, id string) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, pid := range cgroupProcsOf(id + "--gw") {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.HasPrefix(string(b), "cordon-gateway") {
+				return pid
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no gateway process in the gateway cgroup of %s (dirs %v)", id, cgroupDirsOf(id+"--gw"))
+	return 0
+}
+
+type receiptLine struct {
+	Broker   string `json:"broker"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Identity struct {
+		SandboxID string `json:"sandbox_id"`
+	} `json:"identity"`
+	Usage struct {
+		OutputTokens int64 `json:"output_tokens"`
+	} `json:"usage"`
+}
+
+func receiptsOf(t *testing.T, st string) []receiptLine {
+	t.Helper()
+	r := cordon(t, cordonBin, st, "receipts", "--json")
+	if r.Code != 0 {
+		t.Fatalf("cordon receipts --json = %d\n%s", r.Code, r.Stderr)
+	}
+	var out []receiptLine
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if l == "" {
+			continue
+		}
+		var rc receiptLine
+		if err := json.Unmarshal([]byte(l), &rc); err != nil {
+			t.Fatalf("receipt line %q: %v", l, err)
+		}
+		out = append(out, rc)
+	}
+	return out
+}
+
+// A gateway killed during a stream the agent already received (here by
+// its pid, from the host: the OOM killer or a crash look the same) does
+// not let the crossing escape accounting: its whole reservation is
+// charged, a gateway_lost receipt records it, and the next call the
+// charged budget cannot hold is refused. Control: before the loss the
+// same call passes twice (a settled call charges what was used).
+func TestGatewayLostIsCharged(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	up := newSlowUpstream(t)
+	fake := &fakeUpstream{srv: up.srv}
+	// sdkclient asks max_tokens 256: one reservation of 256 output
+	// tokens fits a budget of 400, two do not.
+	cfg := gatewayConfig(t, fake, "budgets:\n  output_tokens: 400\n")
+	call := []string{"run", "--config", cfg, "--ro", probeDir + ":/probe", "--", "/probe/sdkclient", "anthropic-stream", "claude-test-1", "hi"}
+
+	// Control: two settled calls pass (7 tokens each are charged).
+	close(up.release)
+	for i := 0; i < 2; i++ {
+		if r := cordon(t, cordonBin, st, call...); r.Code != 0 {
+			t.Fatalf("control call %d = %d\nstdout: %s\nstderr: %s", i, r.Code, r.Stdout, r.Stderr)
+		}
+	}
+	up.release = make(chan struct{})
+	for len(up.started) > 0 {
+		<-up.started
+	}
+
+	p := startCordon(t, st, runOpts{}, call...)
+	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
+	gw := gatewayPidOf(t, id)
+	select {
+	case <-up.started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the stream never started\nstderr: %s", p.stderr())
+	}
+	time.Sleep(300 * time.Millisecond) // deltas reach the agent
+	if err := syscall.Kill(gw, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := p.wait(t, time.Minute)
+	if !strings.Contains(r.Stderr, "ended unexpectedly") {
+		t.Errorf("cordon's stderr does not report the lost gateway:\n%s", r.Stderr)
+	}
+	var lost []receiptLine
+	for _, rc := range receiptsOf(t, st) {
+		if rc.Identity.SandboxID == id && rc.Reason == "gateway_lost" {
+			lost = append(lost, rc)
+		}
+	}
+	if len(lost) != 1 || lost[0].Broker != "model" || lost[0].Usage.OutputTokens != 256 {
+		t.Fatalf("gateway_lost receipts of %s = %+v, want one model receipt charging the 256 reserved output tokens", id, lost)
+	}
+	// 14 used + 256 charged: another 256 is over the budget of 400.
+	close(up.release)
+	r = cordon(t, cordonBin, st, call...)
+	if r.Code == 0 || !strings.Contains(strings.ToLower(r.Stdout+r.Stderr), "budget") {
+		t.Fatalf("the call after the lost one = %d, want refused by the budget\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	requireNoResidue(t, st)
+}
+
+// The agent fills /tmp (tmpfs, charged to the sandbox's memory cgroup)
+// during a stream until the OOM killer acts. The gateway runs in its own
+// cgroup: the kill happens in the sandbox's group (its oom_kill count
+// rises) while the gateway's pid stays alive, and the crossing is
+// receipted and charged.
+func TestGatewaySurvivesSandboxOOM(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	up := newSlowUpstream(t)
+	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "")
+	p := startCordon(t, st, runOpts{}, "run", "--config", cfg, "--memory", "64M", "--tmp-size", "512M", "--ro", probeDir+":/probe", "--",
+		"/bin/sh", "-c", "/probe/sdkclient anthropic-stream claude-test-1 hi & sleep 2; dd if=/dev/zero of=/tmp/fill bs=1M count=400; wait; sleep 1")
+	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
+	gw := gatewayPidOf(t, id)
+	select {
+	case <-up.started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the stream never started\nstderr: %s", p.stderr())
+	}
+	oomFile := filepath.Join("/sys/fs/cgroup/memory/cordon", id, "memory.oom_control")
+	deadline := time.Now().Add(30 * time.Second)
+	var kills int64
+	for time.Now().Before(deadline) && kills == 0 {
+		b, err := os.ReadFile(oomFile)
+		if err != nil {
+			break
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "oom_kill" {
+				kills, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if kills == 0 {
+		t.Fatalf("no OOM kill in the sandbox's memory cgroup (%s): the attack did not happen\nstderr: %s", oomFile, p.stderr())
+	}
+	if !alive(gw) {
+		t.Fatalf("the gateway (pid %d) died when the sandbox's OOM killer acted (%d kills)", gw, kills)
+	}
+	close(up.release)
+	r := p.wait(t, time.Minute)
+	if strings.Contains(r.Stderr, "ended unexpectedly") {
+		t.Errorf("the gateway ended during the run:\n%s", r.Stderr)
+	}
+	var model []receiptLine
+	for _, rc := range receiptsOf(t, st) {
+		if rc.Identity.SandboxID == id && rc.Broker == "model" {
+			model = append(model, rc)
+		}
+	}
+	if len(model) != 1 || model[0].Usage.OutputTokens == 0 {
+		t.Fatalf("model receipts of %s = %+v, want the stream receipted and charged", id, model)
+	}
+	requireNoResidue(t, st)
+}
