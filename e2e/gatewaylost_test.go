@@ -77,6 +77,27 @@ func gatewayPidOf(t *testing.T, id string) int {
 	return 0
 }
 
+// gatewayOutcome is the "gateway" part of cordon run --json.
+type gatewayOutcome struct {
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	PidsLimit        int64 `json:"pids_limit"`
+	OOMKills         int64 `json:"oom_kills"`
+	EndedEarly       bool  `json:"ended_early"`
+	LostCrossings    int64 `json:"lost_crossings"`
+}
+
+func gatewayOutcomeOf(t *testing.T, r result) gatewayOutcome {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	var o struct {
+		Gateway *gatewayOutcome `json:"gateway"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &o); err != nil || o.Gateway == nil {
+		t.Fatalf("no gateway outcome in cordon run --json (%v): %s", err, r.Stdout)
+	}
+	return *o.Gateway
+}
+
 type receiptLine struct {
 	Broker   string `json:"broker"`
 	Decision string `json:"decision"`
@@ -137,7 +158,7 @@ func TestGatewayLostIsCharged(t *testing.T) {
 		<-up.started
 	}
 
-	p := startCordon(t, st, runOpts{}, call...)
+	p := startCordon(t, st, runOpts{}, append([]string{"run", "--json"}, call[1:]...)...)
 	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
 	gw := gatewayPidOf(t, id)
 	select {
@@ -152,6 +173,9 @@ func TestGatewayLostIsCharged(t *testing.T) {
 	r := p.wait(t, time.Minute)
 	if !strings.Contains(r.Stderr, "ended unexpectedly") {
 		t.Errorf("cordon's stderr does not report the lost gateway:\n%s", r.Stderr)
+	}
+	if g := gatewayOutcomeOf(t, r); !g.EndedEarly || g.LostCrossings != 1 {
+		t.Errorf("gateway outcome = %+v, want ended early with 1 lost crossing", g)
 	}
 	var lost []receiptLine
 	for _, rc := range receiptsOf(t, st) {
@@ -181,7 +205,7 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 	st := newStateDir(t)
 	up := newSlowUpstream(t)
 	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "")
-	p := startCordon(t, st, runOpts{}, "run", "--config", cfg, "--memory", "64M", "--tmp-size", "512M", "--ro", probeDir+":/probe", "--",
+	p := startCordon(t, st, runOpts{}, "run", "--json", "--config", cfg, "--memory", "64M", "--tmp-size", "512M", "--ro", probeDir+":/probe", "--",
 		"/bin/sh", "-c", "/probe/sdkclient anthropic-stream claude-test-1 hi & sleep 2; dd if=/dev/zero of=/tmp/fill bs=1M count=400; wait; sleep 1")
 	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
 	gw := gatewayPidOf(t, id)
@@ -196,6 +220,7 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 	for time.Now().Before(deadline) && kills == 0 {
 		b, err := os.ReadFile(oomFile)
 		if err != nil {
+			t.Logf("read %s: %v", oomFile, err)
 			break
 		}
 		for _, l := range strings.Split(string(b), "\n") {
@@ -215,6 +240,10 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 	r := p.wait(t, time.Minute)
 	if strings.Contains(r.Stderr, "ended unexpectedly") {
 		t.Errorf("the gateway ended during the run:\n%s", r.Stderr)
+	}
+	// The gateway stays bounded, by its own group, and reported.
+	if g := gatewayOutcomeOf(t, r); g.MemoryLimitBytes != 256<<20 || g.PidsLimit != 1024 || g.OOMKills != 0 || g.EndedEarly {
+		t.Errorf("gateway outcome = %+v, want its own limits (256MiB, 1024 tasks), no OOM kill, not ended early", g)
 	}
 	var model []receiptLine
 	for _, rc := range receiptsOf(t, st) {

@@ -16,9 +16,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/ledger"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/store"
 )
 
 type runFlags struct {
@@ -99,6 +101,20 @@ type Outcome struct {
 	Error           string        `json:"error,omitempty"`
 	Unverified      []string      `json:"unverified_boundaries,omitempty"`
 	DurationMS      int64         `json:"duration_ms"`
+	// Gateway reports the gateway's own cgroup and what it lost; absent
+	// without --config.
+	Gateway *GatewayOutcome `json:"gateway,omitempty"`
+}
+
+// GatewayOutcome is the gateway's part of a run's outcome: its own
+// cgroup's limits as read back, the OOM kills in it, and whether it ended
+// before the program (its open crossings then charged as gateway_lost).
+type GatewayOutcome struct {
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	PidsLimit        int64 `json:"pids_limit"`
+	OOMKills         int64 `json:"oom_kills"`
+	EndedEarly       bool  `json:"ended_early,omitempty"`
+	LostCrossings    int64 `json:"lost_crossings,omitempty"`
 }
 
 // parseSpec validates every flag before anything is created.
@@ -311,6 +327,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
 	}
+	var proc *gateway.Process
 	if gw != nil {
 		// Receipts are leaves of the evidence log; it signs a checkpoint
 		// every few seconds and once more after the gateway has stopped
@@ -335,7 +352,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			return finish(ExitRefused, err)
 		}
 		defer tools.stop(context.WithoutCancel(ctx))
-		proc, err := gw.start(sb, st, g.logger(), tools)
+		proc, err = gw.start(sb, st, g.logger(), tools)
 		if err != nil {
 			return finish(ExitRefused, err)
 		}
@@ -365,6 +382,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		rec.Outcome = &evidence.Outcome{ExitCode: ex.Code, Signal: ex.Signal, OOM: ex.OOM, TimedOut: ex.TimedOut}
 	}
 	writeEvidence()
+	if proc != nil {
+		out.Gateway = g.gatewayOutcome(prov, sb.ID(), proc)
+	}
 	out.Signal, out.OOM, out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
 	code := ex.Code
 	switch {
@@ -407,4 +427,22 @@ func writeFileAtomic(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// gatewayOutcome reads the gateway's cgroup back and reports on stderr
+// what a person must know: the gateway was OOM-killed or ended early.
+func (g *globals) gatewayOutcome(prov *linux.Provider, id string, proc *gateway.Process) *GatewayOutcome {
+	o := &GatewayOutcome{EndedEarly: proc.Exited(), LostCrossings: proc.Lost()}
+	f, kills, err := prov.GatewayFacts(id)
+	if err != nil {
+		g.logger().Warn("read the gateway's cgroup", "err", err)
+	}
+	o.MemoryLimitBytes, o.PidsLimit, o.OOMKills = f.MemoryBytes, f.Pids, kills
+	if kills > 0 {
+		fmt.Fprintf(g.stderr, "cordon: the out-of-memory killer acted in the gateway's own cgroup (memory limit %s)\n", FormatSize(f.MemoryBytes))
+	}
+	if o.EndedEarly {
+		fmt.Fprintf(g.stderr, "cordon: the gateway ended before the program; its open crossings were charged in full (reason %s)\n", store.ReasonGatewayLost)
+	}
+	return o
 }

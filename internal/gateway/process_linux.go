@@ -395,6 +395,16 @@ func (p *Process) Pid() int {
 	return p.cmd.Process.Pid
 }
 
+// Exited reports whether the gateway process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Lost is how many crossings were charged in full because the gateway
 // ended before settling them.
 func (p *Process) Lost() int64 { return p.lost.Load() }
