@@ -74,17 +74,10 @@ type receiptBudget struct {
 func (b *receiptBudget) admit(now time.Time, rate bool) (marker *crossing.Receipt, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if rate && b.lim.Rate > 0 {
-		burst := float64(max(b.lim.Burst, 1))
-		if b.last.IsZero() {
-			b.tokens, b.last = burst, now
+	if rate {
+		if err := b.take(now); err != nil {
+			return nil, err
 		}
-		b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*b.lim.Rate)
-		b.last = now
-		if b.tokens < 1 {
-			return nil, fmt.Errorf("%w: crossing rate: more than %g per second (burst %d) from this sandbox", crossing.ErrBudgetExceeded, b.lim.Rate, b.lim.Burst)
-		}
-		b.tokens--
 	}
 	if m := b.lim.MaxReceipts; m > 0 && b.written+b.open+b.pending >= m {
 		if rate {
@@ -103,6 +96,32 @@ func (b *receiptBudget) admit(now time.Time, rate bool) (marker *crossing.Receip
 	}
 	b.open++
 	return nil, nil
+}
+
+// rated takes one token of the crossing rate for work that writes no
+// receipt (a tools/list's policy decisions).
+func (b *receiptBudget) rated(now time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.take(now)
+}
+
+// take takes a token of the crossing rate; b.mu is held.
+func (b *receiptBudget) take(now time.Time) error {
+	if b.lim.Rate <= 0 {
+		return nil
+	}
+	burst := float64(max(b.lim.Burst, 1))
+	if b.last.IsZero() {
+		b.tokens, b.last = burst, now
+	}
+	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*b.lim.Rate)
+	b.last = now
+	if b.tokens < 1 {
+		return fmt.Errorf("%w: crossing rate: more than %g per second (burst %d) from this sandbox", crossing.ErrBudgetExceeded, b.lim.Rate, b.lim.Burst)
+	}
+	b.tokens--
+	return nil
 }
 
 // end closes an admitted crossing; wrote: it wrote its receipt.

@@ -59,6 +59,10 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 	var err error
 	switch req.Op {
 	case "tool_filter":
+		// Policy work per listed tool, no receipt: rate only.
+		if err = s.receipts.rated(time.Now()); err != nil {
+			break
+		}
 		resp.Allowed = make([]bool, len(req.Tools))
 		for i, r := range req.Tools {
 			if s.Tools.offered(r.Server, r.Tool) {
