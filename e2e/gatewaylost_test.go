@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -253,6 +254,64 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 	}
 	if len(model) != 1 || model[0].Usage.OutputTokens == 0 {
 		t.Fatalf("model receipts of %s = %+v, want the stream receipted and charged", id, model)
+	}
+	requireNoResidue(t, st)
+}
+
+// cordon itself SIGKILLed during a stream: the gateway dies with it
+// (parent-death signal) and nobody settles the reservation then. The next
+// `cordon gc` reclaims the sandbox and charges the reservation in full
+// with a gateway_lost receipt, durably: the next call the charged budget
+// cannot hold is refused.
+func TestGatewayLostAfterCordonKilled(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	up := newSlowUpstream(t)
+	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "budgets:\n  output_tokens: 400\n")
+	call := []string{"run", "--config", cfg, "--ro", probeDir + ":/probe", "--", "/probe/sdkclient", "anthropic-stream", "claude-test-1", "hi"}
+	p := startCordon(t, st, runOpts{}, call...)
+	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
+	gw := gatewayPidOf(t, id)
+	select {
+	case <-up.started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the stream never started\nstderr: %s", p.stderr())
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 5*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(gw) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(gw) {
+		t.Fatalf("the gateway (pid %d) outlived cordon", gw)
+	}
+	for _, rc := range receiptsOf(t, st) {
+		if rc.Identity.SandboxID == id {
+			t.Fatalf("a receipt of %s before reclaim: %+v (the control: nothing settled it)", id, rc)
+		}
+	}
+	if rep := runGC(t, st); !slices.Contains(rep.Reclaimed, id) {
+		t.Fatalf("cordon gc reclaimed %v, want %s", rep.Reclaimed, id)
+	}
+	var lost []receiptLine
+	for _, rc := range receiptsOf(t, st) {
+		if rc.Identity.SandboxID == id && rc.Reason == "gateway_lost" {
+			lost = append(lost, rc)
+		}
+	}
+	if len(lost) != 1 || lost[0].Usage.OutputTokens != 256 {
+		t.Fatalf("gateway_lost receipts of %s after gc = %+v, want one charging 256 output tokens", id, lost)
+	}
+	if d := cgroupDirsOf(id + "--gw"); len(d) != 0 {
+		t.Errorf("the gateway's cgroup dirs %v remain after gc", d)
+	}
+	close(up.release)
+	r := cordon(t, cordonBin, st, call...)
+	if r.Code == 0 || !strings.Contains(strings.ToLower(r.Stdout+r.Stderr), "budget") {
+		t.Fatalf("the call after the lost one = %d, want refused by the budget\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
 	requireNoResidue(t, st)
 }
