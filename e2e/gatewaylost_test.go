@@ -315,3 +315,48 @@ func TestGatewayLostAfterCordonKilled(t *testing.T) {
 	}
 	requireNoResidue(t, st)
 }
+
+// The daemon SIGKILLed during a stream of one of its sandboxes: the
+// sandbox lives on, its gateway died with the daemon. When the restarted
+// daemon adopts the sandbox and reopens its gateway, the reservation the
+// old gateway left open is charged in full (gateway_lost), and the next
+// call the charged budget cannot hold is refused.
+func TestDaemonRestartChargesLostCrossings(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	up := newSlowUpstream(t)
+	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "budgets:\n  output_tokens: 400\n")
+	if r := d.cli("sandbox", "create", "gw", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "gw"); r.Code != 0 {
+		t.Fatalf("start: %s", r.Stderr)
+	}
+	id := d.ls()["gw"].ID
+	stream := `curl -sS --max-time 60 -H 'content-type: application/json' -d '{"model":"claude-test-1","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hi"}]}' http://127.0.0.1:80/v1/messages`
+	if r := d.cli("sandbox", "exec", "gw", "--", "/bin/sh", "-c", stream+" >/dev/null 2>&1 </dev/null &"); r.Code != 0 {
+		t.Fatalf("exec: %d %s", r.Code, r.Stderr)
+	}
+	select {
+	case <-up.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream never started")
+	}
+	d.kill()
+	d.start()
+	var lost []receiptLine
+	for _, rc := range receiptsOf(t, st) {
+		if rc.Identity.SandboxID == id && rc.Reason == "gateway_lost" {
+			lost = append(lost, rc)
+		}
+	}
+	if len(lost) != 1 || lost[0].Usage.OutputTokens != 256 {
+		t.Fatalf("gateway_lost receipts of %s after the daemon restart = %+v, want one charging 256 output tokens", id, lost)
+	}
+	close(up.release)
+	r := d.cli("sandbox", "exec", "gw", "--", "/bin/sh", "-c", stream)
+	if !strings.Contains(strings.ToLower(r.Stdout), "budget") {
+		t.Fatalf("the call after the lost one: %d %s %s; want refused by the budget", r.Code, r.Stdout, r.Stderr)
+	}
+}
