@@ -64,7 +64,8 @@ type DaemonSandbox interface {
 	InitPid() int
 	InitStartTime() uint64
 	Lease() store.Lease
-	// Adopt places a trusted-side helper (the gateway) in the sandbox's cgroups.
+	// Adopt places a trusted-side helper (the gateway) in its own cgroups
+	// beside the sandbox's (gatewaycg_linux.go).
 	Adopt(pid int) error
 	// Signal sends sig to the init, which forwards it to the main program
 	// while that runs.
@@ -629,7 +630,8 @@ func (a *attachedSandbox) InitPid() int          { return a.pid }
 func (a *attachedSandbox) InitStartTime() uint64 { return a.start }
 func (a *attachedSandbox) Lease() store.Lease    { return a.rec.Lease }
 
-// Adopt places a trusted-side helper in the sandbox's cgroups.
+// Adopt places a trusted-side helper (the gateway) in its own cgroups
+// beside the sandbox's (gatewaycg_linux.go).
 func (a *attachedSandbox) Adopt(pid int) error {
 	return cgroup.Open(a.p.layout, GatewayGroup(a.rec.ID)).AddProc(pid)
 }
