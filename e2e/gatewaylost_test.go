@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -61,21 +62,45 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 	return u
 }
 
-// gatewayPidOf is the pid in the gateway's own cgroup of sandbox id
-// (<mount>/cordon/<id>--gw), read from the host.
+// gatewayPidOf is the gateway process of sandbox id, found in its own
+// cgroup (<mount>/cordon/<id>--gw) from the host.
 func gatewayPidOf(t *testing.T, id string) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, pid := range cgroupProcsOf(id + "--gw") {
-			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.HasPrefix(string(b), "cordon-gateway") {
-				return pid
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	return gatewayPidIn(t, id+"--gw")
+}
+
+// startCmd starts a prepared cordon command like startCordon does (files
+// for stdout and stderr, killed at cleanup).
+func startCmd(t *testing.T, cmd *exec.Cmd) *cordonProc {
+	t.Helper()
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	dir := t.TempDir()
+	p := &cordonProc{cmd: cmd, done: make(chan struct{})}
+	var err error
+	if p.out, err = os.Create(filepath.Join(dir, "stdout")); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no gateway process in the gateway cgroup of %s (dirs %v)", id, cgroupDirsOf(id+"--gw"))
-	return 0
+	if p.err, err = os.Create(filepath.Join(dir, "stderr")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.out.Close(); p.err.Close() })
+	cmd.Stdout, cmd.Stderr = p.out, p.err
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v: %v", cmd.Args, err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
 }
 
 // gatewayOutcome is the "gateway" part of cordon run --json.
@@ -196,66 +221,111 @@ func TestGatewayLostIsCharged(t *testing.T) {
 	requireNoResidue(t, st)
 }
 
-// The agent fills /tmp (tmpfs, charged to the sandbox's memory cgroup)
-// during a stream until the OOM killer acts. The gateway runs in its own
-// cgroup: the kill happens in the sandbox's group (its oom_kill count
-// rises) while the gateway's pid stays alive, and the crossing is
-// receipted and charged.
-func TestGatewaySurvivesSandboxOOM(t *testing.T) {
-	requireRoot(t)
-	st := newStateDir(t)
-	up := newSlowUpstream(t)
-	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "")
-	p := startCordon(t, st, runOpts{}, "run", "--json", "--config", cfg, "--memory", "64M", "--tmp-size", "512M", "--ro", probeDir+":/probe", "--",
-		"/bin/sh", "-c", "/probe/sdkclient anthropic-stream claude-test-1 hi & sleep 2; dd if=/dev/zero of=/tmp/fill bs=1M count=400; wait; sleep 1")
-	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
-	gw := gatewayPidOf(t, id)
-	select {
-	case <-up.started:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the stream never started\nstderr: %s", p.stderr())
-	}
-	oomFile := filepath.Join("/sys/fs/cgroup/memory/cordon", id, "memory.oom_control")
-	deadline := time.Now().Add(30 * time.Second)
-	var kills int64
-	for time.Now().Before(deadline) && kills == 0 {
-		b, err := os.ReadFile(oomFile)
-		if err != nil {
-			t.Logf("read %s: %v", oomFile, err)
-			break
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) == 2 && f[0] == "oom_kill" {
-				kills, _ = strconv.ParseInt(f[1], 10, 64)
+// gatewayPidIn is the gateway process among the pids of cgroup name.
+func gatewayPidIn(t *testing.T, name string) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, pid := range cgroupProcsOf(name) {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.HasPrefix(string(b), "cordon-gateway") {
+				return pid
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
-	if kills == 0 {
-		t.Fatalf("no OOM kill in the sandbox's memory cgroup (%s): the attack did not happen\nstderr: %s", oomFile, p.stderr())
+	t.Fatalf("no gateway process in cgroup %s", name)
+	return 0
+}
+
+// The agent streams a model answer with curl (small) and fills /tmp
+// (tmpfs, charged to the sandbox's memory cgroup) until the OOM killer
+// acts. The gateway runs in its own cgroup: the kills happen in the
+// sandbox's group (its oom_kill count rises), the trusted side sees its
+// gateway alive to the end of the program (not ended early, no OOM kill in
+// the gateway's group), and the crossing is receipted and charged.
+// Positive control (test build, the gateway placed in the sandbox's
+// cgroups as before): the same attack makes the OOM killer pick the
+// gateway, the largest process there — and the crossing is still charged
+// in full, as gateway_lost.
+func TestGatewaySurvivesSandboxOOM(t *testing.T) {
+	requireRoot(t)
+	const attack = `curl -sSN --max-time 60 -H 'content-type: application/json' ` +
+		`-d '{"model":"claude-test-1","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hi"}]}' ` +
+		`http://127.0.0.1:80/v1/messages >/dev/null & sleep 2; dd if=/dev/zero of=/tmp/fill bs=1M count=400; wait; sleep 1`
+	for _, tc := range []struct {
+		name     string
+		bin      string
+		extra    []string
+		ownGroup bool // the gateway is in <id>--gw
+	}{
+		{"own cgroup", cordonBin, nil, true},
+		{"control: in the sandbox's cgroup", hooksBin, []string{"--test-skip-layer", "gateway-cgroup"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStateDir(t)
+			up := newSlowUpstream(t)
+			cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "")
+			cmd := exec.Command(tc.bin, append(append([]string{"--state-dir", st}, tc.extra...), "run", "--json", "--config", cfg,
+				"--memory", "64M", "--tmp-size", "512M", "--", "/bin/sh", "-c", attack)...)
+			p := startCmd(t, cmd)
+			id, _ := waitSandboxRunning(t, p, st, "curl")
+			group := id + "--gw"
+			if !tc.ownGroup {
+				group = id
+			}
+			gw := gatewayPidIn(t, group)
+			select {
+			case <-up.started:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the stream never started\nstderr: %s", p.stderr())
+			}
+			oomFile := filepath.Join("/sys/fs/cgroup/memory/cordon", id, "memory.oom_control")
+			var kills int64
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && kills == 0; time.Sleep(10 * time.Millisecond) {
+				b, err := os.ReadFile(oomFile)
+				if err != nil {
+					t.Logf("read %s: %v", oomFile, err)
+					break
+				}
+				for _, l := range strings.Split(string(b), "\n") {
+					if f := strings.Fields(l); len(f) == 2 && f[0] == "oom_kill" {
+						kills, _ = strconv.ParseInt(f[1], 10, 64)
+					}
+				}
+			}
+			if kills == 0 {
+				t.Fatalf("no OOM kill in the sandbox's memory cgroup (%s): the attack did not happen\nstderr: %s", oomFile, p.stderr())
+			}
+			if !tc.ownGroup {
+				for end := time.Now().Add(20 * time.Second); alive(gw) && time.Now().Before(end); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if alive(gw) {
+					t.Fatalf("control: the gateway (pid %d) in the sandbox's cgroup survived its OOM killer (%d kills): the attack proves nothing", gw, kills)
+				}
+			}
+			close(up.release)
+			r := p.wait(t, time.Minute)
+			g := gatewayOutcomeOf(t, r)
+			lost := strings.Contains(r.Stderr, "ended unexpectedly")
+			if tc.ownGroup && (lost || g.EndedEarly || g.OOMKills != 0 || g.MemoryLimitBytes != 256<<20 || g.PidsLimit != 1024) {
+				t.Errorf("gateway outcome %+v, lost %v; want it alive to the end in its own group (256MiB, 1024 tasks), no OOM kill there\nstderr: %s", g, lost, r.Stderr)
+			}
+			if !tc.ownGroup && (!lost || !g.EndedEarly || g.LostCrossings != 1) {
+				t.Errorf("control: gateway outcome %+v, lost %v; want it ended early with its stream lost\nstderr: %s", g, lost, r.Stderr)
+			}
+			var model []receiptLine
+			for _, rc := range receiptsOf(t, st) {
+				if rc.Identity.SandboxID == id && rc.Broker == "model" {
+					model = append(model, rc)
+				}
+			}
+			if len(model) != 1 || model[0].Usage.OutputTokens == 0 || !tc.ownGroup && model[0].Reason != "gateway_lost" {
+				t.Fatalf("model receipts of %s = %+v, want the stream receipted and charged (gateway_lost in the control)", id, model)
+			}
+			requireNoResidue(t, st)
+		})
 	}
-	if !alive(gw) {
-		t.Fatalf("the gateway (pid %d) died when the sandbox's OOM killer acted (%d kills)", gw, kills)
-	}
-	close(up.release)
-	r := p.wait(t, time.Minute)
-	if strings.Contains(r.Stderr, "ended unexpectedly") {
-		t.Errorf("the gateway ended during the run:\n%s", r.Stderr)
-	}
-	// The gateway stays bounded, by its own group, and reported.
-	if g := gatewayOutcomeOf(t, r); g.MemoryLimitBytes != 256<<20 || g.PidsLimit != 1024 || g.OOMKills != 0 || g.EndedEarly {
-		t.Errorf("gateway outcome = %+v, want its own limits (256MiB, 1024 tasks), no OOM kill, not ended early", g)
-	}
-	var model []receiptLine
-	for _, rc := range receiptsOf(t, st) {
-		if rc.Identity.SandboxID == id && rc.Broker == "model" {
-			model = append(model, rc)
-		}
-	}
-	if len(model) != 1 || model[0].Usage.OutputTokens == 0 {
-		t.Fatalf("model receipts of %s = %+v, want the stream receipted and charged", id, model)
-	}
-	requireNoResidue(t, st)
 }
 
 // cordon itself SIGKILLed during a stream: the gateway dies with it
