@@ -313,6 +313,7 @@ func Start(o StartOptions) (*Process, error) {
 // Kill ends the gateway process at once (emergency stop): its listeners
 // close with it. Stop still has to be called to release what it held.
 func (p *Process) Kill() {
+	p.stopping.Store(true) // an emergency stop, not a lost gateway
 	if p.cmd.Process != nil {
 		_ = p.cmd.Process.Kill()
 	}
