@@ -408,4 +408,9 @@ func (p *Process) Exited() bool {
 
 // Lost is how many crossings were charged in full because the gateway
 // ended before settling them.
-func (p *Process) Lost() int64 { return p.lost.Load() }
+func (p *Process) Lost() int64 {
+	if p.Exited() {
+		p.settleLost() // waits for the charge if it is under way
+	}
+	return p.lost.Load()
+}
