@@ -34,6 +34,8 @@ tools:
   - name: t
     command: [/tools/mcpserver]
     binds: [{source: $out/probe, target: /tools}]
+# the tool path, not the per-sandbox crossing bounds (docs/config.md)
+crossings: {max_receipts: 100000000, rate: 100000, burst: 100000}
 YAML
 echo "load before: $(cat /proc/loadavg)" >&2
 direct=$("$out/probe/mcpclient" bench "$calls" echo '{"text":"hi"}' -- "$out/probe/mcpserver")

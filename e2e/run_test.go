@@ -1035,6 +1035,9 @@ func TestRunSIGKILLResidue(t *testing.T) {
 			if d := cgroupDirsOf(id); len(d) == 0 {
 				t.Errorf("after SIGKILL of cordon: no cgroup dir of %s remains, want the residue to be there", id)
 			}
+			if d := cgroupDirsOf(id + "--gw"); len(d) == 0 {
+				t.Errorf("after SIGKILL of cordon: no gateway cgroup dir of %s remains, want the residue to be there", id)
+			}
 			reclaimed, nextLease := tt.reclaim(t, st)
 			if reclaimed != nil && !slices.Contains(reclaimed, id) {
 				t.Errorf("%s: reclaimed %v, want %s among them", tt.name, reclaimed, id)
@@ -1057,6 +1060,9 @@ func TestRunSIGKILLResidue(t *testing.T) {
 			}
 			if d := cgroupDirsOf(id); len(d) != 0 {
 				t.Errorf("%s: cgroup dirs %v remain, want removed", tt.name, d)
+			}
+			if d := cgroupDirsOf(id + "--gw"); len(d) != 0 {
+				t.Errorf("%s: gateway cgroup dirs %v remain, want removed", tt.name, d)
 			}
 			requireNoResidue(t, st)
 		})

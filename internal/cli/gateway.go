@@ -226,6 +226,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 			CallLimit: callLimit, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL, SkipApprovals: lab},
 		ToolPipes: pipes,
 		State:     state,
+		Crossings: gateway.CrossingLimits{MaxReceipts: c.Crossings.MaxReceipts, Rate: float64(c.Crossings.Rate), Burst: c.Crossings.Burst},
 	})
 	if err != nil {
 		return nil, sandbox.Fail(sandbox.KindStart, "gateway", fmt.Errorf("%w", err))

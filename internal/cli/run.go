@@ -18,10 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/ledger"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
@@ -107,6 +109,20 @@ type Outcome struct {
 	// WorkspaceTraps: what the program left in its writable binds that can
 	// trap a host user (exact names and targets).
 	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
+	// Gateway reports the gateway's own cgroup and what it lost; absent
+	// without --config.
+	Gateway *GatewayOutcome `json:"gateway,omitempty"`
+}
+
+// GatewayOutcome is the gateway's part of a run's outcome: its own
+// cgroup's limits as read back, the OOM kills in it, and whether it ended
+// before the program (its open crossings then charged as gateway_lost).
+type GatewayOutcome struct {
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	PidsLimit        int64 `json:"pids_limit"`
+	OOMKills         int64 `json:"oom_kills"`
+	EndedEarly       bool  `json:"ended_early,omitempty"`
+	LostCrossings    int64 `json:"lost_crossings,omitempty"`
 }
 
 // parseSpec validates every flag before anything is created.
@@ -329,6 +345,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
 	}
+	var proc *gateway.Process
 	if gw != nil {
 		// Receipts are leaves of the evidence log; it signs a checkpoint
 		// every few seconds and once more after the gateway has stopped
@@ -353,7 +370,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			return finish(ExitRefused, err)
 		}
 		defer tools.stop(context.WithoutCancel(ctx))
-		proc, err := gw.start(sb, st, g.logger(), tools)
+		proc, err = gw.start(sb, st, g.logger(), tools)
 		if err != nil {
 			return finish(ExitRefused, err)
 		}
@@ -391,6 +408,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		rec.WorkspaceTraps = out.WorkspaceTraps
 	}
 	evErr := writeEvidence()
+	if proc != nil {
+		out.Gateway = g.gatewayOutcome(prov, sb.ID(), proc)
+	}
 	out.Signal, out.OOM, out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
 	code := ex.Code
 	switch {
@@ -492,4 +512,22 @@ func printTraps(w io.Writer, reps []trapscan.Report) {
 			fmt.Fprintf(w, "cordon: the trap scan of %s stopped early (%s); what it did not see is not known to be clean\n", textsafe.Line(r.Root), textsafe.Line(r.Truncated))
 		}
 	}
+}
+
+// gatewayOutcome reads the gateway's cgroup back and reports on stderr
+// what a person must know: the gateway was OOM-killed or ended early.
+func (g *globals) gatewayOutcome(prov *linux.Provider, id string, proc *gateway.Process) *GatewayOutcome {
+	o := &GatewayOutcome{EndedEarly: proc.Exited(), LostCrossings: proc.Lost()}
+	f, kills, err := prov.GatewayFacts(id)
+	if err != nil {
+		g.logger().Warn("read the gateway's cgroup", "err", err)
+	}
+	o.MemoryLimitBytes, o.PidsLimit, o.OOMKills = f.MemoryBytes, f.Pids, kills
+	if kills > 0 {
+		fmt.Fprintf(g.stderr, "cordon: the out-of-memory killer acted in the gateway's own cgroup (memory limit %s)\n", FormatSize(f.MemoryBytes))
+	}
+	if o.EndedEarly {
+		fmt.Fprintf(g.stderr, "cordon: the gateway ended before the program; its open crossings were charged in full (reason %s)\n", store.ReasonGatewayLost)
+	}
+	return o
 }

@@ -76,6 +76,9 @@ type Config struct {
 	// State bounds the workload's managed state (the state broker). Key:
 	// state.
 	State State
+	// Crossings bound the host work and store growth of one sandbox's
+	// crossings (crossings.go). Key: crossings.
+	Crossings Crossings
 	// Policy lists the Cedar policy files every crossing must also
 	// satisfy, in order (package policy loads and validates them). Each is
 	// an existing regular file, listed once; relative paths in the file

@@ -115,6 +115,7 @@ secrets:
 		Secrets:   map[string]Secret{"anthropic-key": {Env: "ANTHROPIC_API_KEY"}, "openai-key": {File: "/etc/cordon/openai"}},
 		Approvals: defaultApprovals(),
 		State:     defaultState(),
+		Crossings: defaultCrossings(),
 	}
 	if d := cmp.Diff(want, got, cmpNet...); d != "" {
 		t.Errorf("Parse mismatch (-want +got):\n%s", d)
@@ -129,7 +130,7 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse = %v", err)
 	}
-	want := &Config{Version: Version, Workload: "demo", Tenant: "acme", Purpose: "coding", Limits: defaultLimits(), Secrets: map[string]Secret{}, Approvals: defaultApprovals(), State: defaultState()}
+	want := &Config{Version: Version, Workload: "demo", Tenant: "acme", Purpose: "coding", Limits: defaultLimits(), Secrets: map[string]Secret{}, Approvals: defaultApprovals(), State: defaultState(), Crossings: defaultCrossings()}
 	if d := cmp.Diff(want, c, cmpNet...); d != "" {
 		t.Errorf("Parse mismatch (-want +got):\n%s", d)
 	}

@@ -43,5 +43,9 @@ func FuzzParse(f *testing.F) {
 		if c.Limits.MaxRequestBytes <= 0 || c.Limits.MaxResponseBytes <= 0 || c.Limits.MaxAttachmentBytes <= 0 {
 			t.Fatalf("limits %+v", c.Limits)
 		}
+		// The crossing bounds can never be switched off.
+		if c.Crossings.MaxReceipts <= 0 || c.Crossings.Rate <= 0 || c.Crossings.Burst <= 0 {
+			t.Fatalf("crossings %+v", c.Crossings)
+		}
 	})
 }

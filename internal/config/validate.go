@@ -35,6 +35,7 @@ type rawConfig struct {
 	Approvals rawApprovals         `yaml:"approvals"`
 	State     rawState             `yaml:"state"`
 	Policy    []string             `yaml:"policy"`
+	Crossings rawCrossings         `yaml:"crossings"`
 }
 
 type rawEgress struct {
@@ -313,6 +314,7 @@ func build(raw *rawConfig, ix *index) *Config {
 	}
 	buildTools(c, raw, ix)
 	buildState(c, &raw.State, ix)
+	buildCrossings(c, &raw.Crossings, ix)
 	buildPolicy(c, raw.Policy, ix)
 	return c
 }

@@ -88,6 +88,15 @@ type LedgerServer struct {
 	State *StatePolicy
 	// Ready is closed when the gateway reports it serves its listeners.
 	Ready chan struct{}
+	// Crossings bound what the sandbox's crossings cost the host
+	// (crossbudget.go); the zero value limits nothing.
+	Crossings CrossingLimits
+
+	receipts receiptBudget
+	// open are the sandbox's open reservations (lost.go).
+	open map[int64]openCrossing
+	// toolSlots are the tool calls begun that hold a receipt slot.
+	toolSlots map[int64]bool
 
 	denials bucket
 	// approvals are the approvals used by open crossings (approvals.go).
@@ -261,9 +270,21 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			err = fmt.Errorf("unknown broker %q", req.Broker)
 			break
 		}
+		// A crossing that opens takes a receipt slot and counts against
+		// the crossing rate (crossbudget.go); an egress tunnel's byte
+		// chunks do not.
+		slot := req.Broker == "model" || req.Want.Connections > 0
+		if slot {
+			if err = s.admitCrossing(true, ops.Record); err != nil {
+				break
+			}
+		}
 		var d *crossing.PolicyDecision
 		if d, err = s.askPolicy(req); err != nil {
 			resp.Res.Policy = d
+			if slot {
+				s.receipts.end(false)
+			}
 			break
 		}
 		if d != nil && d.ApprovalRequired && !s.skipApprovals() {
@@ -277,6 +298,9 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		if err == nil {
 			resp.Res.Policy = d
 			s.remember(resp.Res.ID, d, resp.State)
+			s.opened(resp.Res.ID, req.Broker, req.Ask, slot)
+		} else if slot {
+			s.receipts.end(false)
 		}
 	case "settle":
 		if req.Res == nil {
@@ -286,6 +310,9 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		r := *req.Res
 		r.Identity = s.ID
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, nil)
+		if err == nil && s.closed(r.ID) {
+			s.receipts.settled() // its receipt comes in a record
+		}
 	case "settle_record":
 		if req.Res == nil || req.Receipt == nil {
 			err = errors.New("settle_record without a reservation and a receipt")
@@ -298,6 +325,9 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		rc.Policy = s.forget(r.ID)
 		rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
+		if err == nil && s.closed(r.ID) {
+			s.receipts.end(true)
+		}
 	case "record":
 		if req.Receipt == nil {
 			err = errors.New("record without a receipt")
@@ -326,13 +356,25 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 		}
 		if rc.Decision != crossing.Allow {
+			// A refusal's receipt needs a slot of the receipt budget;
+			// past the bound it is counted, not written.
+			if s.admitCrossing(false, ops.Record) != nil {
+				break
+			}
 			if dropped, ok := s.denials.admit(time.Now()); !ok {
+				s.receipts.end(false)
 				break
 			} else if dropped > 0 {
 				rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 			}
+			_, err = ops.Record(rc)
+			s.receipts.end(err == nil)
+			break
 		}
-		_, err = ops.Record(rc)
+		// An allowed crossing's receipt is always written.
+		if _, err = ops.Record(rc); err == nil {
+			s.receipts.wrote()
+		}
 	default:
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -134,6 +136,9 @@ type StartOptions struct {
 	// ToolPipes are the pipes of the Stdio entries of Config.Tools, in
 	// order; Start closes them in this process once handed over.
 	ToolPipes []ToolPipe
+	// Crossings bound the host work and store growth of the sandbox's
+	// crossings (crossbudget.go); the zero value limits nothing.
+	Crossings CrossingLimits
 }
 
 // readyTimeout bounds the gateway's start, including listing every tool
@@ -150,6 +155,13 @@ type Process struct {
 	done   chan struct{}
 	store  *store.Store
 	id     crossing.Identity
+	log    *slog.Logger
+
+	srv      *LedgerServer
+	served   chan struct{} // closed when the ledger connection was read to its end
+	stopping atomic.Bool
+	lostOnce sync.Once
+	lost     atomic.Int64 // crossings charged as gateway_lost
 }
 
 // Start opens the listeners in the sandbox's namespace and starts the
@@ -160,6 +172,20 @@ func Start(o StartOptions) (*Process, error) {
 	}
 	if o.UID == 0 || o.GID == 0 {
 		o.UID, o.GID = DefaultUID, DefaultUID
+	}
+	// No earlier gateway of this sandbox is alive (one per sandbox, and a
+	// restart stops the old one first): whatever it left open is lost.
+	if o.Store != nil {
+		lctx, cancel := context.WithTimeout(context.Background(), lostTimeout)
+		lost, err := o.Store.ChargeReservations(lctx, o.Config.Identity.SandboxID, o.Budget, nil)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("charge the crossings an earlier gateway left open: %w", err)
+		}
+		if len(lost) > 0 {
+			o.Logger.Warn("an earlier gateway of this sandbox left crossings open: charged in full", "sandbox", o.Config.Identity.SandboxID,
+				"crossings", len(lost), "reason", store.ReasonGatewayLost)
+		}
 	}
 	ports := map[string]int{"model": ModelPort, "egress": EgressPort, "tools": ToolsPort, "state": StatePort}
 	o.Config.Listeners = []string{"model", "egress", "tools", "state"}
@@ -198,7 +224,7 @@ func Start(o StartOptions) (*Process, error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	p := &Process{ledger: ledgerConn, done: make(chan struct{}), store: o.Store, id: o.Config.Identity}
+	p := &Process{ledger: ledgerConn, done: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger}
 	extra := append([]*os.File{cfgR, childEnd}, lfiles...)
 	for _, tp := range o.ToolPipes {
 		extra = append(extra, tp.In, tp.Out)
@@ -259,8 +285,17 @@ func Start(o StartOptions) (*Process, error) {
 		tools.ApprovalTTL = DefaultApprovalTTL
 	}
 	srv := &LedgerServer{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready,
-		Policy: o.Policy, Tools: &tools, State: o.State}
-	go srv.Serve(ledgerConn)
+		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings}
+	if err := srv.initReceipts(context.Background()); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("count the sandbox's receipts: %w", err)
+	}
+	p.srv, p.served = srv, make(chan struct{})
+	go func() {
+		srv.Serve(ledgerConn)
+		close(p.served)
+	}()
+	go p.watch()
 	// The program starts only once its way out is up: a gateway that failed
 	// to start refuses the run rather than leaving it without a broker.
 	select {
@@ -278,14 +313,17 @@ func Start(o StartOptions) (*Process, error) {
 // Kill ends the gateway process at once (emergency stop): its listeners
 // close with it. Stop still has to be called to release what it held.
 func (p *Process) Kill() {
+	p.stopping.Store(true) // an emergency stop, not a lost gateway
 	if p.cmd.Process != nil {
 		_ = p.cmd.Process.Kill()
 	}
 }
 
-// Stop ends the gateway process (its listeners close with it) and drops
-// any budget it still held.
+// Stop ends the gateway process (its listeners close with it) and
+// charges in full, with a gateway_lost receipt, every crossing it still
+// held open (lost.go).
 func (p *Process) Stop() error {
+	p.stopping.Store(true)
 	if p.cmd.Process != nil {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -295,10 +333,84 @@ func (p *Process) Stop() error {
 			<-p.done
 		}
 	}
+	p.settleLost()
 	p.ledger.Close()
 	var err error
 	if p.store != nil {
+		if p.srv != nil {
+			p.srv.finishReceipts(context.Background())
+		}
 		err = p.store.ReleaseCrossings(context.Background(), p.id.SandboxID)
 	}
 	return err
+}
+
+// watch notices a gateway process that ended while nobody stopped it —
+// killed by the OOM killer or anyone else, or crashed — and at once
+// charges what it held open: its outcome was not observed.
+func (p *Process) watch() {
+	<-p.done
+	if p.stopping.Load() {
+		return
+	}
+	p.log.Error("the gateway process ended unexpectedly: the sandbox has no way out until it is stopped; its open crossings are charged in full",
+		"sandbox", p.id.SandboxID, "state", p.cmd.ProcessState.String(), "reason", store.ReasonGatewayLost)
+	p.settleLost()
+}
+
+// settleLost charges, once, what the ended gateway held open; the ledger
+// connection is read to its end first, so every settle it sent counts.
+func (p *Process) settleLost() {
+	p.lostOnce.Do(func() {
+		if p.srv == nil || p.store == nil {
+			return
+		}
+		select {
+		case <-p.done:
+		default:
+			return // still running: nothing is lost (Stop kills it first)
+		}
+		select {
+		case <-p.served:
+		case <-time.After(5 * time.Second):
+			p.log.Warn("the gateway's ledger connection did not drain; charging what it held")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), lostTimeout)
+		defer cancel()
+		lost, err := p.srv.chargeLost(ctx)
+		p.lost.Store(int64(len(lost)))
+		if err != nil {
+			p.log.Error("charge the gateway's open crossings", "sandbox", p.id.SandboxID, "err", err)
+		} else if len(lost) > 0 {
+			p.log.Warn("crossings the gateway left open were charged in full", "sandbox", p.id.SandboxID, "crossings", len(lost),
+				"reason", store.ReasonGatewayLost)
+		}
+	})
+}
+
+// Pid is the gateway process's host pid (0 before it started).
+func (p *Process) Pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// Exited reports whether the gateway process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Lost is how many crossings were charged in full because the gateway
+// ended before settling them.
+func (p *Process) Lost() int64 {
+	if p.Exited() {
+		p.settleLost() // waits for the charge if it is under way
+	}
+	return p.lost.Load()
 }

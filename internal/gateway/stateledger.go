@@ -69,6 +69,13 @@ func StateScope(id crossing.Identity) store.StateScope {
 
 func (s *LedgerServer) handleState(req ledgerReq) ledgerResp {
 	resp := ledgerResp{ID: req.ID}
+	// Every state operation writes one receipt (or a rate-limited
+	// denial): it needs a slot of the receipt budget (crossbudget.go).
+	if err := s.admitCrossing(true, s.recordNow); err != nil {
+		resp.Err, resp.Kind = err.Error(), errKind(err)
+		return resp
+	}
+	defer s.receipts.end(true) // a denial the bucket dropped still counts: conservative
 	var r state.Request
 	if req.State != nil {
 		r = *req.State

@@ -59,6 +59,10 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 	var err error
 	switch req.Op {
 	case "tool_filter":
+		// Policy work per listed tool, no receipt: rate only.
+		if err = s.receipts.rated(time.Now()); err != nil {
+			break
+		}
 		resp.Allowed = make([]bool, len(req.Tools))
 		for i, r := range req.Tools {
 			if s.Tools.offered(r.Server, r.Tool) {
@@ -71,9 +75,15 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 			err = errors.New("tool_begin without a call")
 			break
 		}
+		// A call that goes ahead writes its receipt at tool_end: it
+		// takes a slot of the receipt budget (crossbudget.go).
+		if err = s.admitCrossing(true, s.recordNow); err != nil {
+			break
+		}
 		var b tool.Began
 		b, err = s.beginTool(ctx, *req.Begin)
 		resp.Began = &b
+		s.toolBegun(b, err)
 	case "tool_await":
 		resp.ApprovalState, err = s.awaitApproval(ctx, req.Approval, req.Wait)
 	case "tool_end":
@@ -82,6 +92,7 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 			break
 		}
 		resp.ReceiptID, err = s.endTool(ctx, *req.End)
+		s.toolEnded(req.End.Call, err == nil)
 	default:
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}

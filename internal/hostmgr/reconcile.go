@@ -7,6 +7,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -95,7 +96,7 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 	all := map[string]bool{}
 	if hosts, err := d.o.Store.List(ctx); err == nil {
 		for _, h := range hosts {
-			all[h.ID] = true
+			all[h.ID], all[linux.GatewayGroup(h.ID)] = true, true
 		}
 	}
 	names, _ := cgroup.Residue(d.o.Provider.Layout())

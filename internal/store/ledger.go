@@ -241,8 +241,9 @@ func (t *Tx) Record(rc crossing.Receipt) (id int64, err error) {
 	return id, err
 }
 
-// DropReservations releases every reservation a sandbox still holds (its
-// gateway ended without settling, e.g. it was killed); nothing is counted.
+// DropReservations releases every reservation a sandbox still holds;
+// nothing is counted. Only for reservations known never to have been
+// used: a gateway that ended without settling is ChargeReservations'.
 func (s *Store) DropReservations(ctx context.Context, sandboxID string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM reservations WHERE sandbox_id = ?`, sandboxID)
 	return err

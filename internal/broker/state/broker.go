@@ -31,6 +31,7 @@ const (
 	// denied it (403).
 	kindApprovalPending = "approval_pending"
 	kindApprovalDenied  = "approval_denied"
+	kindBudget          = "budget_exceeded"
 )
 
 // opTimeout bounds one operation's round trip to the privileged side.
@@ -288,6 +289,10 @@ func (b *Broker) refuseErr(w http.ResponseWriter, o *outcome, resp Response, err
 			extra["approval_id"] = resp.Approval.ID
 		}
 		b.refuse(w, o, http.StatusForbidden, kindApprovalDenied, "an operator denied this exact operation, or too many approvals are waiting; nothing was done", extra)
+	case errors.Is(err, crossing.ErrBudgetExceeded):
+		// The sandbox's crossing rate or receipt bound: nothing was done.
+		o.reason = err.Error()
+		b.refuse(w, o, http.StatusTooManyRequests, kindBudget, "cordon: "+err.Error(), nil)
 	case errors.Is(err, crossing.ErrPolicyDenied):
 		// Not the policy's ids or text: only that it refused.
 		o.reason = err.Error()

@@ -64,7 +64,8 @@ type DaemonSandbox interface {
 	InitPid() int
 	InitStartTime() uint64
 	Lease() store.Lease
-	// Adopt places a trusted-side helper (the gateway) in the sandbox's cgroups.
+	// Adopt places a trusted-side helper (the gateway) in its own cgroups
+	// beside the sandbox's (gatewaycg_linux.go).
 	Adopt(pid int) error
 	// Signal sends sig to the init, which forwards it to the main program
 	// while that runs.
@@ -629,8 +630,11 @@ func (a *attachedSandbox) InitPid() int          { return a.pid }
 func (a *attachedSandbox) InitStartTime() uint64 { return a.start }
 func (a *attachedSandbox) Lease() store.Lease    { return a.rec.Lease }
 
-// Adopt places a trusted-side helper in the sandbox's cgroups.
-func (a *attachedSandbox) Adopt(pid int) error { return a.cg.AddProc(pid) }
+// Adopt places a trusted-side helper (the gateway) in its own cgroups
+// beside the sandbox's (gatewaycg_linux.go).
+func (a *attachedSandbox) Adopt(pid int) error {
+	return cgroup.Open(a.p.layout, GatewayGroup(a.rec.ID)).AddProc(pid)
+}
 
 func (a *attachedSandbox) notHere(op string) error {
 	return sandbox.Failf(sandbox.KindUsage, op, "sandbox %s was attached after a restart: %s belongs to the process that spawned it", a.rec.ID, op)
@@ -722,6 +726,9 @@ func (a *attachedSandbox) Deprovision(ctx context.Context) error {
 	a.mu.Unlock()
 	if err := a.cg.Remove(); err != nil {
 		errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+	}
+	if err := cgroup.Open(a.p.layout, GatewayGroup(a.rec.ID)).Remove(); err != nil {
+		errs = append(errs, fmt.Errorf("remove gateway cgroups: %w", err))
 	}
 	if err := os.Remove(a.p.runSockPath(a.rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		a.p.opts.Logger.Warn("remove exec socket", "err", err)

@@ -181,7 +181,12 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		}
 		return ok
 	}
-	kind, resources := store.KindRun, cgroup.PlannedDirs(p.layout, spec.ID)
+	if err := checkGatewayID(spec.ID); err != nil {
+		return nil, err
+	}
+	// The gateway's group (gatewaycg_linux.go) is recorded with the
+	// sandbox's, before either exists.
+	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
 	if p.opts.Daemon {
 		if !validID(spec.ID) {
 			// The id names the exec socket too: never a path.
@@ -219,6 +224,9 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		for _, d := range sb.cg.Dirs() {
 			_ = os.WriteFile(filepath.Join(d, "memory.kmem.tcp.limit_in_bytes"), []byte("-1"), 0)
 		}
+	}
+	if sb.gwcg, err = cgroup.Create(p.layout, GatewayGroup(spec.ID), gatewayLimits(spec.Limits)); err != nil {
+		return nil, sandbox.Fail(sandbox.KindProvision, "gateway cgroups", err)
 	}
 	if err := sb.prepareTrees(); err != nil {
 		return nil, err

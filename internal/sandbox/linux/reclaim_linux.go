@@ -38,7 +38,7 @@ func Reclaim(ctx context.Context, st *store.Store, l cgroup.Layout) (Report, err
 	var errs []error
 	known := map[string]bool{}
 	for _, r := range recs {
-		known[r.ID] = true
+		known[r.ID], known[GatewayGroup(r.ID)] = true, true
 		if r.Kind != "run" || store.Alive(r.Owner) {
 			rep.Live = append(rep.Live, r.ID)
 			continue
@@ -46,6 +46,10 @@ func Reclaim(ctx context.Context, st *store.Store, l cgroup.Layout) (Report, err
 		g := cgroup.Open(l, r.ID)
 		if err := g.Remove(); err != nil {
 			errs = append(errs, fmt.Errorf("reclaim %s: %w", r.ID, err))
+			continue
+		}
+		if err := cgroup.Open(l, GatewayGroup(r.ID)).Remove(); err != nil {
+			errs = append(errs, fmt.Errorf("reclaim the gateway of %s: %w", r.ID, err))
 			continue
 		}
 		// Its gateway died with it: nothing it asked for stays live.

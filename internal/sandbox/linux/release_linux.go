@@ -43,6 +43,9 @@ func ReleaseRecord(ctx context.Context, st *store.Store, p *Provider, id string)
 	if err := g.Remove(); err != nil {
 		errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
 	}
+	if err := cgroup.Open(p.Layout(), GatewayGroup(id)).Remove(); err != nil {
+		errs = append(errs, fmt.Errorf("remove gateway cgroups: %w", err))
+	}
 	os.Remove(filepath.Join(p.opts.StateDir, "run", id+".sock"))
 	if len(errs) == 0 {
 		if err := st.Finish(ctx, id); err != nil && !errors.Is(err, store.ErrNotFound) {

@@ -54,6 +54,7 @@ type linuxSandbox struct {
 	trees    []tree
 	rootTree int
 	cg       *cgroup.Group
+	gwcg     *cgroup.Group // the gateway's group, beside cg (gatewaycg_linux.go)
 	cfg      sbinit.Config
 	prog     *filter.Program
 	tcpBytes int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
@@ -89,13 +90,17 @@ func (sb *linuxSandbox) ID() string { return sb.spec.ID }
 func (sb *linuxSandbox) Lease() store.Lease { return sb.rec.Lease }
 
 // Adopt places a trusted-side helper process (the gateway) in the
-// sandbox's cgroups, so its memory, pids and CPU count against the
-// sandbox's limits: an agent cannot make its gateway exhaust the host.
+// gateway's own cgroups beside the sandbox's: bounded (an agent cannot
+// make its gateway exhaust the host), but never a candidate of the
+// sandbox's OOM killer (gatewaycg_linux.go).
 func (sb *linuxSandbox) Adopt(pid int) error {
-	if sb.cg == nil {
-		return fmt.Errorf("adopt %d: the sandbox has no cgroups", pid)
+	if testHooks && slices.Contains(sb.p.opts.TestSkip, "gateway-cgroup") && sb.cg != nil {
+		return sb.cg.AddProc(pid) // positive control of the gateway's own group
 	}
-	return sb.cg.AddProc(pid)
+	if sb.gwcg == nil {
+		return fmt.Errorf("adopt %d: the sandbox has no gateway cgroups", pid)
+	}
+	return sb.gwcg.AddProc(pid)
 }
 
 // InitPid is the host pid of the sandbox init, 0 before Start.
@@ -714,6 +719,11 @@ func (sb *linuxSandbox) Deprovision(ctx context.Context) error {
 	if sb.cg != nil {
 		if err := sb.cg.Remove(); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroups: %w", err))
+		}
+	}
+	if sb.gwcg != nil {
+		if err := sb.gwcg.Remove(); err != nil {
+			errs = append(errs, fmt.Errorf("remove gateway cgroups: %w", err))
 		}
 	}
 	if sb.p.opts.Daemon {

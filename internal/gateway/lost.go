@@ -1,0 +1,79 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// A crossing the gateway opened but never settled — because the gateway
+// process was killed (the kernel's OOM killer, a crash) or its ledger
+// connection dropped — has an outcome this side did not observe: a model
+// stream may already have reached the agent in full. It is charged its
+// whole reservation and receipted with reason store.ReasonGatewayLost,
+// exactly like a stream the agent abandoned. Nothing of it is ever
+// dropped: the same charge is made by the daemon's and `cordon gc`'s
+// reclamation when cordon itself died (store.ReleaseCrossings).
+
+// openCrossing is what this side knows of an open reservation, for the
+// receipt of a lost crossing.
+type openCrossing struct {
+	broker string
+	ask    *crossing.Ask
+	slot   bool // it holds a slot of the receipt budget
+}
+
+// opened notes an open reservation (a reserve that succeeded).
+func (s *LedgerServer) opened(id int64, broker string, ask *crossing.Ask, slot bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == nil {
+		s.open = map[int64]openCrossing{}
+	}
+	s.open[id] = openCrossing{broker: broker, ask: ask, slot: slot}
+}
+
+// closed forgets a reservation being settled; it reports whether the
+// reservation held a receipt slot.
+func (s *LedgerServer) closed(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oc, ok := s.open[id]
+	delete(s.open, id)
+	return ok && oc.slot
+}
+
+// chargeLost charges every reservation the sandbox still holds in full,
+// each with a gateway_lost receipt carrying what this side knew of it.
+// Call it only once the gateway process has ended and its ledger
+// connection has been read to the end: then nothing can settle them.
+func (s *LedgerServer) chargeLost(ctx context.Context) ([]store.LostCrossing, error) {
+	lost, err := s.Store.ChargeReservations(ctx, s.ID.SandboxID, s.Budget, func(rc *crossing.Receipt, r crossing.Reservation) {
+		rc.Identity = s.ID
+		s.mu.Lock()
+		oc, ok := s.open[r.ID]
+		delete(s.open, r.ID)
+		d := s.decided[r.ID]
+		delete(s.decided, r.ID)
+		s.mu.Unlock()
+		if !ok || oc.broker != r.Broker {
+			return // a reservation of an earlier gateway of this sandbox
+		}
+		if oc.slot {
+			s.receipts.end(false) // counted below
+		}
+		rc.Policy = d
+		if oc.ask != nil {
+			rc.Action, rc.Target = oc.ask.Action, oc.ask.Target
+		}
+	})
+	for range lost {
+		s.receipts.wrote()
+	}
+	return lost, err
+}
+
+// lostTimeout bounds the charge of a lost gateway's crossings.
+const lostTimeout = 30 * time.Second
