@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -89,6 +90,12 @@ func TestModelBrokerCustodyGaps(t *testing.T) {
 		call("claude-gzip-error"), call("claude-gzip-ok"), call("claude-header"), call("claude-plain"),
 		`echo "=== mask"; curl -sS -i --max-time 20 -H 'content-type: application/json' ` +
 			`-d '{"model":"gpt-x","input":"hi","tools":[{"type":"image_generation","input_image_mask":{"image_url":"https://evil.example/m.png"}}]}' "$OPENAI_BASE_URL/responses"; echo`,
+		// A member outside OpenAI's own schema that OpenAI-compatible
+		// upstreams fetch; control: the same URL as text is carried.
+		`echo "=== video"; curl -sS -i --max-time 20 -H 'content-type: application/json' ` +
+			`-d '{"model":"gpt-video","messages":[{"role":"user","content":[{"type":"video_url","video_url":{"url":"https://evil.example/v.mp4"}}]}]}' "$OPENAI_BASE_URL/chat/completions"; echo`,
+		`echo "=== video-text"; curl -sS -i --max-time 20 -H 'content-type: application/json' ` +
+			`-d '{"model":"gpt-video-text","messages":[{"role":"user","content":[{"type":"text","text":"https://evil.example/v.mp4"}]}]}' "$OPENAI_BASE_URL/chat/completions"; echo`,
 	}, "\n")
 	r := cordon(t, cordonBin, st, "run", "--config", cfg, "--", "/bin/sh", "-c", script)
 	if r.Code != 0 {
@@ -125,14 +132,20 @@ func TestModelBrokerCustodyGaps(t *testing.T) {
 	if m := parts["mask"]; !strings.Contains(m, "HTTP/1.1 403") || !strings.Contains(m, "remote URL") {
 		t.Errorf("mask: want a 403 naming the remote URL:\n%s", m)
 	}
+	if v := parts["video"]; !strings.Contains(v, "HTTP/1.1 403") || !strings.Contains(v, "remote URL") {
+		t.Errorf("video: want a 403 naming the remote URL:\n%s", v)
+	}
 	got := up.models()
 	for _, m := range got {
 		if m == "gpt-x" {
 			t.Errorf("the upstream saw the request with a remote mask")
 		}
+		if m == "gpt-video" {
+			t.Errorf("the upstream saw the request with a remote video_url")
+		}
 	}
-	if len(got) != 4 {
-		t.Errorf("upstream saw %v, want the four anthropic calls", got)
+	if len(got) != 5 || !slices.Contains(got, "gpt-video-text") {
+		t.Errorf("upstream saw %v, want the four anthropic calls and the video-text control", got)
 	}
 	rc := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "model")
 	if n := strings.Count(rc.Stdout, "upstream response encoding refused"); n != 2 {

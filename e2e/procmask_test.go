@@ -90,6 +90,9 @@ var issueFacts = []string{
 	"/proc/cmdline", "/proc/config.gz", "/proc/pressure", "/proc/diskstats", "/proc/interrupts",
 	"/proc/zoneinfo", "/proc/buddyinfo", "/proc/pagetypeinfo", "/proc/vmallocinfo", "/proc/bus",
 	"/proc/ioports", "/proc/iomem", "/proc/sys/kernel/random/boot_id",
+	// The kernel command line also reaches /proc/bootconfig (kernels with
+	// CONFIG_BOOT_CONFIG); host disks also show in /proc/mdstat.
+	"/proc/bootconfig", "/proc/mdstat",
 }
 
 func maskPaths(t *testing.T) []string {

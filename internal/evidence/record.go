@@ -135,6 +135,7 @@ var NonClaims = []string{
 	"host-wide figures stay readable in the sandbox's /proc: /proc/stat (CPU times, boot time, interrupt totals), /proc/meminfo, /proc/cpuinfo, /proc/loadavg, /proc/uptime, /proc/vmstat, /proc/version and the kernel release; the host facts masked are listed as mask:PATH facts (docs/masked-paths.md)",
 	"/proc/self/mountinfo shows, for every bind, its path within the host filesystem it comes from (the workspace's and each --ro/--rw bind's host path)",
 	"inotify and access times on the read-only host binds (/usr, the /bin and /lib layout, --ro binds) reveal which host programs and files are used while the sandbox runs",
+	"live host-wide counters stay readable: /proc/cgroups (cgroups per hierarchy), /proc/sys/fs/file-nr, inode-nr, dentry-state and /proc/sys/kernel/random/entropy_avail; so do the kernel's driver and build lists (/proc/devices, /proc/misc, /proc/filesystems, /proc/crypto, /proc/tty)",
 }
 
 // Admit returns the highest level the boundary verdicts support and the

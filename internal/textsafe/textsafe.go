@@ -16,11 +16,11 @@ import (
 // (a surrogate pair above U+FFFF), and the backslash itself as \\ so an
 // escape in s cannot pass for one of ours. Clean text is returned
 // unchanged.
-func Line(s string) string { return escape(s, modeLine) }
+func Line(s string) string { out, _ := escape(s, modeLine, 0); return out }
 
 // Block is Line for multi-line text: newlines and tabs are kept, every
 // other invisible character (carriage return included) is escaped.
-func Block(s string) string { return escape(s, modeBlock) }
+func Block(s string) string { out, _ := escape(s, modeBlock, 0); return out }
 
 // JSON makes JSON text safe to show while keeping it the same JSON value:
 // every invisible character (as in Line; the newlines and tabs of
@@ -29,7 +29,7 @@ func Block(s string) string { return escape(s, modeBlock) }
 // Invalid UTF-8, which JSON cannot carry, becomes \ufffd. b should be the
 // output of encoding/json (Marshal, Indent or Compact); other text is
 // escaped the same way but is not made valid JSON.
-func JSON(b []byte) string { return escape(string(b), modeJSON) }
+func JSON(b []byte) string { out, _ := escape(string(b), modeJSON, 0); return out }
 
 // Invisible reports whether r, standing alone, is escaped by Line: it is
 // the one predicate of what a person cannot see. Combining marks are
@@ -51,13 +51,15 @@ const (
 	modeJSON
 )
 
-func escape(s string, m mode) string {
-	if clean(s, m) {
-		return s
+// escape escapes s in mode m; marks is the length of the run of combining
+// marks s continues (0 at the start of a text), and the run at its end is
+// returned, so that text written in pieces is escaped as a whole.
+func escape(s string, m mode, marks int) (string, int) {
+	if end, ok := clean(s, m, marks); ok {
+		return s, end
 	}
 	var b strings.Builder
 	b.Grow(len(s) + 16)
-	marks := 0
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
@@ -89,7 +91,7 @@ func escape(s string, m mode) string {
 		}
 		i += n
 	}
-	return b.String()
+	return b.String(), marks
 }
 
 const hex = "0123456789abcdef"
@@ -108,15 +110,14 @@ func writeU(b *strings.Builder, r rune) {
 	b.WriteByte(hex[r&0xf])
 }
 
-func clean(s string, m mode) bool {
-	marks := 0
+func clean(s string, m mode, marks int) (int, bool) {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			// Fast path: printable ASCII but the backslash.
 			if c < 0x20 || c == 0x7f || (c == '\\' && m != modeJSON) {
 				if m == modeLine || (c != '\n' && c != '\t') {
-					return false
+					return 0, false
 				}
 			}
 			marks = 0
@@ -125,18 +126,18 @@ func clean(s string, m mode) bool {
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n <= 1 || !visible(r, false) {
-			return false
+			return 0, false
 		}
 		if unicode.Is(unicode.M, r) {
 			if marks++; marks > MaxMarks {
-				return false
+				return 0, false
 			}
 		} else {
 			marks = 0
 		}
 		i += n
 	}
-	return true
+	return marks, true
 }
 
 // visible: unicode.IsPrint is letters, marks, numbers, punctuation, symbols
@@ -163,11 +164,13 @@ func visible(r rune, layout bool) bool {
 
 // Writer applies Block to a stream written in pieces: a UTF-8 sequence
 // cut between two writes is held until the next write (or Flush) instead of
-// being escaped as invalid bytes. The run of combining marks restarts at
-// each write.
+// being escaped as invalid bytes. The run of combining marks is counted
+// across writes: marks written a few at a time (or picked up a few per
+// poll) stack no higher than in one write.
 type Writer struct {
-	w    io.Writer
-	held []byte
+	w     io.Writer
+	held  []byte
+	marks int
 }
 
 // NewWriter returns a Writer escaping to w.
@@ -188,7 +191,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 		}
 	}
 	w.held = append(w.held[:0:0], b[cut:]...)
-	if _, err := io.WriteString(w.w, Block(string(b[:cut]))); err != nil {
+	var out string
+	out, w.marks = escape(string(b[:cut]), modeBlock, w.marks)
+	if _, err := io.WriteString(w.w, out); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -199,7 +204,8 @@ func (w *Writer) Flush() error {
 	if len(w.held) == 0 {
 		return nil
 	}
-	_, err := io.WriteString(w.w, Block(string(w.held)))
-	w.held = w.held[:0]
+	out, marks := escape(string(w.held), modeBlock, w.marks)
+	_, err := io.WriteString(w.w, out)
+	w.held, w.marks = w.held[:0], marks
 	return err
 }

@@ -69,7 +69,7 @@ func FuzzLine(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, m := range []mode{modeLine, modeBlock, modeJSON} {
-			out := escape(s, m)
+			out, _ := escape(s, m, 0)
 			if !utf8.ValidString(out) {
 				t.Fatalf("escape(%q, %d) = %q: invalid UTF-8", s, m, out)
 			}
@@ -90,8 +90,8 @@ func FuzzLine(f *testing.F) {
 					marks = 0
 				}
 			}
-			if clean(s, m) != (out == s) {
-				t.Fatalf("clean(%q, %d) = %v but escape gave %q", s, m, clean(s, m), out)
+			if _, ok := clean(s, m, 0); ok != (out == s) {
+				t.Fatalf("clean(%q, %d) = %v but escape gave %q", s, m, ok, out)
 			}
 			if m == modeLine && strings.ContainsAny(out, "\n\r\t") {
 				t.Fatalf("Line(%q) = %q keeps a line break", s, out)
@@ -178,4 +178,52 @@ func TestWriterPieces(t *testing.T) {
 			t.Fatalf("step %d: %q, want %q", step, got, want)
 		}
 	}
+}
+
+// TestWriterMarksAcrossWrites: a program that writes a base character and
+// then its combining marks a few at a time (each write, or each chunk a
+// follow poll picks up, below the limit) must not stack them past
+// MaxMarks: the run is counted across writes, so the output is what Block
+// gives for the whole text.
+func TestWriterMarksAcrossWrites(t *testing.T) {
+	in := "a" + strings.Repeat("\u0301", 3*MaxMarks) + " b\u0301\u0302\n" + strings.Repeat("\u0300", MaxMarks+2)
+	for step := 1; step <= len(in); step++ {
+		var out strings.Builder
+		w := NewWriter(&out)
+		for i := 0; i < len(in); i += step {
+			if _, err := w.Write([]byte(in[i:min(i+step, len(in))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := out.String(), Block(in); got != want {
+			t.Fatalf("step %d: %q, want %q", step, got, want)
+		}
+	}
+}
+
+// FuzzWriterPieces: a text written to a Writer in pieces comes out as
+// Block of the whole text, wherever it is cut (UTF-8 sequences, runs of
+// marks).
+func FuzzWriterPieces(f *testing.F) {
+	f.Add("a\u0301\u0301\u0301\u0301\u0301\u0301", uint8(3))
+	f.Add("\xe6\x97\xa5\u202e\x1b[2J", uint8(1))
+	f.Fuzz(func(t *testing.T, s string, step uint8) {
+		n := int(step%16) + 1
+		var out strings.Builder
+		w := NewWriter(&out)
+		for i := 0; i < len(s); i += n {
+			if _, err := w.Write([]byte(s[i:min(i+n, len(s))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := out.String(), Block(s); got != want {
+			t.Fatalf("pieces of %d: %q, want %q", n, got, want)
+		}
+	})
 }

@@ -158,6 +158,16 @@ func providerReference(v any, opaque bool) string {
 					}
 				case "file_url", "server_url":
 					return k
+				case "current_url":
+				default:
+					// Any other URL-named member (OpenAI-compatible
+					// upstreams fetch video_url, audio_url, an object's
+					// url, …) holding a remote URL.
+					if k == "url" || strings.HasSuffix(k, "_url") {
+						if u, _ := e.(string); strings.HasPrefix(strings.ToLower(u), "http") {
+							return "a remote " + k
+						}
+					}
 				case "file_id", "file_ids":
 					if e != nil && !inner {
 						return k

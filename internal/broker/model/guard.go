@@ -109,6 +109,10 @@ type node struct {
 	imageURL                         []byte // "image_url" given as a string (Responses input_image)
 	source, imageURLObj, file, audio leaf
 	env                              leaf // a tool's "environment" object (Responses shell)
+	// otherURL: the refusal of the first member named like a URL
+	// ("*_url") that the guard does not read otherwise and whose string
+	// is not a data: URL.
+	otherURL *refusal
 }
 
 type guard struct {
@@ -421,6 +425,16 @@ func (g *guard) object(s *jscan) (leaf, error) {
 				inputs = append(inputs, [2]int{from, len(g.pending)})
 				return err
 			}
+			if urlMember(name) && s.peek() == '"' {
+				var u []byte
+				if err := g.str(s, &u, true); err != nil {
+					return err
+				}
+				if n.otherURL == nil {
+					n.otherURL = notInline(u)
+				}
+				return nil
+			}
 			return g.walk(s)
 		}
 		if n.seen&bit != 0 {
@@ -539,10 +553,12 @@ var (
 // a fetch must not depend on the guard knowing the object's type.
 func (g *guard) classify(n *node) error {
 	consumed, err := g.typed(n)
-	if err != nil || consumed {
+	if err != nil {
 		return err
 	}
-	if err := g.anyReference(n); err != nil {
+	// A typed shape's payload was checked; its other members still are:
+	// one inline member must not vouch for the rest of the object.
+	if err := g.anyReference(n, consumed); err != nil {
 		if g.inInput == 0 {
 			return err
 		}
@@ -630,27 +646,68 @@ func (g *guard) typed(n *node) (bool, error) {
 // URL, as for an input image — image_generation's input_image_mask is
 // {"image_url": …} with no type of its own —, a "file_url" is remote, a
 // "server_url" is a remote MCP server, and a "source" of type "url" or
-// "file" is a remote or stored attachment. Not inside a JSON Schema, whose
-// property names are not references, nor in a tool_use block's input.
-func (g *guard) anyReference(n *node) error {
+// "file" is a remote or stored attachment; so is any other "*_url" member
+// (but "current_url") or an object's "url" that is not a data: URL, which
+// OpenAI-compatible upstreams fetch. Every member is checked, not the first
+// found; counted says typed() already checked and counted the object's
+// image_url. Not inside a JSON Schema, whose property names are not
+// references, nor in a tool_use block's input.
+func (g *guard) anyReference(n *node, counted bool) error {
 	if g.opaque > 0 {
 		return nil
 	}
+	if !counted {
+		// Each check below that passes falls through to the next: every
+		// member of the object is checked, not the first one found.
+		var err error
+		switch {
+		case n.imageURL != nil:
+			err = g.dataURL(n.imageURL)
+		case n.imageURLObj.url != nil:
+			err = g.dataURL(n.imageURLObj.url)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	switch {
-	case n.imageURL != nil:
-		return g.dataURL(n.imageURL)
-	case n.imageURLObj.url != nil:
-		return g.dataURL(n.imageURLObj.url)
 	case n.fileURL != nil, n.file.fileURL != nil, n.imageURLObj.fileURL != nil:
 		return errRemote
 	case n.seen&mServerURL != 0:
 		return errMCP
+	case n.otherURL != nil:
+		// OpenAI-compatible upstreams (vLLM, gateways: a route's upstream
+		// is any URL) fetch "video_url", "audio_url", "document_url", an
+		// object's "url", … beyond the providers' own schemas.
+		return n.otherURL
+	case n.url != nil && notInline(n.url) != nil:
+		return notInline(n.url)
 	case string(n.source.typ) == "url", n.source.url != nil:
 		return errRemote
 	case string(n.source.typ) == "file":
 		return errByRef
 	}
 	return nil
+}
+
+// urlMember reports whether a member the guard does not read otherwise is
+// named like a URL: "url" is read as a leaf; any "*_url" but
+// computer_call_output's "current_url" (the page a computer-use agent is
+// on, for the provider's safety checks, never fetched).
+func urlMember(name []byte) bool {
+	return bytes.HasSuffix(name, []byte("_url")) && string(name) != "current_url"
+}
+
+// notInline refuses a URL that is not an inline data: URL, as dataURL
+// does, without counting it as an attachment.
+func notInline(u []byte) *refusal {
+	switch {
+	case hasPrefixFold(u, "data:"):
+		return nil
+	case hasPrefixFold(u, "http:") || hasPrefixFold(u, "https:"):
+		return errRemote
+	}
+	return refuse(kindInvalid, "unsupported attachment URL: use a data: URL")
 }
 
 // fileData checks an OpenAI file payload: a data: URL, or bare base64 of an

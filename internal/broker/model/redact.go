@@ -51,7 +51,8 @@ func newMatcher(values [][]byte) *matcher {
 }
 
 // spellings returns v and the forms a JSON encoder may write it in: Go's
-// (HTML characters escaped) and the ASCII-only form Python writes by default.
+// (HTML characters escaped), the ASCII-only form Python writes by default,
+// and each of those with "/" written "\/".
 func spellings(v []byte) [][]byte {
 	out := [][]byte{bytes.Clone(v)}
 	if q, err := json.Marshal(string(v)); err == nil && len(q) >= 2 {
@@ -73,7 +74,14 @@ func spellings(v []byte) [][]byte {
 		}
 		i += n
 	}
-	return append(out, b)
+	out = append(out, b)
+	// Encoders that write "/" as "\/" (PHP's json_encode by default).
+	for _, p := range out[1:] {
+		if bytes.IndexByte(p, '/') >= 0 {
+			out = append(out, bytes.ReplaceAll(p, []byte("/"), []byte(`\/`)))
+		}
+	}
+	return out
 }
 
 func appendU(b []byte, r rune) []byte {

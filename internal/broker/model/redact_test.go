@@ -60,6 +60,17 @@ func TestRedactorEscapedSpellings(t *testing.T) {
 	}
 }
 
+// A JSON encoder may write "/" as "\/" (PHP's json_encode does by
+// default): a secret with a slash is still caught in that spelling.
+func TestRedactorEscapedSlash(t *testing.T) {
+	m := newMatcher([][]byte{[]byte("key/with+slash==")})
+	for _, in := range []string{`"key/with+slash=="`, `"key\/with+slash=="`} {
+		if got := string(m.redactAll(nil, []byte(in))); got != `"`+redactedMark+`"` {
+			t.Errorf("redactAll(%s) = %s", in, got)
+		}
+	}
+}
+
 func TestRedactorHoldIsBounded(t *testing.T) {
 	m := newMatcher([][]byte{[]byte("aaaa")})
 	r := redactor{m: m}

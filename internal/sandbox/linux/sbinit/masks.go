@@ -60,9 +60,11 @@ var Masks = []Mask{
 	// Host facts named by the attack review (issue 9, item 6).
 	{"/proc/cmdline", MaskNull, "the host kernel's command line (boot parameters, hypervisor agent arguments)"},
 	{"/proc/config.gz", MaskNull, "the host kernel's build configuration"},
+	{"/proc/bootconfig", MaskNull, "the host's boot configuration (kernel and init command line parameters, CONFIG_BOOT_CONFIG)"},
 	{"/proc/pressure", MaskEmpty, "host-wide CPU, memory and I/O pressure"},
 	{"/proc/diskstats", MaskNull, "host block devices and their I/O counters"},
 	{"/proc/partitions", MaskNull, "host block devices and partitions"},
+	{"/proc/mdstat", MaskNull, "host software RAID arrays and their member disks"},
 	{"/proc/softirqs", MaskNull, "host soft interrupt counts per CPU"},
 	{"/proc/zoneinfo", MaskNull, "host memory zone statistics"},
 	{"/proc/buddyinfo", MaskNull, "host memory fragmentation"},

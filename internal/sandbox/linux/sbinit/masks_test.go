@@ -48,7 +48,7 @@ func TestMasksTable(t *testing.T) {
 		}
 	}
 	// The kernel command line and the boot id are the reason for the table.
-	for _, p := range []string{"/proc/cmdline", "/proc/config.gz", "/proc/sys/kernel/random/boot_id", "/proc/kcore", "/proc/sys"} {
+	for _, p := range []string{"/proc/cmdline", "/proc/config.gz", "/proc/bootconfig", "/proc/sys/kernel/random/boot_id", "/proc/kcore", "/proc/sys"} {
 		if !seen[p] {
 			t.Errorf("Masks has no %s", p)
 		}
