@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,14 +23,18 @@ func Scan(root int, name string, lim Limits) Report {
 		return rep
 	}
 	s := &scanner{root: root, lim: lim, rep: &rep}
+	if lim.MaxTime > 0 {
+		s.deadline = time.Now().Add(lim.MaxTime)
+	}
 	s.walk(dir, "", 0)
 	return rep
 }
 
 type scanner struct {
-	root int
-	lim  Limits
-	rep  *Report
+	root     int
+	lim      Limits
+	rep      *Report
+	deadline time.Time // zero: none
 }
 
 // stop records why the walk ends early; the first reason wins.
@@ -76,6 +81,10 @@ func (s *scanner) entry(dir int, rel, name string, depth int) {
 	s.rep.Entries++
 	if s.rep.Entries > s.lim.MaxEntries {
 		s.stop(fmt.Sprintf("more than %d entries", s.lim.MaxEntries))
+		return
+	}
+	if !s.deadline.IsZero() && time.Now().After(s.deadline) {
+		s.stop(fmt.Sprintf("took more than the time bound, %v", s.lim.MaxTime))
 		return
 	}
 	p := join(rel, name)

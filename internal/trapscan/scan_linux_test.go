@@ -4,9 +4,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -171,4 +173,64 @@ func FuzzScanSymlink(f *testing.F) {
 			t.Errorf("symlink sub/l -> %q: reported %v, want %v (beneath: %v)", target, reported, mustReport, err)
 		}
 	})
+}
+
+// symlinkFarm builds, in dir, n symlinks that each cost the kernel a
+// resolution of 40 hops of ~1600 components (what a program can leave in
+// its workspace: every target stays inside, so each one is resolved).
+func symlinkFarm(t *testing.T, dir string, n int) {
+	t.Helper()
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("d/../", 800)
+	for i := range 40 {
+		next := "missing"
+		if i < 39 {
+			next = "l" + strconv.Itoa(i+1)
+		}
+		if err := os.Symlink(pad+next, filepath.Join(dir, "l"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "s"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := os.Symlink("../l0", filepath.Join(dir, "s", strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Attack review: the scan runs as root after the program, outside the
+// sandbox's CPU limit. Each symlink that stays inside is resolved by the
+// kernel, and a program can make each resolution cost milliseconds: at
+// DefaultLimits' 200,000 entries that kept `cordon run` (and the daemon's
+// stop) busy for over ten minutes. The scan is bounded in time, and a scan
+// stopped by the bound says so. Control: the same tree scanned without the
+// time bound takes several times longer (the bound is what stops it).
+func TestScanTimeBound(t *testing.T) {
+	if DefaultLimits.MaxTime <= 0 || DefaultLimits.MaxTime > 30*time.Second {
+		t.Fatalf("DefaultLimits.MaxTime = %v, want a bound of at most 30s", DefaultLimits.MaxTime)
+	}
+	dir := t.TempDir()
+	symlinkFarm(t, dir, 600)
+	lim := DefaultLimits
+	lim.MaxTime = 100 * time.Millisecond
+	start := time.Now()
+	rep := scanDir(t, dir, lim)
+	bounded := time.Since(start)
+	if !strings.Contains(rep.Truncated, "time") || bounded > lim.MaxTime+time.Second {
+		t.Errorf("Scan with MaxTime %v took %v, truncated %q; want it stopped by the time bound and saying so", lim.MaxTime, bounded, rep.Truncated)
+	}
+
+	lim.MaxTime = 10 * time.Minute
+	start = time.Now()
+	rep = scanDir(t, dir, lim)
+	unbounded := time.Since(start)
+	if rep.Truncated != "" || unbounded < 3*100*time.Millisecond {
+		t.Errorf("control: the whole farm took %v (truncated %q); want over %v, or the farm is not costly enough to show the bound", unbounded, rep.Truncated, 3*100*time.Millisecond)
+	}
+	t.Logf("bounded scan %v, whole scan %v", bounded, unbounded)
 }

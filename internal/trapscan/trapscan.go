@@ -1,6 +1,9 @@
 package trapscan
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Kind is what an entry can do to a host user.
 type Kind string
@@ -39,10 +42,16 @@ type Limits struct {
 	MaxEntries int // entries stat'ed in all
 	MaxDepth   int // directory nesting
 	MaxTraps   int // traps listed (the walk goes on counting none)
+	// MaxTime bounds the whole walk (0: no bound). The walk runs as root,
+	// outside the sandbox's CPU limit, and the program chooses how costly
+	// each entry is (a symlink that stays inside is resolved by the
+	// kernel, up to 40 hops of a 4 KiB path each), so entries alone do not
+	// bound it.
+	MaxTime time.Duration
 }
 
 // DefaultLimits match the socket check at start.
-var DefaultLimits = Limits{MaxEntries: 200000, MaxDepth: 256, MaxTraps: 1000}
+var DefaultLimits = Limits{MaxEntries: 200000, MaxDepth: 256, MaxTraps: 1000, MaxTime: 10 * time.Second}
 
 // ErrUnsupported: not on Linux.
 var ErrUnsupported = errors.New("trap scan needs Linux")
