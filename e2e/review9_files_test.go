@@ -366,3 +366,58 @@ func TestDaemonWorkspaceTrapsAtStop(t *testing.T) {
 		})
 	}
 }
+
+// Attack review of item 8: the traps a daemon sandbox's program left are
+// the program's bytes, and the daemon kept them all and put them in every
+// reply about the sandbox. Replies are bounded (proto.MaxFrame, 256 KiB):
+// 1,000 symlinks with 300-byte targets made the stop reply, the sandbox's
+// status and every `sandbox ls` that includes it (root's lists every
+// sandbox) fail as too large until it was removed. Observed from the host:
+// after such a stop, ls (as root) and status answer and still list the
+// other sandbox; stop reports the traps it could fit and says the list was
+// cut. Control: the stop reply does list traps (the scan saw them).
+func TestDaemonTrapReportFitsReplies(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	if r := d.cli("sandbox", "create", "bystander", "--", "/bin/sh", "-c", "exec sleep 1000"); r.Code != 0 {
+		t.Fatalf("create bystander: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	ws := userWorkspace(t)
+	script := `L=/$(printf '%0300d' 0); i=0; set --
+while [ $i -lt 1000 ]; do set -- "$@" "$L/t$i"; i=$((i+1)); done
+ln -s "$@" . && touch done; exec sleep 1000`
+	if r := d.cli("sandbox", "create", "hog", "--workspace", ws, "--", "/bin/sh", "-c", script); r.Code != 0 {
+		t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "hog"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	waitFor(t, func() bool { _, err := os.Lstat(filepath.Join(ws, "done")); return err == nil }, "the program's links")
+	r := d.cli("sandbox", "stop", "--json", "hog")
+	if r.Code != 0 {
+		t.Fatalf("stop: %d %s", r.Code, r.Stderr)
+	}
+	var info struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &info); err != nil {
+		t.Fatalf("stop --json: %v\n%s", err, r.Stdout)
+	}
+	if len(info.Traps) != 1 || len(info.Traps[0].Traps) == 0 || info.Traps[0].Truncated == "" {
+		t.Errorf("stop --json workspace_traps = %d reports; want one listing traps and saying it was cut", len(info.Traps))
+	} else if tr := info.Traps[0].Traps[0]; tr.Kind != "symlink_out" || !strings.HasSuffix(tr.Target, "/t"+strings.TrimPrefix(tr.Path, "t")) {
+		t.Errorf("stop --json first trap = %+v, want one of the program's links", tr)
+	}
+	if r := d.cli("sandbox", "ls", "--json"); r.Code != 0 || !strings.Contains(r.Stdout, `"bystander"`) || !strings.Contains(r.Stdout, `"hog"`) {
+		t.Errorf("sandbox ls after the stop = %d, stdout %.300q, stderr %q; want both sandboxes listed", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "status", "hog"); r.Code != 0 {
+		t.Errorf("sandbox status hog after the stop = %d, stderr %q", r.Code, r.Stderr)
+	}
+	for _, n := range []string{"hog", "bystander"} {
+		if r := d.cli("sandbox", "rm", n); r.Code != 0 {
+			t.Errorf("rm %s: %d %s", n, r.Code, r.Stderr)
+		}
+	}
+}

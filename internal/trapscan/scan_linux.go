@@ -35,6 +35,7 @@ type scanner struct {
 	lim      Limits
 	rep      *Report
 	deadline time.Time // zero: none
+	bytes    int       // the listed traps' size as JSON
 }
 
 // stop records why the walk ends early; the first reason wins.
@@ -48,6 +49,12 @@ func (s *scanner) add(t Trap) {
 	if len(s.rep.Traps) >= s.lim.MaxTraps {
 		s.stop(fmt.Sprintf("more than %d traps; the rest are not listed", s.lim.MaxTraps))
 		return
+	}
+	if s.lim.MaxBytes > 0 {
+		if s.bytes += t.Size(); s.bytes > s.lim.MaxBytes {
+			s.stop(fmt.Sprintf("the traps' names and targets take more than %d bytes; the rest are not listed", s.lim.MaxBytes))
+			return
+		}
 	}
 	s.rep.Traps = append(s.rep.Traps, t)
 }

@@ -234,3 +234,37 @@ func TestScanTimeBound(t *testing.T) {
 	}
 	t.Logf("bounded scan %v, whole scan %v", bounded, unbounded)
 }
+
+// The listed traps are bounded in bytes, control bytes counted as JSON
+// escapes: a scan stops listing past MaxBytes, and Fit cuts reports to a
+// reply's budget, saying so. Control: without the bounds all are listed.
+func TestScanAndFitBytes(t *testing.T) {
+	dir := t.TempDir()
+	target := "/" + strings.Repeat("\x01", 1000)
+	for i := range 50 {
+		if err := os.Symlink(target, filepath.Join(dir, "l"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := scanDir(t, dir, Limits{MaxEntries: 100, MaxDepth: 4, MaxTraps: 100})
+	if len(all.Traps) != 50 || all.Truncated != "" {
+		t.Fatalf("control: %d traps, truncated %q; want 50, whole", len(all.Traps), all.Truncated)
+	}
+	rep := scanDir(t, dir, Limits{MaxEntries: 100, MaxDepth: 4, MaxTraps: 100, MaxBytes: 20000})
+	if n := len(rep.Traps); n == 0 || n >= 4 || !strings.Contains(rep.Truncated, "bytes") {
+		t.Errorf("MaxBytes 20000 (each trap ~6 KB as JSON): %d traps, truncated %q; want 1-3 and the reason", n, rep.Truncated)
+	}
+	fit := Fit([]Report{all, all}, 20000)
+	size := 0
+	for _, r := range fit {
+		for _, tr := range r.Traps {
+			size += tr.Size()
+		}
+		if !strings.Contains(r.Truncated, "not listed") {
+			t.Errorf("Fit: report truncated %q, want it to say traps are not listed", r.Truncated)
+		}
+	}
+	if size > 20000 || len(fit[0].Traps) == 0 || len(fit[1].Traps) != 0 || len(all.Traps) != 50 {
+		t.Errorf("Fit: %d+%d traps, %d bytes; want some of the first only, at most 20000 bytes, input unchanged", len(fit[0].Traps), len(fit[1].Traps), size)
+	}
+}
