@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -418,6 +420,79 @@ ln -s "$@" . && touch done; exec sleep 1000`
 	for _, n := range []string{"hog", "bystander"} {
 		if r := d.cli("sandbox", "rm", n); r.Code != 0 {
 			t.Errorf("rm %s: %d %s", n, r.Code, r.Stderr)
+		}
+	}
+}
+
+// Attack review of item 8: a tool server's writable bind is a host
+// directory the agent writes through tool calls, and the tool server (a
+// sandbox of its own) was still running when cordon run scanned for traps:
+// its binds were never scanned, and what it did after the scan went
+// unreported. The agent asks the tool server for two symlinks to host
+// files in its writable bind, one at once and one two seconds later, and
+// exits. Observed from the host after the run: every trap in the bind is in
+// --json and the evidence record (the delayed one is either not there,
+// because the server was stopped first, or reported). Control: the
+// immediate link is on the host and reported (the tool server did act).
+func TestToolServerBindTrapsReported(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	data := t.TempDir()
+	if err := os.Chown(data, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`tools:
+  - name: t
+    command: [/tools/mcpserver]
+    binds: [{source: %s, target: /tools}, {source: %s, target: /data, writable: true}]
+    timeout: 5s
+`, probeDir, data))
+	ws := filepath.Join(t.TempDir(), "ws")
+	mustMkdirOwned(t, ws, 2345)
+	ev := filepath.Join(t.TempDir(), "ev.json")
+	script := `/probe/mcpclient call t__symlink '{"path":"/data/now","target":"/root/.ssh/id_rsa","seconds":0}' &&
+/probe/mcpclient call t__symlink '{"path":"/data/later","target":"/etc/shadow","seconds":2}'`
+	r := runCordon(t, st, runOpts{}, "run", "--config", cfg, "--ro", probeDir+":/probe", "--json", "--workspace", ws, "--evidence", ev, "--", "/bin/sh", "-c", script)
+	if r.Code != 0 {
+		t.Fatalf("cordon run = %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	time.Sleep(3 * time.Second) // past the delayed link, had the server lived on
+	var out struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil {
+		t.Fatalf("--json line: %v\n%s", err, r.Stdout)
+	}
+	b, err := os.ReadFile(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(data, "now")); err != nil {
+		t.Fatalf("control: the tool server did not create /data/now: %v", err)
+	}
+	for _, name := range []string{"now", "later"} {
+		target, err := os.Readlink(filepath.Join(data, name))
+		if err != nil {
+			continue // not on the host: nothing to report
+		}
+		want := trap{Path: name, Kind: "symlink_out", Target: target}
+		for src, reps := range map[string][]trapReport{"--json": out.Traps, "evidence": rec.Traps} {
+			found := false
+			for _, rep := range reps {
+				if rep.Root == data && slices.Contains(rep.Traps, want) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s: the tool server's link %s -> %s in its writable bind %s is not reported: %+v", src, name, target, data, reps)
+			}
 		}
 	}
 }
