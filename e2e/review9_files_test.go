@@ -496,3 +496,45 @@ func TestToolServerBindTrapsReported(t *testing.T) {
 		}
 	}
 }
+
+// Attack review of item 8: a daemon sandbox with a writable volume and no
+// workspace was never scanned at stop (the scan was tied to the
+// workspace), though a volume is a host directory its owner opens and
+// other sandboxes bind. Observed from the host: the program's link to a
+// host file in the volume is in the stop reply. Control: the link is on
+// the host, in the volume's directory.
+func TestDaemonVolumeTrapsAtStop(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	if r := d.cli("volume", "create", "vol"); r.Code != 0 {
+		t.Fatalf("volume create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "create", "v", "--volume", "vol:/vol", "--", "/bin/sh", "-c", "ln -s /root/.ssh/id_rsa /vol/README.md && exec sleep 1000"); r.Code != 0 {
+		t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "v"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	link := filepath.Join(d.volumeDir, "vol", "README.md")
+	waitFor(t, func() bool { _, err := os.Lstat(link); return err == nil }, "the program's link in the volume")
+	r := d.cli("sandbox", "stop", "--json", "v")
+	if r.Code != 0 {
+		t.Fatalf("stop: %d %s", r.Code, r.Stderr)
+	}
+	var info struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &info); err != nil {
+		t.Fatalf("stop --json: %v\n%s", err, r.Stdout)
+	}
+	want := trap{Path: "README.md", Kind: "symlink_out", Target: "/root/.ssh/id_rsa"}
+	if len(info.Traps) != 1 || info.Traps[0].Sandbox != "/vol" || !slices.Equal(info.Traps[0].Traps, []trap{want}) {
+		t.Errorf("stop --json workspace_traps = %+v, want the volume's report with %+v", info.Traps, want)
+	}
+	for _, c := range [][]string{{"sandbox", "rm", "v"}, {"volume", "rm", "vol"}} {
+		if r := d.cli(c...); r.Code != 0 {
+			t.Errorf("%v: %d %s", c, r.Code, r.Stderr)
+		}
+	}
+}

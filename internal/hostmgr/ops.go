@@ -647,11 +647,15 @@ func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
 	}
 	if b.sb != nil {
 		// Once its processes are dead, and before its descriptors close,
-		// report what the program left in its workspace that can trap the
-		// host user (only a sandbox this daemon built holds the workspace
-		// descriptor; one adopted after a restart does not).
-		if ts, ok := b.sb.(interface{ ScanTraps() []trapscan.Report }); ok && b.spec.Workspace {
-			if err := b.sb.Stop(ctx); err == nil {
+		// report what the program left in its writable binds (workspace
+		// and volumes) that can trap the host user (only a sandbox this
+		// daemon built holds the bind descriptors; one adopted after a
+		// restart does not).
+		if ts, ok := b.sb.(interface{ ScanTraps() []trapscan.Report }); ok {
+			if err := b.sb.Stop(ctx); err != nil {
+				b.traps = []trapscan.Report{{Root: "sandbox " + b.rec.Name, Traps: []trapscan.Trap{},
+					Truncated: fmt.Sprintf("not scanned: the sandbox did not stop: %v", err)}}
+			} else {
 				// The names are the program's: keep what fits a reply.
 				b.traps = trapscan.Fit(ts.ScanTraps(), maxReplyTraps)
 				for _, r := range b.traps {
