@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,6 +50,12 @@ func (s *scanner) add(t Trap) {
 	if len(s.rep.Traps) >= s.lim.MaxTraps {
 		s.stop(fmt.Sprintf("more than %d traps; the rest are not listed", s.lim.MaxTraps))
 		return
+	}
+	if !utf8.ValidString(t.Path) {
+		t.PathBytes = []byte(t.Path)
+	}
+	if !utf8.ValidString(t.Target) {
+		t.TargetBytes = []byte(t.Target)
 	}
 	if s.lim.MaxBytes > 0 {
 		if s.bytes += t.Size(); s.bytes > s.lim.MaxBytes {

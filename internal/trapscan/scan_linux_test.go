@@ -1,9 +1,11 @@
 package trapscan
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,5 +268,42 @@ func TestScanAndFitBytes(t *testing.T) {
 	}
 	if size > 20000 || len(fit[0].Traps) == 0 || len(fit[1].Traps) != 0 || len(all.Traps) != 50 {
 		t.Errorf("Fit: %d+%d traps, %d bytes; want some of the first only, at most 20000 bytes, input unchanged", len(fit[0].Traps), len(fit[1].Traps), size)
+	}
+}
+
+// Names and targets are the program's bytes, not always UTF-8; JSON
+// strings cannot carry invalid UTF-8 (encoding/json writes U+FFFD), so two
+// different names could show as one and neither could be found. The
+// report carries the exact bytes too (base64) whenever the text is not
+// valid UTF-8. Control: a valid name carries no copy.
+func TestReportKeepsExactBytes(t *testing.T) {
+	dir := t.TempDir()
+	name, target := "README\xff.md", "/etc/\xfe"
+	if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "ok")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(scanDir(t, dir, DefaultLimits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Traps []struct {
+			Path        string `json:"path"`
+			PathBytes   []byte `json:"path_bytes"`
+			TargetBytes []byte `json:"target_bytes"`
+		} `json:"traps"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(rep.Traps, func(i, j int) bool { return rep.Traps[i].Path < rep.Traps[j].Path })
+	if len(rep.Traps) != 2 || string(rep.Traps[0].PathBytes) != name || string(rep.Traps[0].TargetBytes) != target {
+		t.Fatalf("report %s: want the first trap's exact name %q and target %q in path_bytes/target_bytes", b, name, target)
+	}
+	if rep.Traps[1].Path != "ok" || rep.Traps[1].PathBytes != nil || rep.Traps[1].TargetBytes != nil {
+		t.Errorf("control: valid UTF-8 trap %+v carries bytes", rep.Traps[1])
 	}
 }

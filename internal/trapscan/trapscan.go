@@ -26,6 +26,11 @@ type Trap struct {
 	Path   string `json:"path"`             // relative to the root, exact bytes
 	Kind   Kind   `json:"kind"`             // what it is
 	Target string `json:"target,omitempty"` // a symlink's target, exact bytes
+	// PathBytes and TargetBytes repeat Path and Target (base64 in JSON)
+	// when they are not valid UTF-8, which a JSON string cannot carry
+	// (encoding/json writes U+FFFD): the exact name, to find the file.
+	PathBytes   []byte `json:"path_bytes,omitempty"`
+	TargetBytes []byte `json:"target_bytes,omitempty"`
 }
 
 // Report is the result of one scan.
