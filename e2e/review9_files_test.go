@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -305,8 +306,17 @@ mkfifo docs/pipe
 		if r2.Code != 125 || !strings.Contains(r2.Stderr, sock) || !strings.Contains(r2.Stderr, "remove it") {
 			t.Errorf("next run = %d, stderr %q; want 125 naming %s and saying to remove it", r2.Code, r2.Stderr, sock)
 		}
-		if err := os.Remove(sock); err != nil {
-			t.Fatal(err)
+		// The command the refusal ends with, run as printed, removes it.
+		_, cmd, ok := strings.Cut(r2.Stderr, "and run again: ")
+		cmd, _, _ = strings.Cut(cmd, "\n")
+		if !ok {
+			t.Fatalf("no command in the refusal %q", r2.Stderr)
+		}
+		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+			t.Fatalf("the refusal's command %q: %v %s", cmd, err, out)
+		}
+		if _, err := os.Lstat(sock); err == nil {
+			t.Fatalf("the refusal's command %q left %s", cmd, sock)
 		}
 		if r3 := runCordon(t, st, runOpts{}, "run", "--workspace", ws, "--", "/bin/true"); r3.Code != 0 {
 			t.Errorf("run after removing the socket = %d, want 0\nstderr: %s", r3.Code, r3.Stderr)

@@ -38,26 +38,23 @@ func (sb *linuxSandbox) ScanTraps() []trapscan.Report {
 // sock (relative, from findSocketFD): it says which path and what to do,
 // ending with a command to remove it that a person may copy into a shell.
 // The name is the program's choice: it goes through textsafe, and the
-// command is built so that no escaping, here or when the error is printed,
-// can change how a shell splits it (removeCommand).
+// command does not hold it (removeCommand).
 func socketRefusal(op, dir, sock string) error {
 	p := path.Join(dir, strings.TrimPrefix(sock, "./"))
 	return sandbox.Failf(sandbox.KindPolicyRejected, op,
-		"%s holds a Unix socket, %s; a directory holding a socket is never bound (it would be a way to whatever listens on it). A program run there earlier may have left it (cordon run reports these after each run): remove it and run again: %s",
-		textsafe.Line(dir), textsafe.Line(p), removeCommand(dir, p))
+		"%s holds a Unix socket, %s; a directory holding a socket is never bound (it would be a way to whatever listens on it). A program run there earlier may have left it (cordon run reports these after each run): remove it, and any other socket there, and run again: %s",
+		textsafe.Line(dir), textsafe.Line(p), removeCommand(dir))
 }
 
-// removeCommand is a shell command that removes the socket at p (under
-// dir). A name that shows as itself is single-quoted, a quote in it
-// written as '"'"' — no backslash, so textsafe (which escapes backslashes
-// and invisible characters, never a quote) cannot move a quote boundary.
-// A name that does not show as itself (control characters, invalid UTF-8,
-// a backslash) cannot be copied from a screen: the command finds the
-// sockets under dir instead of naming it.
-func removeCommand(dir, p string) string {
-	if textsafe.Line(p) == p {
-		return "rm -- " + shellQuote(p)
-	}
+// removeCommand is a shell command that removes every socket under dir:
+// the directory is refused while any is there, so all must go. It never
+// holds the socket's name (the program's choice, which could otherwise
+// carry shell syntax, or name a path a sandbox still running could turn
+// into a symlink to a host file before a person runs the command): find
+// does not follow symlinks, stays on dir's filesystem and deletes sockets
+// only. dir is the caller's, quoted without a backslash so that textsafe
+// (which escapes backslashes, never quotes) cannot move a quote boundary.
+func removeCommand(dir string) string {
 	return "find " + shellQuote(dir) + " -xdev -type s -print -delete"
 }
 

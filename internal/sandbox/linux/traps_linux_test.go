@@ -56,7 +56,7 @@ func TestSocketRefusalCommandIsSafeToRun(t *testing.T) {
 		"bad\xff'; " + payload + "; '",
 	}
 	for i, name := range names {
-		dir := filepath.Join(base, "ws"+string(rune('a'+i)))
+		dir := filepath.Join(base, "w's "+string(rune('a'+i))) // the caller's path, quoted too
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -83,6 +83,50 @@ func TestSocketRefusalCommandIsSafeToRun(t *testing.T) {
 			t.Errorf("name %q: the socket is still there after the suggested command %q", name, cmd)
 		}
 	}
+
+	// A sandbox still running on the directory swaps the socket's parent
+	// for a symlink to a host directory between the refusal and the
+	// command: the command removes nothing there. Control: a command
+	// naming the socket's path would have removed the host's socket.
+	t.Run("parent swapped for a symlink", func(t *testing.T) {
+		dir, host := filepath.Join(base, "swap"), filepath.Join(base, "host")
+		for _, d := range []string{filepath.Join(dir, "sub"), host} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range []string{filepath.Join(dir, "sub", "victim"), filepath.Join(host, "victim")} {
+			if err := unix.Mknod(p, unix.S_IFSOCK|0o600, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := findSocketFD(openDirFD(t, dir), 1000)
+		if err != nil || got == "" {
+			t.Fatalf("findSocketFD = %q, %v", got, err)
+		}
+		cmd := suggested(t, textsafe.Line(socketRefusal("workspace", dir, got).Error()))
+		if err := os.Rename(filepath.Join(dir, "sub"), filepath.Join(dir, "sub2")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(host, filepath.Join(dir, "sub")); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+			t.Fatalf("%q: %v %s", cmd, err, out)
+		}
+		if _, err := os.Lstat(filepath.Join(host, "victim")); err != nil {
+			t.Errorf("the suggested command %q removed the host's %s/victim through the swapped symlink", cmd, host)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "sub2", "victim")); err == nil {
+			t.Errorf("the suggested command %q left the socket (now sub2/victim)", cmd)
+		}
+		if err := exec.Command("rm", "--", filepath.Join(dir, got)).Run(); err != nil {
+			t.Fatalf("control: rm of the named path: %v", err)
+		}
+		if _, err := os.Lstat(filepath.Join(host, "victim")); err == nil {
+			t.Errorf("control: rm of the named path did not reach the host's socket")
+		}
+	})
 
 	t.Run("control: backslash quoting, printed escaped, runs the payload", func(t *testing.T) {
 		name := "x'; " + payload + "; '"
