@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -303,8 +306,17 @@ mkfifo docs/pipe
 		if r2.Code != 125 || !strings.Contains(r2.Stderr, sock) || !strings.Contains(r2.Stderr, "remove it") {
 			t.Errorf("next run = %d, stderr %q; want 125 naming %s and saying to remove it", r2.Code, r2.Stderr, sock)
 		}
-		if err := os.Remove(sock); err != nil {
-			t.Fatal(err)
+		// The command the refusal ends with, run as printed, removes it.
+		_, cmd, ok := strings.Cut(r2.Stderr, "and run again: ")
+		cmd, _, _ = strings.Cut(cmd, "\n")
+		if !ok {
+			t.Fatalf("no command in the refusal %q", r2.Stderr)
+		}
+		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+			t.Fatalf("the refusal's command %q: %v %s", cmd, err, out)
+		}
+		if _, err := os.Lstat(sock); err == nil {
+			t.Fatalf("the refusal's command %q left %s", cmd, sock)
 		}
 		if r3 := runCordon(t, st, runOpts{}, "run", "--workspace", ws, "--", "/bin/true"); r3.Code != 0 {
 			t.Errorf("run after removing the socket = %d, want 0\nstderr: %s", r3.Code, r3.Stderr)
@@ -364,5 +376,175 @@ func TestDaemonWorkspaceTrapsAtStop(t *testing.T) {
 				t.Fatalf("rm: %d %s", r.Code, r.Stderr)
 			}
 		})
+	}
+}
+
+// Attack review of item 8: the traps a daemon sandbox's program left are
+// the program's bytes, and the daemon kept them all and put them in every
+// reply about the sandbox. Replies are bounded (proto.MaxFrame, 256 KiB):
+// 1,000 symlinks with 300-byte targets made the stop reply, the sandbox's
+// status and every `sandbox ls` that includes it (root's lists every
+// sandbox) fail as too large until it was removed. Observed from the host:
+// after such a stop, ls (as root) and status answer and still list the
+// other sandbox; stop reports the traps it could fit and says the list was
+// cut. Control: the stop reply does list traps (the scan saw them).
+func TestDaemonTrapReportFitsReplies(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	if r := d.cli("sandbox", "create", "bystander", "--", "/bin/sh", "-c", "exec sleep 1000"); r.Code != 0 {
+		t.Fatalf("create bystander: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	ws := userWorkspace(t)
+	script := `L=/$(printf '%0300d' 0); i=0; set --
+while [ $i -lt 1000 ]; do set -- "$@" "$L/t$i"; i=$((i+1)); done
+ln -s "$@" . && touch done; exec sleep 1000`
+	if r := d.cli("sandbox", "create", "hog", "--workspace", ws, "--", "/bin/sh", "-c", script); r.Code != 0 {
+		t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "hog"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	waitFor(t, func() bool { _, err := os.Lstat(filepath.Join(ws, "done")); return err == nil }, "the program's links")
+	r := d.cli("sandbox", "stop", "--json", "hog")
+	if r.Code != 0 {
+		t.Fatalf("stop: %d %s", r.Code, r.Stderr)
+	}
+	var info struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &info); err != nil {
+		t.Fatalf("stop --json: %v\n%s", err, r.Stdout)
+	}
+	if len(info.Traps) != 1 || len(info.Traps[0].Traps) == 0 || info.Traps[0].Truncated == "" {
+		t.Errorf("stop --json workspace_traps = %d reports; want one listing traps and saying it was cut", len(info.Traps))
+	} else if tr := info.Traps[0].Traps[0]; tr.Kind != "symlink_out" || !strings.HasSuffix(tr.Target, "/t"+strings.TrimPrefix(tr.Path, "t")) {
+		t.Errorf("stop --json first trap = %+v, want one of the program's links", tr)
+	}
+	if r := d.cli("sandbox", "ls", "--json"); r.Code != 0 || !strings.Contains(r.Stdout, `"bystander"`) || !strings.Contains(r.Stdout, `"hog"`) {
+		t.Errorf("sandbox ls after the stop = %d, stdout %.300q, stderr %q; want both sandboxes listed", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "status", "hog"); r.Code != 0 {
+		t.Errorf("sandbox status hog after the stop = %d, stderr %q", r.Code, r.Stderr)
+	}
+	for _, n := range []string{"hog", "bystander"} {
+		if r := d.cli("sandbox", "rm", n); r.Code != 0 {
+			t.Errorf("rm %s: %d %s", n, r.Code, r.Stderr)
+		}
+	}
+}
+
+// Attack review of item 8: a tool server's writable bind is a host
+// directory the agent writes through tool calls, and the tool server (a
+// sandbox of its own) was still running when cordon run scanned for traps:
+// its binds were never scanned, and what it did after the scan went
+// unreported. The agent asks the tool server for two symlinks to host
+// files in its writable bind, one at once and one two seconds later, and
+// exits. Observed from the host after the run: every trap in the bind is in
+// --json and the evidence record (the delayed one is either not there,
+// because the server was stopped first, or reported). Control: the
+// immediate link is on the host and reported (the tool server did act).
+func TestToolServerBindTrapsReported(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	data := t.TempDir()
+	if err := os.Chown(data, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`tools:
+  - name: t
+    command: [/tools/mcpserver]
+    binds: [{source: %s, target: /tools}, {source: %s, target: /data, writable: true}]
+    timeout: 5s
+`, probeDir, data))
+	ws := filepath.Join(t.TempDir(), "ws")
+	mustMkdirOwned(t, ws, 2345)
+	ev := filepath.Join(t.TempDir(), "ev.json")
+	script := `/probe/mcpclient call t__symlink '{"path":"/data/now","target":"/root/.ssh/id_rsa","seconds":0}' &&
+/probe/mcpclient call t__symlink '{"path":"/data/later","target":"/etc/shadow","seconds":2}'`
+	r := runCordon(t, st, runOpts{}, "run", "--config", cfg, "--ro", probeDir+":/probe", "--json", "--workspace", ws, "--evidence", ev, "--", "/bin/sh", "-c", script)
+	if r.Code != 0 {
+		t.Fatalf("cordon run = %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	time.Sleep(3 * time.Second) // past the delayed link, had the server lived on
+	var out struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil {
+		t.Fatalf("--json line: %v\n%s", err, r.Stdout)
+	}
+	b, err := os.ReadFile(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(data, "now")); err != nil {
+		t.Fatalf("control: the tool server did not create /data/now: %v", err)
+	}
+	for _, name := range []string{"now", "later"} {
+		target, err := os.Readlink(filepath.Join(data, name))
+		if err != nil {
+			continue // not on the host: nothing to report
+		}
+		want := trap{Path: name, Kind: "symlink_out", Target: target}
+		for src, reps := range map[string][]trapReport{"--json": out.Traps, "evidence": rec.Traps} {
+			found := false
+			for _, rep := range reps {
+				if rep.Root == data && slices.Contains(rep.Traps, want) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("%s: the tool server's link %s -> %s in its writable bind %s is not reported: %+v", src, name, target, data, reps)
+			}
+		}
+	}
+}
+
+// Attack review of item 8: a daemon sandbox with a writable volume and no
+// workspace was never scanned at stop (the scan was tied to the
+// workspace), though a volume is a host directory its owner opens and
+// other sandboxes bind. Observed from the host: the program's link to a
+// host file in the volume is in the stop reply. Control: the link is on
+// the host, in the volume's directory.
+func TestDaemonVolumeTrapsAtStop(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	if r := d.cli("volume", "create", "vol"); r.Code != 0 {
+		t.Fatalf("volume create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "create", "v", "--volume", "vol:/vol", "--", "/bin/sh", "-c", "ln -s /root/.ssh/id_rsa /vol/README.md && exec sleep 1000"); r.Code != 0 {
+		t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "v"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	link := filepath.Join(d.volumeDir, "vol", "README.md")
+	waitFor(t, func() bool { _, err := os.Lstat(link); return err == nil }, "the program's link in the volume")
+	r := d.cli("sandbox", "stop", "--json", "v")
+	if r.Code != 0 {
+		t.Fatalf("stop: %d %s", r.Code, r.Stderr)
+	}
+	var info struct {
+		Traps []trapReport `json:"workspace_traps"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &info); err != nil {
+		t.Fatalf("stop --json: %v\n%s", err, r.Stdout)
+	}
+	want := trap{Path: "README.md", Kind: "symlink_out", Target: "/root/.ssh/id_rsa"}
+	if len(info.Traps) != 1 || info.Traps[0].Sandbox != "/vol" || !slices.Equal(info.Traps[0].Traps, []trap{want}) {
+		t.Errorf("stop --json workspace_traps = %+v, want the volume's report with %+v", info.Traps, want)
+	}
+	for _, c := range [][]string{{"sandbox", "rm", "v"}, {"volume", "rm", "vol"}} {
+		if r := d.cli(c...); r.Code != 0 {
+			t.Errorf("%v: %d %s", c, r.Code, r.Stderr)
+		}
 	}
 }

@@ -25,6 +25,12 @@ type secondsArgs struct {
 	Seconds int `json:"seconds"`
 }
 
+type linkArgs struct {
+	Path    string `json:"path"`
+	Target  string `json:"target"`
+	Seconds int    `json:"seconds"`
+}
+
 type textArgs struct {
 	Text string `json:"text"`
 }
@@ -63,6 +69,14 @@ func main() {
 		func(ctx context.Context, _ *mcp.CallToolRequest, a secondsArgs) (*mcp.CallToolResult, any, error) {
 			time.Sleep(time.Duration(a.Seconds) * time.Second)
 			return text("slept"), nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "symlink", Description: "answer now, then after seconds create a symlink"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a linkArgs) (*mcp.CallToolResult, any, error) {
+			go func() {
+				time.Sleep(time.Duration(a.Seconds) * time.Second)
+				_ = os.Symlink(a.Target, a.Path)
+			}()
+			return text("ok"), nil, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "echo", Description: "echo text"},
 		func(_ context.Context, _ *mcp.CallToolRequest, a textArgs) (*mcp.CallToolResult, any, error) {

@@ -346,6 +346,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
 	}
 	var proc *gateway.Process
+	var tools *toolServers // nil: none
 	if gw != nil {
 		// Receipts are leaves of the evidence log; it signs a checkpoint
 		// every few seconds and once more after the gateway has stopped
@@ -365,7 +366,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			}
 			tr.mark("checkpoint")
 		}()
-		tools, err := gw.startTools(ctx, prov, st, g.logger(), g.stderr)
+		tools, err = gw.startTools(ctx, prov, st, g.logger(), g.stderr)
 		if err != nil {
 			return finish(ExitRefused, err)
 		}
@@ -395,9 +396,11 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	}
 	tr.mark("wait")
 	// The program and everything it started have ended: report what it
-	// left in the workspace that can trap the host user next.
+	// left in the workspace that can trap the host user next. Tool
+	// servers write their binds for the program: they are stopped first
+	// (nothing writes after the scan) and their writable binds scanned too.
 	if ts, ok := sb.(interface{ ScanTraps() []trapscan.Report }); ok {
-		out.WorkspaceTraps = ts.ScanTraps()
+		out.WorkspaceTraps = append(ts.ScanTraps(), tools.haltAndScan(context.WithoutCancel(ctx))...)
 		printTraps(g.stderr, out.WorkspaceTraps)
 		tr.mark("trap_scan")
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 // toolServers are the contained upstream MCP servers of one run: each in
@@ -130,6 +132,30 @@ func (p *gatewayPlan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log 
 		Secrets:  map[string][]byte{},
 	}
 	return startGateway(sb, st, log, cc, p.policy, c, nil, false, nil) // no managed state for a tool server
+}
+
+// haltAndScan ends every tool server's processes, keeping its sandbox
+// (and bind descriptors) until stop, and reports what each left in its
+// writable binds that can trap a host user: a tool server writes there for
+// the agent. A server that does not stop is reported as not scanned.
+func (ts *toolServers) haltAndScan(ctx context.Context) []trapscan.Report {
+	if ts == nil {
+		return nil
+	}
+	var out []trapscan.Report
+	for _, sb := range ts.sbs {
+		sc, ok := sb.(interface{ ScanTraps() []trapscan.Report })
+		if !ok {
+			continue
+		}
+		if err := sb.Stop(ctx); err != nil {
+			out = append(out, trapscan.Report{Root: "tool server " + sb.ID(), Traps: []trapscan.Trap{},
+				Truncated: fmt.Sprintf("not scanned: the tool server did not stop: %v", err)})
+			continue
+		}
+		out = append(out, sc.ScanTraps()...)
+	}
+	return out
 }
 
 // stop ends every tool server and its gateway, and releases their leases.

@@ -98,7 +98,8 @@ type Info struct {
 	Argv      []string  `json:"argv,omitempty"`
 	Workspace bool      `json:"workspace,omitempty"`
 	// WorkspaceTraps: what the program left in its workspace that can
-	// trap a host user, scanned when the sandbox stopped (kept in memory).
+	// trap a host user, scanned when the sandbox stopped (kept in memory),
+	// cut to maxReplyTraps; in the stop and status replies, not in ls.
 	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
 }
 
@@ -646,12 +647,17 @@ func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
 	}
 	if b.sb != nil {
 		// Once its processes are dead, and before its descriptors close,
-		// report what the program left in its workspace that can trap the
-		// host user (only a sandbox this daemon built holds the workspace
-		// descriptor; one adopted after a restart does not).
-		if ts, ok := b.sb.(interface{ ScanTraps() []trapscan.Report }); ok && b.spec.Workspace {
-			if err := b.sb.Stop(ctx); err == nil {
-				b.traps = ts.ScanTraps()
+		// report what the program left in its writable binds (workspace
+		// and volumes) that can trap the host user (only a sandbox this
+		// daemon built holds the bind descriptors; one adopted after a
+		// restart does not).
+		if ts, ok := b.sb.(interface{ ScanTraps() []trapscan.Report }); ok {
+			if err := b.sb.Stop(ctx); err != nil {
+				b.traps = []trapscan.Report{{Root: "sandbox " + b.rec.Name, Traps: []trapscan.Trap{},
+					Truncated: fmt.Sprintf("not scanned: the sandbox did not stop: %v", err)}}
+			} else {
+				// The names are the program's: keep what fits a reply.
+				b.traps = trapscan.Fit(ts.ScanTraps(), maxReplyTraps)
 				for _, r := range b.traps {
 					if len(r.Traps) > 0 || r.Truncated != "" {
 						d.log.Warn("workspace traps", "name", b.rec.Name, "id", b.rec.ID, "root", r.Root, "traps", len(r.Traps), "truncated", r.Truncated)
@@ -725,7 +731,9 @@ func (d *Daemon) opLs(ctx context.Context, c *call) (any, error) {
 			continue
 		}
 		b.mu.Lock()
-		out = append(out, d.info(b))
+		i := d.info(b)
+		i.WorkspaceTraps = nil // one list of many sandboxes: see status
+		out = append(out, i)
 		b.mu.Unlock()
 	}
 	return out, nil
@@ -744,6 +752,10 @@ func (d *Daemon) opStatus(ctx context.Context, c *call) (any, error) {
 		Evidence json.RawMessage `json:"evidence,omitempty"`
 	}{i, b.rec.Evidence}, nil
 }
+
+// maxReplyTraps bounds, as JSON, the workspace traps one reply carries:
+// with the rest of an Info well under proto.MaxFrame (256 KiB).
+const maxReplyTraps = 64 << 10
 
 // info reports b (its lock held, or b not shared yet).
 func (d *Daemon) info(b *box) Info {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,14 +24,19 @@ func Scan(root int, name string, lim Limits) Report {
 		return rep
 	}
 	s := &scanner{root: root, lim: lim, rep: &rep}
+	if lim.MaxTime > 0 {
+		s.deadline = time.Now().Add(lim.MaxTime)
+	}
 	s.walk(dir, "", 0)
 	return rep
 }
 
 type scanner struct {
-	root int
-	lim  Limits
-	rep  *Report
+	root     int
+	lim      Limits
+	rep      *Report
+	deadline time.Time // zero: none
+	bytes    int       // the listed traps' size as JSON
 }
 
 // stop records why the walk ends early; the first reason wins.
@@ -43,6 +50,18 @@ func (s *scanner) add(t Trap) {
 	if len(s.rep.Traps) >= s.lim.MaxTraps {
 		s.stop(fmt.Sprintf("more than %d traps; the rest are not listed", s.lim.MaxTraps))
 		return
+	}
+	if !utf8.ValidString(t.Path) {
+		t.PathBytes = []byte(t.Path)
+	}
+	if !utf8.ValidString(t.Target) {
+		t.TargetBytes = []byte(t.Target)
+	}
+	if s.lim.MaxBytes > 0 {
+		if s.bytes += t.Size(); s.bytes > s.lim.MaxBytes {
+			s.stop(fmt.Sprintf("the traps' names and targets take more than %d bytes; the rest are not listed", s.lim.MaxBytes))
+			return
+		}
 	}
 	s.rep.Traps = append(s.rep.Traps, t)
 }
@@ -76,6 +95,10 @@ func (s *scanner) entry(dir int, rel, name string, depth int) {
 	s.rep.Entries++
 	if s.rep.Entries > s.lim.MaxEntries {
 		s.stop(fmt.Sprintf("more than %d entries", s.lim.MaxEntries))
+		return
+	}
+	if !s.deadline.IsZero() && time.Now().After(s.deadline) {
+		s.stop(fmt.Sprintf("took more than the time bound, %v", s.lim.MaxTime))
 		return
 	}
 	p := join(rel, name)

@@ -1,12 +1,16 @@
 package trapscan
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -171,4 +175,135 @@ func FuzzScanSymlink(f *testing.F) {
 			t.Errorf("symlink sub/l -> %q: reported %v, want %v (beneath: %v)", target, reported, mustReport, err)
 		}
 	})
+}
+
+// symlinkFarm builds, in dir, n symlinks that each cost the kernel a
+// resolution of 40 hops of ~1600 components (what a program can leave in
+// its workspace: every target stays inside, so each one is resolved).
+func symlinkFarm(t *testing.T, dir string, n int) {
+	t.Helper()
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("d/../", 800)
+	for i := range 40 {
+		next := "missing"
+		if i < 39 {
+			next = "l" + strconv.Itoa(i+1)
+		}
+		if err := os.Symlink(pad+next, filepath.Join(dir, "l"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "s"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := os.Symlink("../l0", filepath.Join(dir, "s", strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Attack review: the scan runs as root after the program, outside the
+// sandbox's CPU limit. Each symlink that stays inside is resolved by the
+// kernel, and a program can make each resolution cost milliseconds: at
+// DefaultLimits' 200,000 entries that kept `cordon run` (and the daemon's
+// stop) busy for over ten minutes. The scan is bounded in time, and a scan
+// stopped by the bound says so. Control: the same tree scanned without the
+// time bound takes several times longer (the bound is what stops it).
+func TestScanTimeBound(t *testing.T) {
+	if DefaultLimits.MaxTime <= 0 || DefaultLimits.MaxTime > 30*time.Second {
+		t.Fatalf("DefaultLimits.MaxTime = %v, want a bound of at most 30s", DefaultLimits.MaxTime)
+	}
+	dir := t.TempDir()
+	symlinkFarm(t, dir, 600)
+	lim := DefaultLimits
+	lim.MaxTime = 100 * time.Millisecond
+	start := time.Now()
+	rep := scanDir(t, dir, lim)
+	bounded := time.Since(start)
+	if !strings.Contains(rep.Truncated, "time") || bounded > lim.MaxTime+time.Second {
+		t.Errorf("Scan with MaxTime %v took %v, truncated %q; want it stopped by the time bound and saying so", lim.MaxTime, bounded, rep.Truncated)
+	}
+
+	lim.MaxTime = 10 * time.Minute
+	start = time.Now()
+	rep = scanDir(t, dir, lim)
+	unbounded := time.Since(start)
+	if rep.Truncated != "" || unbounded < 3*100*time.Millisecond {
+		t.Errorf("control: the whole farm took %v (truncated %q); want over %v, or the farm is not costly enough to show the bound", unbounded, rep.Truncated, 3*100*time.Millisecond)
+	}
+	t.Logf("bounded scan %v, whole scan %v", bounded, unbounded)
+}
+
+// The listed traps are bounded in bytes, control bytes counted as JSON
+// escapes: a scan stops listing past MaxBytes, and Fit cuts reports to a
+// reply's budget, saying so. Control: without the bounds all are listed.
+func TestScanAndFitBytes(t *testing.T) {
+	dir := t.TempDir()
+	target := "/" + strings.Repeat("\x01", 1000)
+	for i := range 50 {
+		if err := os.Symlink(target, filepath.Join(dir, "l"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := scanDir(t, dir, Limits{MaxEntries: 100, MaxDepth: 4, MaxTraps: 100})
+	if len(all.Traps) != 50 || all.Truncated != "" {
+		t.Fatalf("control: %d traps, truncated %q; want 50, whole", len(all.Traps), all.Truncated)
+	}
+	rep := scanDir(t, dir, Limits{MaxEntries: 100, MaxDepth: 4, MaxTraps: 100, MaxBytes: 20000})
+	if n := len(rep.Traps); n == 0 || n >= 4 || !strings.Contains(rep.Truncated, "bytes") {
+		t.Errorf("MaxBytes 20000 (each trap ~6 KB as JSON): %d traps, truncated %q; want 1-3 and the reason", n, rep.Truncated)
+	}
+	fit := Fit([]Report{all, all}, 20000)
+	size := 0
+	for _, r := range fit {
+		for _, tr := range r.Traps {
+			size += tr.Size()
+		}
+		if !strings.Contains(r.Truncated, "not listed") {
+			t.Errorf("Fit: report truncated %q, want it to say traps are not listed", r.Truncated)
+		}
+	}
+	if size > 20000 || len(fit[0].Traps) == 0 || len(fit[1].Traps) != 0 || len(all.Traps) != 50 {
+		t.Errorf("Fit: %d+%d traps, %d bytes; want some of the first only, at most 20000 bytes, input unchanged", len(fit[0].Traps), len(fit[1].Traps), size)
+	}
+}
+
+// Names and targets are the program's bytes, not always UTF-8; JSON
+// strings cannot carry invalid UTF-8 (encoding/json writes U+FFFD), so two
+// different names could show as one and neither could be found. The
+// report carries the exact bytes too (base64) whenever the text is not
+// valid UTF-8. Control: a valid name carries no copy.
+func TestReportKeepsExactBytes(t *testing.T) {
+	dir := t.TempDir()
+	name, target := "README\xff.md", "/etc/\xfe"
+	if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "ok")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(scanDir(t, dir, DefaultLimits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Traps []struct {
+			Path        string `json:"path"`
+			PathBytes   []byte `json:"path_bytes"`
+			TargetBytes []byte `json:"target_bytes"`
+		} `json:"traps"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(rep.Traps, func(i, j int) bool { return rep.Traps[i].Path < rep.Traps[j].Path })
+	if len(rep.Traps) != 2 || string(rep.Traps[0].PathBytes) != name || string(rep.Traps[0].TargetBytes) != target {
+		t.Fatalf("report %s: want the first trap's exact name %q and target %q in path_bytes/target_bytes", b, name, target)
+	}
+	if rep.Traps[1].Path != "ok" || rep.Traps[1].PathBytes != nil || rep.Traps[1].TargetBytes != nil {
+		t.Errorf("control: valid UTF-8 trap %+v carries bytes", rep.Traps[1])
+	}
 }
