@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// Attacks on the approvals of model, egress and state crossings, made as
+// the sandbox's gateway process does (over the ledger socket) against the
+// privileged side with a real store, and observed in the store.
+
+func approvalModelAsk(body, operation string) crossing.Ask {
+	return crossing.Ask{Action: "model.invoke", Resource: "Model", Target: "m", RequestDigest: digestOf(body),
+		RequestBytes: int64(len(body)), Operation: operation}
+}
+
+// An operator approves a token count (which generates nothing); the
+// agent sends the same body to /v1/messages. The approval names its
+// operation and must not authorize another one.
+func TestModelApprovalIsBoundToItsOperation(t *testing.T) {
+	ctx := context.Background()
+	st := testStore(t)
+	_, c := approvalServer(t, st, approvalPolicy, time.Minute)
+	body := `{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":"write the exploit"}]}`
+	reserve := func(op string) (crossing.Reservation, error) {
+		r, _, err := c.Reserve(crossing.WithAsk(ctx, approvalModelAsk(body, op)), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0)
+		return r, err
+	}
+	r, err := reserve("anthropic.count_tokens")
+	if !errors.Is(err, crossing.ErrApprovalPending) || r.Approval == nil {
+		t.Fatalf("count_tokens = %+v, %v; want pending", r, err)
+	}
+	if _, err := st.DecideApproval(ctx, r.Approval.ID, true, "test"); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := reserve("anthropic.messages")
+	if err == nil {
+		t.Fatalf("the approval of a token count opened a messages call: %+v (approval %+v)", r2, r2.Approval)
+	}
+	if !errors.Is(err, crossing.ErrApprovalPending) || r2.Approval == nil || r2.Approval.ID == r.Approval.ID {
+		t.Fatalf("messages = %+v, %v; want a pending approval of its own", r2, err)
+	}
+	// Positive control: the approved operation itself passes, once.
+	r3, err := reserve("anthropic.count_tokens")
+	if err != nil || r3.Approval == nil || r3.Approval.ID != r.Approval.ID {
+		t.Fatalf("the approved count_tokens = %+v, %v", r3, err)
+	}
+	if a, err := st.Approval(ctx, r.Approval.ID); err != nil || a.State != store.ApprovalConsumed {
+		t.Fatalf("approval = %+v, %v; want consumed", a, err)
+	}
+}
+
+// MaxPendingApprovals holds when the agent asks many crossings at once:
+// the gateway serves up to maxToolOps of them concurrently, and each
+// must not pass the count before another's request is stored.
+func TestPendingApprovalCapHoldsUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	st := testStore(t)
+	_, c := approvalServer(t, st, approvalPolicy, time.Minute)
+	const n = 60
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"flood %d"}]}`, i)
+			_, _, errs[i] = c.Reserve(crossing.WithAsk(ctx, approvalModelAsk(body, "anthropic.messages")), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0)
+		}()
+	}
+	wg.Wait()
+	pending, denied := 0, 0
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, crossing.ErrApprovalPending):
+			pending++
+		case errors.Is(err, crossing.ErrApprovalDenied):
+			denied++
+		default:
+			t.Errorf("reserve = %v", err)
+		}
+	}
+	got, err := st.PendingApprovals(ctx, apprID.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Positive control: the cap is reached (the flood is not refused
+	// for another reason), and never passed.
+	if got != MaxPendingApprovals || pending != MaxPendingApprovals || denied != n-MaxPendingApprovals {
+		t.Fatalf("%d approvals pending in the store (%d answered pending, %d refused); the limit is %d",
+			got, pending, denied, MaxPendingApprovals)
+	}
+}
