@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -96,5 +97,68 @@ func TestPendingApprovalCapHoldsUnderConcurrency(t *testing.T) {
 	if got != MaxPendingApprovals || pending != MaxPendingApprovals || denied != n-MaxPendingApprovals {
 		t.Fatalf("%d approvals pending in the store (%d answered pending, %d refused); the limit is %d",
 			got, pending, denied, MaxPendingApprovals)
+	}
+}
+
+// budgetPolicy reads context.budget, as docs/policy.md's examples do: it
+// must see the workload's budget when the crossing asks (every sandbox of
+// the workload, every action), not what this sandbox's last model or
+// egress reservation saw.
+const budgetPolicy = `
+@id("all")
+permit (principal, action, resource);
+@id("one-stream")
+forbid (principal, action == Action::"model.invoke", resource) when { context.budget.streams >= 1 };
+@id("spent")
+forbid (principal, action in [Action::"state.read", Action::"state.write"], resource)
+when { context.budget.limits.requests > 0 && context.budget.used.requests >= context.budget.limits.requests };
+`
+
+func TestPolicySeesTheWorkloadsBudgetNow(t *testing.T) {
+	ctx := context.Background()
+	st := testStore(t)
+	srv, c := approvalServer(t, st, budgetPolicy, time.Minute)
+	srv.Budget = store.Budget{Limits: crossing.Amount{Requests: 2}, Streams: 4}
+	model := func() error {
+		body := `{"model":"m","messages":[]}`
+		r, _, err := c.Reserve(crossing.WithAsk(ctx, approvalModelAsk(body, "anthropic.messages")), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 1)
+		if err == nil {
+			_, err = c.Settle(ctx, r, crossing.Amount{Requests: 1})
+		}
+		return err
+	}
+	read := func() error {
+		_, err := c.State(ctx, state.Request{Op: state.OpGet, Key: "notes/a"})
+		return err
+	}
+	// Positive control: nothing held or used yet, both pass (the read
+	// finds nothing: not found, not denied by policy).
+	if err := model(); err != nil {
+		t.Fatalf("model call = %v", err)
+	}
+	if err := read(); errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("read = %v", err)
+	}
+	// Another sandbox of the workload opens a stream and holds it.
+	other := apprID
+	other.SandboxID = "sb-other"
+	held, _, err := st.Reserve(ctx, other, "model", crossing.Amount{Requests: 1}, 1, srv.Budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := model(); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("model call while the workload holds a stream = %v; want denied by one-stream", err)
+	}
+	// The workload's requests are now spent (1 settled + 1 held of 2).
+	if err := read(); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("state read with the workload's requests spent = %v; want denied by spent", err)
+	}
+	// The stream ends: model calls are decided on the budget now, not on
+	// the last state this sandbox saw.
+	if _, err := st.Settle(ctx, held, crossing.Amount{}, srv.Budget); err != nil {
+		t.Fatal(err)
+	}
+	if err := model(); err != nil {
+		t.Fatalf("model call after the stream ended = %v", err)
 	}
 }

@@ -96,9 +96,6 @@ type LedgerServer struct {
 	// decided keeps the policy decision of each open reservation, so the
 	// receipt carries what this side decided, not what the gateway says.
 	decided map[int64]*crossing.PolicyDecision
-	// last is the budget state after the sandbox's latest crossing:
-	// policy's context.budget.
-	last crossing.BudgetState
 }
 
 // bucket is a token bucket for denial receipts.
@@ -247,6 +244,7 @@ func (s *LedgerServer) batches(reqs <-chan ledgerReq, reply func(ledgerResp)) {
 // ledgerOps are the store operations a request may make; *store.Tx in a
 // batch.
 type ledgerOps interface {
+	BudgetState(workload string, b store.Budget) (crossing.BudgetState, error)
 	Reserve(id crossing.Identity, broker string, want crossing.Amount, streams int64, b store.Budget) (crossing.Reservation, crossing.BudgetState, error)
 	SettleRecord(r crossing.Reservation, usage crossing.Amount, b store.Budget, rc *crossing.Receipt) (crossing.BudgetState, error)
 	Record(rc crossing.Receipt) (int64, error)
@@ -262,7 +260,7 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			break
 		}
 		var d *crossing.PolicyDecision
-		if d, err = s.askPolicy(req); err != nil {
+		if d, err = s.askPolicyIn(req, ops.BudgetState); err != nil {
 			resp.Res.Policy = d
 			break
 		}

@@ -244,6 +244,10 @@ func Default() *Set { return defaultSet() }
 // it.
 func (s *Set) Digest() string { return s.digest }
 
+// ReadsBudget reports whether a policy of the set may read
+// context.budget: the caller then reads the budget when the crossing asks.
+func (s *Set) ReadsBudget() bool { return s.readsBudget }
+
 // Files returns the names of the set's files, as given to Load.
 func (s *Set) Files() []string { return append([]string(nil), s.files...) }
 
