@@ -216,6 +216,9 @@ type ExplainReport struct {
 // explain decides r for cfg's workload as the runtime does: the
 // configuration's checks (the brokers' own code) and policy.
 func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainReport {
+	// context.budget.limits are the configuration's budgets, as the
+	// runtime gives them to policy (readExplainRequest refuses others).
+	r.Context.Budget.Limits = cfg.Budgets.Limits()
 	x := set.Explain(policy.Request{
 		Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
 		Action: r.Action, Resource: r.Resource, Context: r.Context,
@@ -250,7 +253,8 @@ configuration; the request gives the rest as JSON (--request '{...}',
                 "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
                 "server": "fs"},                               (Tool; default: id before "/")
    "context":  {"port": 443, "argument_digest": "sha256:…",
-                "budget": {"used": {"requests": 3}, "limits": {"requests": 1000}, "streams": 0}},
+                "budget": {"used": {"requests": 3}, "streams": 0}},
+                                            (budget.limits are the configuration's budgets)
    "api":       "anthropic" | "openai",     (optional, model.invoke: the route's API)
    "operation": "get" | "put" | "delete" | "list" | "export" | "reset"}
                                             (optional, state: default get / put)
@@ -296,6 +300,9 @@ Examples:
 			r, err := readExplainRequest(reqArg, cmd.InOrStdin())
 			if err != nil {
 				return sandbox.Fail(sandbox.KindUsage, "request", err)
+			}
+			if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
+				return sandbox.Failf(sandbox.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
 			}
 			x := explain(cfg, set, r)
 			if asJSON {
