@@ -162,3 +162,58 @@ func TestPolicySeesTheWorkloadsBudgetNow(t *testing.T) {
 		t.Fatalf("model call after the stream ended = %v", err)
 	}
 }
+
+// An approval given to one sandbox is not used by another sandbox of the
+// same workload (same store, same policy), for every action, including a
+// sandbox-scoped egress approval; and two concurrent identical crossings
+// consume one approval once.
+func TestApprovalsStayInTheirSandboxAndAreUsedOnce(t *testing.T) {
+	all := append(crossers[:len(crossers):len(crossers)], struct {
+		name   string
+		action string
+		cross  crosser
+	}{"egress for the sandbox", "egress.connect", egressCrossing("pkg.example.com")})
+	for _, tc := range all {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := testStore(t)
+			_, a := approvalServer(t, st, approvalPolicy, time.Minute)
+			srvB, b := approvalServer(t, st, approvalPolicy, time.Minute)
+			srvB.ID.SandboxID = "sb-other"
+			ref, _, err := tc.cross(t, a, st, 0)
+			if !errors.Is(err, crossing.ErrApprovalPending) {
+				t.Fatalf("sandbox A: %v", err)
+			}
+			decide(t, st, ref.ID, true)
+			if o, _, err := tc.cross(t, b, st, 0); !errors.Is(err, crossing.ErrApprovalPending) || o == nil || o.ID == ref.ID {
+				t.Fatalf("sandbox B with A's approval = %+v, %v; want its own pending approval", o, err)
+			}
+			if tc.name == "egress for the sandbox" {
+				return
+			}
+			// Race: A crosses twice at once; exactly one passes.
+			var wg sync.WaitGroup
+			errs := make([]error, 8)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _, errs[i] = tc.cross(t, a, st, 0)
+				}()
+			}
+			wg.Wait()
+			passed := 0
+			for _, err := range errs {
+				if err == nil {
+					passed++
+				}
+			}
+			if passed != 1 {
+				t.Fatalf("%d concurrent crossings passed on one approval: %v", passed, errs)
+			}
+			if x, _ := st.Approval(ctx, ref.ID); x.State != store.ApprovalConsumed {
+				t.Fatalf("approval = %+v", x)
+			}
+		})
+	}
+}
