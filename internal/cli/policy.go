@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
@@ -207,6 +208,9 @@ type ExplainReport struct {
 	ApprovalScope string `json:"approval_scope,omitempty"`
 	// Config is the configuration's half.
 	Config gateway.Admission `json:"config"`
+	// Budget, when set, is why the configured budget refuses a crossing
+	// both halves allow (from context.budget.used).
+	Budget string `json:"budget_refusal,omitempty"`
 	// PolicyAllow, Decision and Policies are policy's half.
 	PolicyAllow bool                    `json:"policy_allow"`
 	Decision    crossing.PolicyDecision `json:"decision"`
@@ -229,6 +233,20 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		gateway.AdmitRequest{Action: r.Action, Resource: r.Resource.ID, Server: r.Resource.Server, Port: r.Context.Port,
 			API: r.API, Operation: r.Operation})
 	rep := ExplainReport{Allow: adm.Allow && x.Allow, Config: adm, PolicyAllow: x.Allow, Decision: x.Decision, Policies: x.Policies}
+	// The budget: a model call reserves a request, a connection a
+	// connection, and the store refuses either past a limit whatever
+	// policy says (tokens and bytes are reserved with the request's size,
+	// known only when it is made).
+	var want crossing.Amount
+	switch r.Action {
+	case policy.ActionModelInvoke:
+		want.Requests = 1
+	case policy.ActionEgressConnect:
+		want.Connections = 1
+	}
+	if why := store.OverBudget(r.Context.Budget.Used, want, r.Context.Budget.Limits); why != "" && rep.Allow {
+		rep.Allow, rep.Budget = false, why
+	}
 	if rep.Allow && x.Decision.ApprovalRequired {
 		rep.ApprovalRequired, rep.ApprovalScope = true, x.Decision.ApprovalScope
 	}
@@ -385,6 +403,9 @@ func printExplanation(w io.Writer, x ExplainReport, builtin bool) {
 	fmt.Fprintln(w, line)
 	for _, n := range c.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	if x.Budget != "" {
+		fmt.Fprintf(w, "budget: deny: %s\n", x.Budget)
 	}
 	fmt.Fprintf(w, "policy: %s\n", verdict(x.PolicyAllow))
 	if x.Decision.ApprovalRequired && !x.ApprovalRequired {

@@ -286,3 +286,51 @@ secrets:
 		t.Fatalf("explain with other limits = %d, %q; want refused", code, errOut)
 	}
 }
+
+// A model call or connection over the configured budget is refused at
+// runtime whatever policy says: explain says so too.
+func TestPolicyExplainChecksTheBudget(t *testing.T) {
+	dir := t.TempDir()
+	writeTemp(t, dir, "policy/p.cedar", `@id("all") permit (principal, action, resource);`+"\n")
+	cfg := writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
+workload: demo
+tenant: acme
+purpose: coding
+policy: [policy/p.cedar]
+models:
+  - name: claude
+    api: anthropic
+    upstream: https://api.anthropic.com
+    credential: key
+    models: ["claude-*"]
+egress:
+  allow:
+    - host: api.github.com
+      ports: [443]
+budgets:
+  requests: 100
+  connections: 10
+secrets:
+  key: {env: CORDON_TEST_UNSET}
+`)
+	for _, tt := range []struct {
+		req  string
+		want bool
+	}{
+		{`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":{"requests":99}}}}`, true},
+		{`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":{"requests":100}}}}`, false},
+		{`{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443,"budget":{"used":{"connections":9}}}}`, true},
+		{`{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443,"budget":{"used":{"connections":10}}}}`, false},
+	} {
+		out, errOut, code := runPolicy(t, "", "explain", "--json", "--config", cfg, "--request", tt.req)
+		var x ExplainReport
+		if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 || x.Allow != tt.want || !x.PolicyAllow || !x.Config.Allow {
+			t.Errorf("explain %s = %d, %q, %q; want allow %v", tt.req, code, out, errOut, tt.want)
+		}
+		if !tt.want {
+			if out, _, _ := runPolicy(t, "", "explain", "--config", cfg, "--request", tt.req); !strings.Contains(out, "budget: deny: ") {
+				t.Errorf("explain %s:\n%s\nwant a budget line", tt.req, out)
+			}
+		}
+	}
+}

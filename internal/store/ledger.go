@@ -53,6 +53,10 @@ func used(ctx context.Context, tx querier, workload string, win int64) (crossing
 	return settled.a.Add(held.a), streams, nil
 }
 
+// OverBudget names the first limit that used+want would exceed, or "":
+// Reserve's check, for `cordon policy explain`.
+func OverBudget(used, want, lim crossing.Amount) string { return over(used, want, lim) }
+
 // over names the first limit that used+want would exceed, or "".
 func over(used, want, lim crossing.Amount) string {
 	check := []struct {
