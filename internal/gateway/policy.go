@@ -60,6 +60,23 @@ func (s *LedgerServer) request(ask crossing.Ask, read budgetReader) (policy.Requ
 	}, nil
 }
 
+// budgetOnce reads the budget from the store at most once: for many
+// questions asked together.
+func (s *LedgerServer) budgetOnce() budgetReader {
+	var (
+		done bool
+		st   crossing.BudgetState
+		err  error
+	)
+	return func(w string, b store.Budget) (crossing.BudgetState, error) {
+		if !done {
+			st, err = s.Store.BudgetState(context.Background(), w, b)
+			done = true
+		}
+		return st, err
+	}
+}
+
 // decide asks policy; a deny (or an evaluation error) is
 // crossing.ErrPolicyDenied with the decision. A budget that cannot be
 // read is crossing.ErrUnavailable: refused, never decided without it.

@@ -60,9 +60,10 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 	switch req.Op {
 	case "tool_filter":
 		resp.Allowed = make([]bool, len(req.Tools))
+		read := s.budgetOnce() // one budget read for the whole list
 		for i, r := range req.Tools {
 			if s.Tools.offered(r.Server, r.Tool) {
-				_, derr := s.decide(toolAsk(r.Server, r.Tool, ""))
+				_, derr := s.decideIn(toolAsk(r.Server, r.Tool, ""), read)
 				resp.Allowed[i] = derr == nil
 			}
 		}
