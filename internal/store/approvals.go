@@ -265,8 +265,9 @@ func (e *ApprovalLimitError) Error() string {
 
 // RequestApprovalLimited is RequestApproval with at most maxPending
 // unexpired pending approvals of a.SandboxID (0: no limit), counted in
-// the same write transaction as the insert (its first statement is a
-// write, so SQLite serializes it with every other request), so that concurrent requests cannot
+// the same write transaction as the insert (the store's transactions take
+// the write lock up front, so SQLite serializes it with every other
+// request), so that concurrent requests cannot
 // all pass the count. Past the limit it fails with *ApprovalLimitError,
 // unless the request already has a live approval, which is returned.
 func (s *Store) RequestApprovalLimited(ctx context.Context, a Approval, ttl time.Duration, maxPending int) (Approval, error) {
