@@ -217,3 +217,44 @@ func TestApprovalsStayInTheirSandboxAndAreUsedOnce(t *testing.T) {
 		})
 	}
 }
+
+// An approved read of one key does not list or export the scope, and an
+// approved put of one value does not write another value or reset the
+// scope.
+func TestStateApprovalCoversOneOperation(t *testing.T) {
+	ctx := context.Background()
+	st := testStore(t)
+	_, c := approvalServer(t, st, approvalPolicy, time.Minute)
+	op := func(r state.Request) (state.Response, error) { return c.State(ctx, r) }
+	for _, tc := range []struct {
+		approved state.Request
+		others   []state.Request
+	}{
+		{state.Request{Op: state.OpGet, Key: "notes/a"}, []state.Request{{Op: state.OpList}, {Op: state.OpExport}, {Op: state.OpList, Prefix: "notes/"}, {Op: state.OpGet, Key: "notes/b"}}},
+		{state.Request{Op: state.OpPut, Key: "notes/a", Value: []byte("small")}, []state.Request{{Op: state.OpPut, Key: "notes/a", Value: []byte("other")}, {Op: state.OpReset}, {Op: state.OpDelete, Key: "notes/a"}, {Op: state.OpPut, Key: "notes/a", Value: []byte("small"), IfAbsent: true}}},
+	} {
+		resp, err := op(tc.approved)
+		if !errors.Is(err, crossing.ErrApprovalPending) || resp.Approval == nil {
+			t.Fatalf("%+v = %+v, %v; want pending", tc.approved, resp, err)
+		}
+		decide(t, st, resp.Approval.ID, true)
+		for _, o := range tc.others {
+			r, err := op(o)
+			if !errors.Is(err, crossing.ErrApprovalPending) || r.Approval == nil || r.Approval.ID == resp.Approval.ID {
+				t.Fatalf("%+v with the approval of %+v = %+v, %v; want its own pending approval", o, tc.approved, r, err)
+			}
+		}
+		// Positive control: the approved operation itself is not refused
+		// for want of an approval (a get may find nothing).
+		if _, err := op(tc.approved); errors.Is(err, crossing.ErrApprovalPending) || errors.Is(err, crossing.ErrApprovalDenied) {
+			t.Fatalf("the approved %+v = %v", tc.approved, err)
+		}
+		if a, _ := st.Approval(ctx, resp.Approval.ID); a.State != store.ApprovalConsumed {
+			t.Fatalf("approval = %+v", a)
+		}
+		// Clear the waiting ones (the sandbox's pending cap).
+		if _, err := st.RevokeApprovals(ctx, apprID.SandboxID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
