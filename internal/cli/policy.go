@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
@@ -207,6 +208,9 @@ type ExplainReport struct {
 	ApprovalScope string `json:"approval_scope,omitempty"`
 	// Config is the configuration's half.
 	Config gateway.Admission `json:"config"`
+	// Budget, when set, is why the configured budget refuses a crossing
+	// both halves allow (from context.budget.used).
+	Budget string `json:"budget_refusal,omitempty"`
 	// PolicyAllow, Decision and Policies are policy's half.
 	PolicyAllow bool                    `json:"policy_allow"`
 	Decision    crossing.PolicyDecision `json:"decision"`
@@ -216,6 +220,9 @@ type ExplainReport struct {
 // explain decides r for cfg's workload as the runtime does: the
 // configuration's checks (the brokers' own code) and policy.
 func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainReport {
+	// context.budget.limits are the configuration's budgets, as the
+	// runtime gives them to policy (readExplainRequest refuses others).
+	r.Context.Budget.Limits = cfg.Budgets.Limits()
 	x := set.Explain(policy.Request{
 		Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
 		Action: r.Action, Resource: r.Resource, Context: r.Context,
@@ -226,6 +233,20 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		gateway.AdmitRequest{Action: r.Action, Resource: r.Resource.ID, Server: r.Resource.Server, Port: r.Context.Port,
 			API: r.API, Operation: r.Operation})
 	rep := ExplainReport{Allow: adm.Allow && x.Allow, Config: adm, PolicyAllow: x.Allow, Decision: x.Decision, Policies: x.Policies}
+	// The budget: a model call reserves a request, a connection a
+	// connection, and the store refuses either past a limit whatever
+	// policy says (tokens and bytes are reserved with the request's size,
+	// known only when it is made).
+	var want crossing.Amount
+	switch r.Action {
+	case policy.ActionModelInvoke:
+		want.Requests = 1
+	case policy.ActionEgressConnect:
+		want.Connections = 1
+	}
+	if why := store.OverBudget(r.Context.Budget.Used, want, r.Context.Budget.Limits); why != "" && rep.Allow {
+		rep.Allow, rep.Budget = false, why
+	}
 	if rep.Allow && x.Decision.ApprovalRequired {
 		rep.ApprovalRequired, rep.ApprovalScope = true, x.Decision.ApprovalScope
 	}
@@ -250,7 +271,8 @@ configuration; the request gives the rest as JSON (--request '{...}',
                 "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
                 "server": "fs"},                               (Tool; default: id before "/")
    "context":  {"port": 443, "argument_digest": "sha256:…",
-                "budget": {"used": {"requests": 3}, "limits": {"requests": 1000}, "streams": 0}},
+                "budget": {"used": {"requests": 3}, "streams": 0}},
+                                            (budget.limits are the configuration's budgets)
    "api":       "anthropic" | "openai",     (optional, model.invoke: the route's API)
    "operation": "get" | "put" | "delete" | "list" | "export" | "reset"}
                                             (optional, state: default get / put)
@@ -296,6 +318,9 @@ Examples:
 			r, err := readExplainRequest(reqArg, cmd.InOrStdin())
 			if err != nil {
 				return sandbox.Fail(sandbox.KindUsage, "request", err)
+			}
+			if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
+				return sandbox.Failf(sandbox.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
 			}
 			x := explain(cfg, set, r)
 			if asJSON {
@@ -378,6 +403,9 @@ func printExplanation(w io.Writer, x ExplainReport, builtin bool) {
 	fmt.Fprintln(w, line)
 	for _, n := range c.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	if x.Budget != "" {
+		fmt.Fprintf(w, "budget: deny: %s\n", x.Budget)
 	}
 	fmt.Fprintf(w, "policy: %s\n", verdict(x.PolicyAllow))
 	if x.Decision.ApprovalRequired && !x.ApprovalRequired {

@@ -238,3 +238,99 @@ func TestPolicySchema(t *testing.T) {
 		t.Errorf("schema = %d, %q", code, out)
 	}
 }
+
+// The runtime's context.budget.limits are the configuration's budgets:
+// explain uses them too, and refuses a request that names other limits.
+func TestPolicyExplainUsesTheConfiguredBudget(t *testing.T) {
+	dir := t.TempDir()
+	writeTemp(t, dir, "policy/p.cedar", `@id("models") permit (principal, action == Action::"model.invoke", resource);
+@id("unbudgeted") forbid (principal, action == Action::"model.invoke", resource) when { context.budget.limits.requests == 0 };
+@id("spent") forbid (principal, action == Action::"model.invoke", resource)
+when { context.budget.limits.requests > 0 && context.budget.used.requests >= context.budget.limits.requests };
+`)
+	cfg := writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
+workload: demo
+tenant: acme
+purpose: coding
+policy: [policy/p.cedar]
+models:
+  - name: claude
+    api: anthropic
+    upstream: https://api.anthropic.com
+    credential: key
+    models: ["claude-*"]
+budgets:
+  requests: 100
+secrets:
+  key: {env: CORDON_TEST_UNSET}
+`)
+	explainJSON := func(req string) (ExplainReport, string, int) {
+		out, errOut, code := runPolicy(t, "", "explain", "--json", "--config", cfg, "--request", req)
+		var x ExplainReport
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &x); err != nil {
+				t.Fatalf("explain --json = %q: %v", out, err)
+			}
+		}
+		return x, errOut, code
+	}
+	// The runtime decides with limits.requests = 100: allowed.
+	if x, errOut, code := explainJSON(`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"}}`); code != 0 || !x.Allow {
+		t.Fatalf("explain without a budget = %d, %+v, %q; want allow (the configured limit is 100)", code, x, errOut)
+	}
+	// Positive control: the budget is read — 100 used of 100 is forbidden.
+	if x, errOut, code := explainJSON(`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":{"requests":100}}}}`); code != 0 || x.Allow {
+		t.Fatalf("explain with the budget spent = %d, %+v, %q; want deny", code, x, errOut)
+	}
+	if _, errOut, code := explainJSON(`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"limits":{"requests":5}}}}`); code != ExitRefused || !strings.Contains(errOut, "budgets") {
+		t.Fatalf("explain with other limits = %d, %q; want refused", code, errOut)
+	}
+}
+
+// A model call or connection over the configured budget is refused at
+// runtime whatever policy says: explain says so too.
+func TestPolicyExplainChecksTheBudget(t *testing.T) {
+	dir := t.TempDir()
+	writeTemp(t, dir, "policy/p.cedar", `@id("all") permit (principal, action, resource);`+"\n")
+	cfg := writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
+workload: demo
+tenant: acme
+purpose: coding
+policy: [policy/p.cedar]
+models:
+  - name: claude
+    api: anthropic
+    upstream: https://api.anthropic.com
+    credential: key
+    models: ["claude-*"]
+egress:
+  allow:
+    - host: api.github.com
+      ports: [443]
+budgets:
+  requests: 100
+  connections: 10
+secrets:
+  key: {env: CORDON_TEST_UNSET}
+`)
+	for _, tt := range []struct {
+		req  string
+		want bool
+	}{
+		{`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":{"requests":99}}}}`, true},
+		{`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":{"requests":100}}}}`, false},
+		{`{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443,"budget":{"used":{"connections":9}}}}`, true},
+		{`{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443,"budget":{"used":{"connections":10}}}}`, false},
+	} {
+		out, errOut, code := runPolicy(t, "", "explain", "--json", "--config", cfg, "--request", tt.req)
+		var x ExplainReport
+		if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 || x.Allow != tt.want || !x.PolicyAllow || !x.Config.Allow {
+			t.Errorf("explain %s = %d, %q, %q; want allow %v", tt.req, code, out, errOut, tt.want)
+		}
+		if !tt.want {
+			if out, _, _ := runPolicy(t, "", "explain", "--config", cfg, "--request", tt.req); !strings.Contains(out, "budget: deny: ") {
+				t.Errorf("explain %s:\n%s\nwant a budget line", tt.req, out)
+			}
+		}
+	}
+}

@@ -56,6 +56,10 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 		for _, rt := range cfg.Routes {
 			routes = append(routes, model.Route{Name: rt.Name, API: rt.API, Models: rt.Models})
 		}
+		if !model.ValidModelID(r.Resource) {
+			a.Reason = "the model broker refuses this model id: a model id is 1–256 bytes of UTF-8"
+			return a
+		}
 		if name, ok := model.RouteFor(routes, r.API, r.Resource); ok {
 			a.Allow, a.Rule = true, name
 			return a

@@ -63,8 +63,8 @@ func (s *LedgerServer) approvalTTL() time.Duration {
 
 // crossingDigest binds an approval to one exact crossing: the tenant,
 // the workload and the sandbox that asked, the action, the resource and
-// the request (each action's exact request: a model request's body
-// digest, an egress connection's port, a state operation's key, value
+// the request (each action's exact request: a model request's operation
+// and body digest, an egress connection's port, a state operation's key, value
 // digest and preconditions).
 func crossingDigest(id crossing.Identity, action, target string, request any) string {
 	tenant := id.Tenant
@@ -112,18 +112,21 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 	var shown any
 	switch ask.Action {
 	case policy.ActionModelInvoke:
-		if !validDigest(ask.RequestDigest) {
-			return fail(fmt.Errorf("%w: a model call that needs approval must name its request digest", crossing.ErrPolicyDenied))
+		if !validDigest(ask.RequestDigest) || ask.Operation == "" || clipID(ask.Operation) != ask.Operation {
+			return fail(fmt.Errorf("%w: a model call that needs approval must name its request digest and operation", crossing.ErrPolicyDenied))
 		}
+		// The operation is part of the exact request: the same body
+		// approved for a token count must not open a messages call.
 		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
-			Digest string `json:"request_digest"`
-		}{ask.RequestDigest})
+			Operation string `json:"operation"`
+			Digest    string `json:"request_digest"`
+		}{ask.Operation, ask.RequestDigest})
 		shown = struct {
 			Model     string `json:"model"`
-			Operation string `json:"operation,omitempty"`
+			Operation string `json:"operation"`
 			Digest    string `json:"request_digest"`
 			Bytes     int64  `json:"request_bytes"`
-		}{ask.Target, clipID(ask.Operation), ask.RequestDigest, ask.RequestBytes}
+		}{ask.Target, ask.Operation, ask.RequestDigest, ask.RequestBytes}
 	case policy.ActionEgressConnect:
 		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
 			Port int `json:"port"`
@@ -180,19 +183,19 @@ func (s *LedgerServer) useApproval(ctx context.Context, d *crossing.PolicyDecisi
 		return refOf(a), nil
 	case errors.Is(err, store.ErrApprovalDenied):
 		return refOf(a), fmt.Errorf("%w: approval %s was denied", crossing.ErrApprovalDenied, a.ID)
-	case errors.Is(err, store.ErrApprovalNotFound):
-		if n, err := s.Store.PendingApprovals(ctx, s.ID.SandboxID); err != nil || n >= MaxPendingApprovals {
-			return nil, fmt.Errorf("%w: %d approval requests of this sandbox are already waiting (the limit is %d)",
-				crossing.ErrApprovalDenied, n, MaxPendingApprovals)
-		}
-		fallthrough
-	case errors.Is(err, store.ErrApprovalPending):
+	case errors.Is(err, store.ErrApprovalNotFound), errors.Is(err, store.ErrApprovalPending):
 		args, err := json.Marshal(shown)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 		}
-		a, err = s.Store.RequestApproval(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
-			Action: action, Target: target, Digest: digest, Arguments: args}, s.approvalTTL())
+		// The sandbox's pending requests are counted in the request's own
+		// transaction: concurrent crossings cannot all pass the count.
+		a, err = s.Store.RequestApprovalLimited(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
+			Action: action, Target: target, Digest: digest, Arguments: args}, s.approvalTTL(), MaxPendingApprovals)
+		var limit *store.ApprovalLimitError
+		if errors.As(err, &limit) {
+			return nil, fmt.Errorf("%w: %v", crossing.ErrApprovalDenied, limit)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 		}

@@ -364,19 +364,20 @@ func TestStateApprovalPendingIsReceipted(t *testing.T) {
 // opens without an operator's approval (none is ever given here), and
 // nothing is left reserved.
 func FuzzApprovalReserve(f *testing.F) {
-	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:"+strings.Repeat("a", 64), int64(10), int64(0))
-	f.Add("egress", "egress.connect", "Host", "api.example.com", 443, "", int64(0), int64(1))
-	f.Add("egress", "egress.connect", "Host", "PKG.example.com.", 443, "", int64(0), int64(1))
-	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:zz", int64(-1), int64(0))
+	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:"+strings.Repeat("a", 64), int64(10), int64(0), "anthropic.messages")
+	f.Add("egress", "egress.connect", "Host", "api.example.com", 443, "", int64(0), int64(1), "")
+	f.Add("egress", "egress.connect", "Host", "PKG.example.com.", 443, "", int64(0), int64(1), "")
+	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:zz", int64(-1), int64(0), "openai.chat")
+	f.Add("model", "model.invoke", "Model", "m", 0, "sha256:"+strings.Repeat("b", 64), int64(10), int64(0), strings.Repeat("x", 41))
 	st := testStoreF(f)
 	set, err := policy.LoadSources(policy.Source{Name: "a.cedar", Data: []byte(approvalPolicy)})
 	if err != nil {
 		f.Fatal(err)
 	}
 	srv := &LedgerServer{Store: st, ID: apprID, Policy: set, Tools: &ToolPolicy{ApprovalTTL: time.Minute}}
-	f.Fuzz(func(t *testing.T, broker, action, resource, target string, port int, digest string, bytes, conns int64) {
+	f.Fuzz(func(t *testing.T, broker, action, resource, target string, port int, digest string, bytes, conns int64, operation string) {
 		req := ledgerReq{ID: 1, Op: "reserve", Broker: broker, Want: crossing.Amount{Requests: 1, Connections: conns},
-			Ask: &crossing.Ask{Action: action, Resource: resource, Target: target, Port: port, RequestDigest: digest, RequestBytes: bytes}}
+			Ask: &crossing.Ask{Action: action, Resource: resource, Target: target, Port: port, RequestDigest: digest, RequestBytes: bytes, Operation: operation}}
 		if !srv.needsApproval(req) {
 			return
 		}

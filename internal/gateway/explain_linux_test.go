@@ -150,6 +150,7 @@ func TestExplainIsTheRuntime(t *testing.T) {
 		{"model allowed", AdmitRequest{Action: policy.ActionModelInvoke, Resource: "claude-x"}, true, false},
 		{"model without a route", AdmitRequest{Action: policy.ActionModelInvoke, Resource: "gpt-4o"}, false, true},
 		{"model forbidden by policy", AdmitRequest{Action: policy.ActionModelInvoke, Resource: "claude-evil"}, false, false},
+		{"model id too long", AdmitRequest{Action: policy.ActionModelInvoke, Resource: "claude-" + strings.Repeat("x", 300)}, false, true},
 		{"egress allowed", AdmitRequest{Action: policy.ActionEgressConnect, Resource: "api.example.com", Port: port}, true, false},
 		{"egress host not in the allow-list", AdmitRequest{Action: policy.ActionEgressConnect, Resource: "other.example.com", Port: port}, false, true},
 		{"egress port not in the allow-list", AdmitRequest{Action: policy.ActionEgressConnect, Resource: "api.example.com", Port: port + 1}, false, true},

@@ -105,9 +105,6 @@ type LedgerServer struct {
 	// decided keeps the policy decision of each open reservation, so the
 	// receipt carries what this side decided, not what the gateway says.
 	decided map[int64]*crossing.PolicyDecision
-	// last is the budget state after the sandbox's latest crossing:
-	// policy's context.budget.
-	last crossing.BudgetState
 }
 
 // bucket is a token bucket for denial receipts.
@@ -256,6 +253,7 @@ func (s *LedgerServer) batches(reqs <-chan ledgerReq, reply func(ledgerResp)) {
 // ledgerOps are the store operations a request may make; *store.Tx in a
 // batch.
 type ledgerOps interface {
+	BudgetState(workload string, b store.Budget) (crossing.BudgetState, error)
 	Reserve(id crossing.Identity, broker string, want crossing.Amount, streams int64, b store.Budget) (crossing.Reservation, crossing.BudgetState, error)
 	SettleRecord(r crossing.Reservation, usage crossing.Amount, b store.Budget, rc *crossing.Receipt) (crossing.BudgetState, error)
 	Record(rc crossing.Receipt) (int64, error)
@@ -280,7 +278,7 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			}
 		}
 		var d *crossing.PolicyDecision
-		if d, err = s.askPolicy(req); err != nil {
+		if d, err = s.askPolicyIn(req, ops.BudgetState); err != nil {
 			resp.Res.Policy = d
 			if slot {
 				s.receipts.end(false)

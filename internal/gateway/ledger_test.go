@@ -176,6 +176,10 @@ func TestLedgerSettleRecord(t *testing.T) {
 // failingOps is a store that is never reached in the fuzz test.
 type failingOps struct{}
 
+func (failingOps) BudgetState(string, store.Budget) (crossing.BudgetState, error) {
+	return crossing.BudgetState{}, crossing.ErrUnavailable
+}
+
 func (failingOps) Reserve(crossing.Identity, string, crossing.Amount, int64, store.Budget) (crossing.Reservation, crossing.BudgetState, error) {
 	return crossing.Reservation{}, crossing.BudgetState{}, crossing.ErrUnavailable
 }

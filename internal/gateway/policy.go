@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/policy"
+	"github.com/cordon-project/cordon/internal/store"
 )
 
 // brokerAsks is the only policy question each budgeted broker may ask
@@ -25,12 +27,27 @@ func (s *LedgerServer) policy() *policy.Set {
 	return s.Policy
 }
 
+// budgetReader reads the workload's budget now: the store, or the
+// batch's transaction a reservation is decided in.
+type budgetReader func(workload string, b store.Budget) (crossing.BudgetState, error)
+
 // request is the policy request for ask, with this sandbox's identity as
-// the principal and the budget state after its latest crossing.
-func (s *LedgerServer) request(ask crossing.Ask) policy.Request {
-	s.mu.Lock()
-	budget := s.last
-	s.mu.Unlock()
+// the principal and, when a policy reads context.budget, the workload's
+// budget now (every sandbox of the workload, every action), read from
+// the store: never a state this sandbox saw earlier.
+func (s *LedgerServer) request(ask crossing.Ask, read budgetReader) (policy.Request, error) {
+	var budget crossing.BudgetState
+	if s.policy().ReadsBudget() {
+		if read == nil {
+			read = func(w string, b store.Budget) (crossing.BudgetState, error) {
+				return s.Store.BudgetState(context.Background(), w, b)
+			}
+		}
+		var err error
+		if budget, err = read(s.ID.Workload, s.Budget); err != nil {
+			return policy.Request{}, fmt.Errorf("%w: read the budget for policy: %v", crossing.ErrUnavailable, err)
+		}
+	}
 	tenant := s.ID.Tenant
 	if tenant == "" {
 		tenant = DefaultTenant
@@ -40,13 +57,39 @@ func (s *LedgerServer) request(ask crossing.Ask) policy.Request {
 		Action:   ask.Action,
 		Resource: policy.Resource{Type: ask.Resource, ID: ask.Target, Server: ask.Server},
 		Context:  policy.Context{ArgumentDigest: ask.ArgumentDigest, Port: ask.Port, Budget: budget},
+	}, nil
+}
+
+// budgetOnce reads the budget from the store at most once: for many
+// questions asked together.
+func (s *LedgerServer) budgetOnce() budgetReader {
+	var (
+		done bool
+		st   crossing.BudgetState
+		err  error
+	)
+	return func(w string, b store.Budget) (crossing.BudgetState, error) {
+		if !done {
+			st, err = s.Store.BudgetState(context.Background(), w, b)
+			done = true
+		}
+		return st, err
 	}
 }
 
 // decide asks policy; a deny (or an evaluation error) is
-// crossing.ErrPolicyDenied with the decision.
+// crossing.ErrPolicyDenied with the decision. A budget that cannot be
+// read is crossing.ErrUnavailable: refused, never decided without it.
 func (s *LedgerServer) decide(ask crossing.Ask) (*crossing.PolicyDecision, error) {
-	allow, d := s.policy().Decide(s.request(ask))
+	return s.decideIn(ask, nil)
+}
+
+func (s *LedgerServer) decideIn(ask crossing.Ask, read budgetReader) (*crossing.PolicyDecision, error) {
+	r, err := s.request(ask, read)
+	if err != nil {
+		return &crossing.PolicyDecision{Digest: s.policy().Digest(), Errors: []string{err.Error()}}, err
+	}
+	allow, d := s.policy().Decide(r)
 	if !allow {
 		return &d, fmt.Errorf("%w: %s", crossing.ErrPolicyDenied, explainDeny(d))
 	}
@@ -57,6 +100,10 @@ func (s *LedgerServer) decide(ask crossing.Ask) (*crossing.PolicyDecision, error
 // crossing (every model request, every egress connection) must ask; the
 // byte chunks of an open egress tunnel need not.
 func (s *LedgerServer) askPolicy(req ledgerReq) (*crossing.PolicyDecision, error) {
+	return s.askPolicyIn(req, nil)
+}
+
+func (s *LedgerServer) askPolicyIn(req ledgerReq, read budgetReader) (*crossing.PolicyDecision, error) {
 	opens := req.Broker == "model" || req.Want.Connections > 0
 	if req.Ask == nil {
 		if opens {
@@ -68,7 +115,7 @@ func (s *LedgerServer) askPolicy(req ledgerReq) (*crossing.PolicyDecision, error
 	if req.Ask.Action != want.action || req.Ask.Resource != want.resource {
 		return nil, fmt.Errorf("%w: broker %s cannot ask about %s on %s", crossing.ErrPolicyDenied, req.Broker, req.Ask.Action, req.Ask.Resource)
 	}
-	return s.decide(*req.Ask)
+	return s.decideIn(*req.Ask, read)
 }
 
 // explainDeny says why policy denied, without policy text.
@@ -83,14 +130,13 @@ func explainDeny(d crossing.PolicyDecision) string {
 	}
 }
 
-// remember keeps an open reservation's decision and the budget state.
-func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, st crossing.BudgetState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.last = st
+// remember keeps an open reservation's decision.
+func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
 	if d == nil {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.decided == nil {
 		s.decided = map[int64]*crossing.PolicyDecision{}
 	}

@@ -64,9 +64,10 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 			break
 		}
 		resp.Allowed = make([]bool, len(req.Tools))
+		read := s.budgetOnce() // one budget read for the whole list
 		for i, r := range req.Tools {
 			if s.Tools.offered(r.Server, r.Tool) {
-				_, derr := s.decide(toolAsk(r.Server, r.Tool, ""))
+				_, derr := s.decideIn(toolAsk(r.Server, r.Tool, ""), read)
 				resp.Allowed[i] = derr == nil
 			}
 		}
@@ -177,15 +178,14 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 			approval = a.ID
 		case errors.Is(err, store.ErrApprovalDenied):
 			return tool.Began{Policy: d}, fmt.Errorf("%w: approval %s was denied", tool.ErrDenied, a.ID)
-		case errors.Is(err, store.ErrApprovalNotFound):
-			if n, err := s.Store.PendingApprovals(ctx, s.ID.SandboxID); err != nil || n >= MaxPendingApprovals {
-				return tool.Began{Policy: d}, fmt.Errorf("%w: %d approval requests of this sandbox are already waiting (the limit is %d)",
-					tool.ErrDenied, n, MaxPendingApprovals)
+		case errors.Is(err, store.ErrApprovalNotFound), errors.Is(err, store.ErrApprovalPending):
+			// The cap is counted in the request's own transaction.
+			a, err = s.Store.RequestApprovalLimited(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
+				Action: policy.ActionToolCall, Target: target, Digest: reqDigest, Arguments: canon}, s.Tools.ApprovalTTL, MaxPendingApprovals)
+			var limit *store.ApprovalLimitError
+			if errors.As(err, &limit) {
+				return tool.Began{Policy: d}, fmt.Errorf("%w: %v", tool.ErrDenied, limit)
 			}
-			fallthrough
-		case errors.Is(err, store.ErrApprovalPending):
-			a, err = s.Store.RequestApproval(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
-				Action: policy.ActionToolCall, Target: target, Digest: reqDigest, Arguments: canon}, s.Tools.ApprovalTTL)
 			if err != nil {
 				return tool.Began{Policy: d}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 			}

@@ -244,6 +244,10 @@ func Default() *Set { return defaultSet() }
 // it.
 func (s *Set) Digest() string { return s.digest }
 
+// ReadsBudget reports whether a policy of the set may read
+// context.budget: the caller then reads the budget when the crossing asks.
+func (s *Set) ReadsBudget() bool { return s.readsBudget }
+
 // Files returns the names of the set's files, as given to Load.
 func (s *Set) Files() []string { return append([]string(nil), s.files...) }
 
@@ -331,6 +335,8 @@ func build(srcs []source) (*Set, error) {
 			}
 			if readsUser(p) {
 				errs = append(errs, lerr(string(e.id), invalidf("context.user: no crossing carries a user (the gateway knows none), so a policy reading it would not decide as written; it is refused")))
+			} else if namesUser(p) {
+				errs = append(errs, lerr(string(e.id), invalidf("User: no crossing carries a user (the gateway knows none, and no workload is in a User), so a policy naming one would not decide as written; it is refused")))
 			}
 			s.policies = append(s.policies, e)
 			s.byID[e.id] = e
@@ -526,4 +532,51 @@ func readsUser(p *cedar.Policy) bool {
 		})
 	}
 	return found
+}
+
+// namesUser reports whether p names the User entity type in a condition
+// (an entity User::"u", `is User`): no principal or resource is ever a
+// User or in one, so such a policy never decides as it reads ("forbid
+// when principal in User::\"mallory\"" never fires). The scope is the
+// validator's: it refuses a User there.
+func namesUser(p *cedar.Policy) bool {
+	found := false
+	for _, c := range (*xast.Policy)(p.AST()).Conditions {
+		xast.Inspect(xast.NewNode(c.Body), func(n xast.IsNode) bool {
+			switch n := n.(type) {
+			case xast.NodeValue:
+				found = found || valueNamesUser(n.Value)
+			case xast.NodeTypeIs:
+				found = found || n.EntityType == userType
+			case xast.NodeTypeIsIn:
+				found = found || n.EntityType == userType
+			}
+			return !found
+		})
+	}
+	return found
+}
+
+const userType = types.EntityType("User")
+
+func valueNamesUser(v types.Value) bool {
+	switch v := v.(type) {
+	case types.EntityUID:
+		return v.Type == userType
+	case types.Set:
+		found := false
+		v.Iterate(func(x types.Value) bool {
+			found = found || valueNamesUser(x)
+			return !found
+		})
+		return found
+	case types.Record:
+		found := false
+		v.Iterate(func(_ types.String, x types.Value) bool {
+			found = found || valueNamesUser(x)
+			return !found
+		})
+		return found
+	}
+	return false
 }

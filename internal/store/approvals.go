@@ -252,6 +252,25 @@ type querier interface {
 // expiring at now+ttl is stored and returned. a.ID, a.State and the times
 // are ignored; Arguments must be valid JSON (nil is stored as null).
 func (s *Store) RequestApproval(ctx context.Context, a Approval, ttl time.Duration) (Approval, error) {
+	return s.RequestApprovalLimited(ctx, a, ttl, 0)
+}
+
+// ApprovalLimitError refuses a new approval request: its sandbox already
+// has Pending requests waiting, the limit.
+type ApprovalLimitError struct{ Pending, Limit int }
+
+func (e *ApprovalLimitError) Error() string {
+	return fmt.Sprintf("%d approval requests of this sandbox are already waiting (the limit is %d)", e.Pending, e.Limit)
+}
+
+// RequestApprovalLimited is RequestApproval with at most maxPending
+// unexpired pending approvals of a.SandboxID (0: no limit), counted in
+// the same write transaction as the insert (the store's transactions take
+// the write lock up front, so SQLite serializes it with every other
+// request), so that concurrent requests cannot
+// all pass the count. Past the limit it fails with *ApprovalLimitError,
+// unless the request already has a live approval, which is returned.
+func (s *Store) RequestApprovalLimited(ctx context.Context, a Approval, ttl time.Duration, maxPending int) (Approval, error) {
 	if len(a.Arguments) == 0 {
 		a.Arguments = json.RawMessage("null")
 	}
@@ -290,6 +309,16 @@ func (s *Store) RequestApproval(ctx context.Context, a Approval, ttl time.Durati
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("request approval: %w", err)
+		}
+		if maxPending > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM approvals WHERE sandbox_id = ? AND state = 'pending' AND expires > ?`,
+				a.SandboxID, now.UnixNano()).Scan(&n); err != nil {
+				return fmt.Errorf("request approval: %w", err)
+			}
+			if n >= maxPending {
+				return &ApprovalLimitError{Pending: n, Limit: maxPending}
+			}
 		}
 		out = Approval{ID: id, Workload: a.Workload, SandboxID: a.SandboxID, Action: a.Action, Target: a.Target,
 			Digest: a.Digest, Arguments: append(json.RawMessage(nil), a.Arguments...), State: ApprovalPending,

@@ -35,7 +35,7 @@ func (c *amountCols) scan(row interface{ Scan(...any) error }) error {
 }
 
 // used returns settled usage in the window plus every held reservation.
-func used(ctx context.Context, tx *sql.Tx, workload string, win int64) (crossing.Amount, int64, error) {
+func used(ctx context.Context, tx querier, workload string, win int64) (crossing.Amount, int64, error) {
 	var settled, held amountCols
 	err := settled.scan(tx.QueryRowContext(ctx, `SELECT requests, input_tokens, output_tokens, bytes, egress_bytes, connections
 		FROM budget_usage WHERE workload = ? AND window_start = ?`, workload, win))
@@ -52,6 +52,10 @@ func used(ctx context.Context, tx *sql.Tx, workload string, win int64) (crossing
 	}
 	return settled.a.Add(held.a), streams, nil
 }
+
+// OverBudget names the first limit that used+want would exceed, or "":
+// Reserve's check, for `cordon policy explain`.
+func OverBudget(used, want, lim crossing.Amount) string { return over(used, want, lim) }
 
 // over names the first limit that used+want would exceed, or "".
 func over(used, want, lim crossing.Amount) string {
@@ -113,6 +117,21 @@ func reserveIn(ctx context.Context, tx *sql.Tx, id crossing.Identity, broker str
 	st.Used = u.Add(want)
 	st.Streams = held + streams
 	return crossing.Reservation{ID: rid, Identity: id, Broker: broker, Held: want, At: now}, st, nil
+}
+
+// BudgetState is the workload's budget now (settled and held in the
+// current window, and the streams held), as a crossing's policy question
+// reads it in context.budget.
+func (s *Store) BudgetState(ctx context.Context, workload string, b Budget) (crossing.BudgetState, error) {
+	return budgetState(ctx, s.db, workload, b)
+}
+
+func budgetState(ctx context.Context, q querier, workload string, b Budget) (crossing.BudgetState, error) {
+	u, held, err := used(ctx, q, workload, b.windowStart(time.Now()))
+	if err != nil {
+		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
+	}
+	return crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}, nil
 }
 
 // inTx runs fn in one write transaction and commits it.
@@ -189,6 +208,11 @@ func (s *Store) Batch(ctx context.Context, fn func(*Tx)) error {
 		fn(&Tx{ctx: ctx, tx: tx})
 		return nil
 	})
+}
+
+// BudgetState is Store.BudgetState within the batch.
+func (t *Tx) BudgetState(workload string, b Budget) (crossing.BudgetState, error) {
+	return budgetState(t.ctx, t.tx, workload, b)
 }
 
 // Tx is a batch's transaction.

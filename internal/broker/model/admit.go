@@ -1,6 +1,20 @@
 package model
 
-import "path"
+import (
+	"path"
+	"unicode/utf8"
+)
+
+// ValidModelID reports whether the broker accepts id as a request's
+// "model": non-empty UTF-8 of at most 256 bytes. For `cordon policy
+// explain`, with the same check the guard runs.
+func ValidModelID(id string) bool {
+	return validModelID([]byte(id))
+}
+
+func validModelID(m []byte) bool {
+	return len(m) > 0 && len(m) <= maxModelLen && utf8.Valid(m)
+}
 
 // RouteFor returns the name of the first route of api ("anthropic",
 // "openai"; "" for any) whose model globs allow the model id, as the

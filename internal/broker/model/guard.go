@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"path"
-	"unicode/utf8"
 )
 
 // reqInfo is what the request guard learned from a body. The guard reads,
@@ -245,7 +244,7 @@ func guardRequest(body []byte, lim *Limits, ep *endpoint) (reqInfo, *refusal) {
 	switch m := g.info.model; {
 	case g.info.top&tModel == 0:
 		return g.info, refuse(kindInvalid, `"model" is required`)
-	case len(m) == 0 || len(m) > maxModelLen || !utf8.Valid(m):
+	case !validModelID(m):
 		return g.info, refuse(kindInvalid, `"model" must be a model id`)
 	}
 	return g.info, nil
