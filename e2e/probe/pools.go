@@ -20,6 +20,7 @@ func init() {
 	register("aio", aioOp)
 	register("ptys", ptysOp)
 	register("tcpfill", tcpfillOp)
+	register("tcpmany", tcpmanyOp)
 	register("pipes", pipesOp)
 }
 
@@ -177,4 +178,51 @@ func pipesOp(a []string) (string, error) {
 		}
 	}
 	return fmt.Sprintf("pipes=%d bytes=%d lastsize=%d", n, total, last), nil
+}
+
+// tcpmanyOp opens N loopback connections and writes once on each, the
+// peer never reading. Each socket is small, but the kernel accepts one
+// skb on a socket with an empty queue whatever its memory cgroup's TCP
+// limit (forced charges): many sockets add up far past the limit.
+func tcpmanyOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 128); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 64<<10)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		var s int
+		if err == nil {
+			s, _, err = unix.Accept4(ln, unix.SOCK_CLOEXEC)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i, total), err
+		}
+		kept = append(kept, c, s)
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+	}
+	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
 }
