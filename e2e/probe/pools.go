@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +22,7 @@ func init() {
 	register("ptys", ptysOp)
 	register("tcpfill", tcpfillOp)
 	register("tcpmany", tcpmanyOp)
+	register("tcpunaccepted", tcpunacceptedOp)
 	register("pipes", pipesOp)
 }
 
@@ -223,6 +225,57 @@ func tcpmanyOp(a []string) (string, error) {
 		if w, _ := unix.Write(c, buf); w > 0 {
 			total += int64(w)
 		}
+		if i%4 == 3 {
+			time.Sleep(time.Millisecond) // so that a watcher outside sees the rise
+		}
+	}
+	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
+}
+
+// tcpunacceptedOp opens N loopback connections to one listener whose
+// receive buffer is raised (the connections inherit it), writes 1 MiB on
+// each and never accepts them: a connection not yet accepted belongs to
+// no memory cgroup. It pauses 5 ms after each, so that a watcher outside
+// sees the bytes rise.
+func tcpunacceptedOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 1<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i, total), err
+		}
+		kept = append(kept, c)
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
 }
