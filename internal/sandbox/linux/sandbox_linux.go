@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -459,61 +458,6 @@ func (sb *linuxSandbox) spawn() error {
 		}
 	}
 	return nil
-}
-
-// tcpWatchEvery is how often watchTCP reads a sandbox's TCP memory.
-const tcpWatchEvery = 20 * time.Millisecond
-
-// tcpBound is how much TCP socket memory a sandbox with v1 limit limit
-// may hold before the trusted side ends it: a quarter past the limit.
-func tcpBound(limit int64) int64 { return limit + limit/4 }
-
-// watchTCP ends the sandbox once its TCP socket memory passes tcpBound.
-// On cgroup v1 memory.kmem.tcp.limit_in_bytes is not a bound by itself:
-// the kernel charges past it whenever it must let a socket make progress
-// (a socket whose receive queue is empty takes one skb; a sender below
-// its send buffer is let through), so many small loopback connections
-// with one write each pinned ~40 KiB apiece past the limit: 5000 took a
-// sandbox limited to 64 MiB past 200 MiB, and enough of them take the
-// host past tcp_mem's hard limit, where every TCP allocation on the host
-// fails. v1 has no OOM kill for this counter (v2 charges socket memory to
-// memory.max, whose OOM killer acts), so the trusted side acts instead:
-// it polls the counter and kills the whole sandbox, as the OOM killer
-// would. An unreadable counter while the sandbox lives ends it too.
-func (sb *linuxSandbox) watchTCP() {
-	file, ok := sb.cg.TCPUsageFile()
-	if !ok || sb.tcpBytes <= 0 || sb.skip("tcp-watch") {
-		return
-	}
-	bound := tcpBound(sb.tcpBytes)
-	t := time.NewTicker(tcpWatchEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-sb.done:
-			return
-		case <-t.C:
-		}
-		b, err := os.ReadFile(file)
-		var n int64
-		if err == nil {
-			n, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		}
-		if err == nil && n <= bound {
-			continue
-		}
-		select {
-		case <-sb.done:
-			return
-		default:
-		}
-		sb.mu.Lock()
-		sb.tcpOver = true
-		sb.mu.Unlock()
-		sb.p.opts.Logger.Warn("sandbox past its TCP socket memory bound: killing it", "sandbox", sb.spec.ID, "usage", n, "bound", bound, "err", err)
-		sb.kill()
-		return
-	}
 }
 
 // skip reports whether a test build was asked to leave out layer.
