@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 )
 
 // tcpWatchEvery is how often watchTCP reads a sandbox's v1 TCP memory
@@ -25,9 +30,18 @@ const (
 // charged for (see watchTCP), and the watch reads them all.
 const maxTCPSockets = 8192
 
+// errUnreadable marks a watch that could not read what it watches: a
+// reason to kill only while the init lives.
+var errUnreadable = errors.New("unreadable")
+
 // tcpBound is how much TCP socket memory a sandbox with TCP limit limit
 // may hold before the trusted side ends it: a quarter past the limit.
-func tcpBound(limit int64) int64 { return limit + limit/4 }
+func tcpBound(limit int64) int64 {
+	if limit > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return limit + limit/4
+}
 
 // watchTCP ends the sandbox when its TCP socket memory passes tcpBound,
 // which the kernel alone does not ensure in two ways.
@@ -50,12 +64,72 @@ func tcpBound(limit int64) int64 { return limit + limit/4 }
 // Past a bound, or if either cannot be read while the sandbox lives, the
 // whole sandbox is killed, as the OOM killer would.
 func (sb *linuxSandbox) watchTCP() {
-	if sb.tcpBytes <= 0 || sb.skip("tcp-watch") {
+	if sb.skip("tcp-watch") {
 		return
 	}
-	bound := tcpBound(sb.tcpBytes)
-	if file, v1 := sb.cg.TCPUsageFile(); v1 {
-		go sb.every(tcpWatchEvery, func() error {
+	(&tcpWatch{
+		id: sb.spec.ID, limit: sb.tcpBytes, cg: sb.cg, initPid: sb.InitPid(), done: sb.done, log: sb.p.opts.Logger,
+		kill: func() {
+			sb.mu.Lock()
+			sb.tcpOver = true
+			sb.mu.Unlock()
+			sb.kill()
+		},
+	}).run()
+}
+
+// tcpWatch is what watchTCP needs of one sandbox, spawned here or
+// attached after a restart.
+type tcpWatch struct {
+	id      string
+	limit   int64 // the sandbox's TCP limit (cgroup.Limits.TCPBytes)
+	cg      *cgroup.Group
+	initPid int
+	done    <-chan struct{} // closed when the sandbox has ended
+	kill    func()          // ends the whole sandbox
+	exited  func() bool     // set by run: the init has exited (or does within 200 ms)
+	log     *slog.Logger
+}
+
+// run watches until the sandbox ends, killing it at most once.
+func (w *tcpWatch) run() {
+	if w.limit <= 0 {
+		return
+	}
+	bound := tcpBound(w.limit)
+	// A pidfd of the init: once it is readable the init has exited and
+	// what can no longer be read is no reason to kill (the sandbox is
+	// ending on its own; done follows).
+	pidfd, perr := unix.PidfdOpen(w.initPid, 0)
+	if perr != nil {
+		w.log.Warn("sandbox TCP watch: no pidfd for the init", "sandbox", w.id, "err", perr)
+		pidfd = -1
+	} else {
+		defer func() {
+			<-w.done // the v1 goroutine may still use it until then
+			unix.Close(pidfd)
+		}()
+	}
+	w.exited = func() bool {
+		if pidfd < 0 {
+			return false
+		}
+		// An exiting init drops its namespaces (and /proc/PID/net with
+		// them) a moment before its pidfd becomes readable: give it that
+		// moment.
+		pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 200)
+		return err == nil && n > 0
+	}
+	var once sync.Once
+	over := func(reason error) {
+		once.Do(func() {
+			w.log.Warn("sandbox past its TCP socket memory bound: killing it", "sandbox", w.id, "reason", reason.Error())
+			w.kill()
+		})
+	}
+	if file, v1 := w.cg.TCPUsageFile(); v1 {
+		go w.every(tcpWatchEvery, over, func() error {
 			b, err := os.ReadFile(file)
 			var n int64
 			if err == nil {
@@ -63,7 +137,7 @@ func (sb *linuxSandbox) watchTCP() {
 			}
 			switch {
 			case err != nil:
-				return fmt.Errorf("read %s: %w", file, err)
+				return fmt.Errorf("%w: %s: %w", errUnreadable, file, err)
 			case n > bound:
 				return fmt.Errorf("TCP memory charged to the sandbox %d bytes, bound %d", n, bound)
 			}
@@ -72,18 +146,18 @@ func (sb *linuxSandbox) watchTCP() {
 	}
 	// The init's /proc directory, opened while it surely runs: a pid
 	// reused after it exits is never read.
-	procDir, err := unix.Open(fmt.Sprintf("/proc/%d", sb.InitPid()), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	procDir, err := unix.Open(fmt.Sprintf("/proc/%d", w.initPid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
 		defer unix.Close(procDir)
 	}
-	sb.every(netnsWatchEvery, func() error {
+	w.every(netnsWatchEvery, over, func() error {
 		if err != nil {
-			return fmt.Errorf("open the init's /proc directory: %w", err)
+			return fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, err)
 		}
 		q, n, err := netnsTCP(procDir)
 		switch {
 		case err != nil:
-			return err
+			return fmt.Errorf("%w: %w", errUnreadable, err)
 		case q > bound:
 			return fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, bound)
 		case n > maxTCPSockets:
@@ -94,33 +168,29 @@ func (sb *linuxSandbox) watchTCP() {
 }
 
 // every runs check every interval until the sandbox ends; the first error
-// it returns while the sandbox lives kills the whole sandbox.
-func (sb *linuxSandbox) every(interval time.Duration, check func() error) {
+// it returns while the sandbox lives goes to over.
+func (w *tcpWatch) every(interval time.Duration, over func(error), check func() error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-sb.done:
+		case <-w.done:
 			return
 		case <-t.C:
 		}
-		over := check()
-		if over == nil {
+		err := check()
+		if err == nil {
 			continue
 		}
 		select {
-		case <-sb.done:
+		case <-w.done:
 			return
 		default:
 		}
-		sb.mu.Lock()
-		first := !sb.tcpOver
-		sb.tcpOver = true
-		sb.mu.Unlock()
-		if first {
-			sb.p.opts.Logger.Warn("sandbox past its TCP socket memory bound: killing it", "sandbox", sb.spec.ID, "reason", over.Error())
-			sb.kill()
+		if errors.Is(err, errUnreadable) && w.exited() {
+			return
 		}
+		over(err)
 		return
 	}
 }

@@ -1,6 +1,17 @@
 package linux
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
+
+func TestTCPBound(t *testing.T) {
+	for _, c := range []struct{ limit, want int64 }{{64 << 20, 80 << 20}, {0, 0}, {math.MaxInt64 - 4096, math.MaxInt64}} {
+		if got := tcpBound(c.limit); got != c.want {
+			t.Errorf("tcpBound(%d) = %d, want %d", c.limit, got, c.want)
+		}
+	}
+}
 
 func TestParseProcNetTCP(t *testing.T) {
 	const table = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
