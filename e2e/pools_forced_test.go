@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,4 +213,80 @@ func queuedIn(pid int) (int64, bool) {
 		}
 	}
 	return total, true
+}
+
+// TestHostPoolTCPWatchAfterDaemonRestart: a daemon that restarts
+// re-attaches its running sandboxes; the TCP watch must follow them. After
+// the restart, a program exec'd in the sandbox leaves 200 connections of
+// 1 MiB unaccepted (charged to no memory cgroup); from outside the test
+// follows the bytes queued in the sandbox's network namespace and sees the
+// sandbox ended near its bound. Positive control (daemon test build
+// without the watch): the same program holds them all and the sandbox
+// lives on.
+func TestHostPoolTCPWatchAfterDaemonRestart(t *testing.T) {
+	requireRoot(t)
+	const limit = 64 << 20
+	const bound = limit + limit/4 + 64<<20
+	run := func(skip bool) (queued int64, r result, initAlive bool) {
+		st := newStateDir(t)
+		var d *daemon
+		if skip {
+			d = startDaemon(t, st, "--test-skip-layer", "tcp-watch")
+		} else {
+			d = startDaemon(t, st)
+		}
+		ws := userWorkspace(t)
+		b, err := os.ReadFile(filepath.Join(probeDir, "probe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "probe"), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.cli("sandbox", "create", "net", "--memory", "64M", "--workspace", ws, "--", "/bin/sleep", "1000"); r.Code != 0 {
+			t.Fatalf("create: %d %s", r.Code, r.Stderr)
+		}
+		if r := d.cli("sandbox", "start", "net"); r.Code != 0 {
+			t.Fatalf("start: %d %s", r.Code, r.Stderr)
+		}
+		before := d.ls()["net"]
+		d.kill()
+		if !alive(before.InitPid) {
+			t.Fatal("the sandbox died with the daemon")
+		}
+		if skip {
+			d.start("--test-skip-layer", "tcp-watch")
+		} else {
+			d.start()
+		}
+		if i := d.ls()["net"]; i.State != "running" || i.InitPid != before.InitPid {
+			t.Fatalf("after the restart: %+v, want the same sandbox running", i)
+		}
+		done := make(chan result, 1)
+		go func() { done <- d.cli("sandbox", "exec", "net", "--", "/workspace/probe", "tcpunaccepted", "200") }()
+		for {
+			if q, ok := queuedIn(before.InitPid); ok && q > queued {
+				queued = q
+			}
+			select {
+			case r = <-done:
+				time.Sleep(300 * time.Millisecond) // the kill, if any, has landed
+				return queued, r, alive(before.InitPid)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	queued, r, live := run(false)
+	if queued < limit/2 || queued > bound {
+		t.Errorf("after a daemon restart: bytes queued in the sandbox's network namespace peaked at %d, want between %d and %d", queued, limit/2, bound)
+	}
+	if live || strings.Contains(r.Stdout, "conns=200") {
+		t.Errorf("after a daemon restart: sandbox alive %v, exec %d %q; want the sandbox killed before the program finished", live, r.Code, r.Stdout)
+	}
+	t.Logf("queued peak %d; exec %d", queued, r.Code)
+	cqueued, cr, clive := run(true)
+	if !clive || !strings.Contains(cr.Stdout, "conns=200") || cqueued < 2*limit {
+		t.Errorf("control without the watch: alive %v, exec %d %q, queued peak %d; want all 200 connections, over %d queued, the sandbox alive", clive, cr.Code, cr.Stdout, cqueued, 2*limit)
+	}
+	t.Logf("control: queued peak %d", cqueued)
 }
