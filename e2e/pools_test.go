@@ -258,7 +258,8 @@ func TestHostPoolTCPMemory(t *testing.T) {
 	if r := cordon(t, hooksBin, st, probeArgs(withoutLayer("kmem-tcp", []string{"--json", "--memory", "64M"}), "inotify", "1")...); r.Outcome.FailureKind != "evidence_insufficient" || !slices.Contains(r.Outcome.Unverified, "resource") {
 		t.Errorf("TCP limit lifted: outcome %+v, want evidence_insufficient with resource unverified", r.Outcome)
 	}
-	c := startHeld(t, hooksBin, st, probeArgs(withoutLayer("kmem-tcp", append([]string{"--json", "--memory", "64M"}, lowerLevel...)), "hold", "tcpfill", conns)...)
+	// (The trusted side's watch, which would end it, is left out too.)
+	c := startHeld(t, hooksBin, st, probeArgs(withoutLayer("kmem-tcp,tcp-watch", append([]string{"--json", "--memory", "64M"}, lowerLevel...)), "hold", "tcpfill", conns)...)
 	cinit, _ := c.pids()
 	cmem := memoryCgroupDir(t, cinit)
 	cqueued, cuse := netnsQueued(t, cinit), readInt(t, filepath.Join(cmem, "memory.kmem.tcp.usage_in_bytes"))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,8 @@ func init() {
 	register("aio", aioOp)
 	register("ptys", ptysOp)
 	register("tcpfill", tcpfillOp)
+	register("tcpmany", tcpmanyOp)
+	register("tcpunaccepted", tcpunacceptedOp)
 	register("pipes", pipesOp)
 }
 
@@ -177,4 +180,102 @@ func pipesOp(a []string) (string, error) {
 		}
 	}
 	return fmt.Sprintf("pipes=%d bytes=%d lastsize=%d", n, total, last), nil
+}
+
+// tcpmanyOp opens N loopback connections and writes once on each, the
+// peer never reading. Each socket is small, but the kernel accepts one
+// skb on a socket with an empty queue whatever its memory cgroup's TCP
+// limit (forced charges): many sockets add up far past the limit.
+func tcpmanyOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 128); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 64<<10)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		var s int
+		if err == nil {
+			s, _, err = unix.Accept4(ln, unix.SOCK_CLOEXEC)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i, total), err
+		}
+		kept = append(kept, c, s)
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		if i%4 == 3 {
+			time.Sleep(time.Millisecond) // so that a watcher outside sees the rise
+		}
+	}
+	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
+}
+
+// tcpunacceptedOp opens N loopback connections to one listener whose
+// receive buffer is raised (the connections inherit it), writes 1 MiB on
+// each and never accepts them: a connection not yet accepted belongs to
+// no memory cgroup. It pauses 5 ms after each, so that a watcher outside
+// sees the bytes rise.
+func tcpunacceptedOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 1<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d queued=%d", i, total), err
+		}
+		kept = append(kept, c)
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
 }

@@ -422,7 +422,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		fmt.Fprintf(g.stderr, "cordon: %s: the program ran longer than --timeout %s and was killed\n", sandbox.KindTimeout, f.timeout)
 	case ex.Signal != 0:
 		code = 128 + ex.Signal
-		if ex.OOM {
+		if ex.SocketMemory {
+			fmt.Fprintf(g.stderr, "cordon: the sandbox was killed: its TCP socket memory passed its bound (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
+		} else if ex.OOM {
 			fmt.Fprintf(g.stderr, "cordon: the program was killed by the out-of-memory killer (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
 		}
 	case ex.OOM:

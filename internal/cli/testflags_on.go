@@ -11,7 +11,7 @@ import (
 // controls in escape tests leave one layer out to show it is the one that
 // denies. The production binary has no such flag.
 func addTestFlags(root *cobra.Command, g *globals) {
-	root.PersistentFlags().StringSliceVar(&g.testSkip, "test-skip-layer", nil, "TEST BUILD ONLY: leave out a hardening layer (seccomp, landlock, masks, userns-owner, userns-limits, kmem-tcp)")
+	root.PersistentFlags().StringSliceVar(&g.testSkip, "test-skip-layer", nil, "TEST BUILD ONLY: leave out a hardening layer (seccomp, landlock, masks, userns-owner, userns-limits, kmem-tcp, tcp-watch)")
 }
 
 // addDaemonTestFlags adds --test-crash-at to test builds of the daemon:

@@ -74,6 +74,10 @@ type Exit struct {
 	Signal   int  // signal number when it was killed, else 0
 	OOM      bool // the kernel's OOM killer acted in the sandbox
 	TimedOut bool
+	// SocketMemory: the trusted side ended the sandbox because its TCP
+	// socket memory passed its bound (cgroup v1, where the kernel does
+	// not); OOM is set too.
+	SocketMemory bool
 }
 
 // Provider creates sandboxes. Probe is cheap and side-effect free.

@@ -40,6 +40,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -539,7 +540,39 @@ func (p *Provider) Attach(ctx context.Context, rec store.Record, initPid int, in
 		return nil, held(err)
 	}
 	ok = true
-	return &attachedSandbox{p: p, rec: rec, pid: initPid, start: initStart, pidfd: pidfd, cg: cg, lock: lk, handle: handle}, nil
+	a := &attachedSandbox{p: p, rec: rec, pid: initPid, start: initStart, pidfd: pidfd, cg: cg, lock: lk, handle: handle, unwatch: make(chan struct{})}
+	go a.watchTCP()
+	return a, nil
+}
+
+// watchTCP is linuxSandbox.watchTCP for an attached sandbox: the process
+// that spawned it watched its TCP memory; this one does from now on. The
+// limit is read back from its cgroups as Provision set it.
+func (a *attachedSandbox) watchTCP() {
+	if testHooks && slices.Contains(a.p.opts.TestSkip, "tcp-watch") {
+		return
+	}
+	f, err := a.cg.ReadBack()
+	if err != nil {
+		a.p.opts.Logger.Warn("attached sandbox: its limits are unreadable; killing it", "sandbox", a.rec.ID, "err", err)
+		a.kill()
+		return
+	}
+	limit := f.TCPMemBytes
+	if f.Versions[cgroup.Memory] == 2 || limit <= 0 || limit >= 1<<52 {
+		// v2, a kernel without the v1 file, or a sandbox provisioned
+		// before v1 TCP limits were set: the limit Provision sets now.
+		limit = tcpLimit(f.MemoryBytes, readHostTCPMem)
+	}
+	(&tcpWatch{
+		id: a.rec.ID, limit: limit, cg: a.cg, initPid: a.pid, done: a.unwatch, log: a.p.opts.Logger, kill: a.kill,
+	}).run()
+}
+
+// kill ends the attached sandbox without waiting (Stop waits).
+func (a *attachedSandbox) kill() {
+	a.Signal(unix.SIGKILL)
+	_ = a.cg.Kill()
 }
 
 // takeLeaseFromInit re-takes the host-wide lease lock of a live sandbox:
@@ -620,6 +653,8 @@ type attachedSandbox struct {
 	cg     *cgroup.Group
 	lock   *leaseLock // the lease lock, taken back from the init
 	handle *leaseLock // run/<id>.lock
+	// unwatch ends watchTCP (closed by Deprovision).
+	unwatch chan struct{}
 
 	mu     sync.Mutex
 	deprov bool
@@ -714,6 +749,9 @@ func (a *attachedSandbox) Deprovision(ctx context.Context) error {
 	}
 	a.deprov = true
 	a.mu.Unlock()
+	if a.unwatch != nil {
+		close(a.unwatch)
+	}
 	var errs []error
 	if err := a.Stop(ctx); err != nil {
 		errs = append(errs, err)

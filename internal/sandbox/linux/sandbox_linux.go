@@ -58,6 +58,7 @@ type linuxSandbox struct {
 	cfg      sbinit.Config
 	prog     *filter.Program
 	tcpBytes int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
+	tcpOver  bool  // watchTCP ended the sandbox: its socket memory passed the limit
 
 	cmd    *exec.Cmd
 	v1Home []string // the v1 tasks files the spawning thread came from
@@ -440,6 +441,7 @@ func (sb *linuxSandbox) spawn() error {
 			}
 		}
 		go sb.readControl()
+		go sb.watchTCP()
 		_ = sb.cmd.Wait()
 		sb.state = sb.cmd.ProcessState
 		sb.leaveIfMainThread()
@@ -649,7 +651,8 @@ func (sb *linuxSandbox) Wait(ctx context.Context) (sandbox.Exit, error) {
 func (sb *linuxSandbox) exitStatus() sandbox.Exit {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	ex := sandbox.Exit{TimedOut: sb.timedOut}
+	ex := sandbox.Exit{TimedOut: sb.timedOut, SocketMemory: sb.tcpOver}
+	ex.OOM = sb.tcpOver
 	if sb.cg != nil {
 		if n, err := sb.cg.OOMKills(); err == nil && n > 0 {
 			ex.OOM = true

@@ -261,6 +261,21 @@ func enableV2(mount string, cs []Controller, h *hooks) error {
 // tcpLimitV1 bounds the TCP socket buffers of a v1 memory group.
 const tcpLimitV1 = "memory.kmem.tcp.limit_in_bytes"
 
+// TCPUsageFile is the v1 memory group's memory.kmem.tcp.usage_in_bytes,
+// or false when the memory controller is on v2 (which charges socket
+// memory to memory.max) or this kernel has no such file.
+func (g *Group) TCPUsageFile() (string, bool) {
+	d, ok := g.groupDirOf(Memory)
+	if !ok || d.version != 1 {
+		return "", false
+	}
+	f := filepath.Join(d.path(g.name), "memory.kmem.tcp.usage_in_bytes")
+	if _, err := os.Stat(f); err != nil {
+		return "", false
+	}
+	return f, true
+}
+
 // writeLimits writes the set limits into the hierarchy of each controller.
 func (g *Group) writeLimits(l Layout, lim Limits) error {
 	if lim.MemoryBytes > 0 {

@@ -1,0 +1,292 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHostPoolTCPForcedCharges: the v1 TCP limit (memory.kmem.tcp) is not
+// a bound by itself. The kernel charges past it whenever it must let a
+// socket make progress (a receive queue that is empty takes one skb, a
+// sender under its send buffer is let through), so a program that opens
+// many small loopback connections and writes once on each pins about
+// 40 KiB per connection past the limit: 5000 connections in a sandbox
+// limited to 64 MiB pinned over 200 MiB of host TCP memory, and with the
+// default memory limit enough connections to pass the host's tcp_mem hard
+// limit, after which every TCP allocation on the host fails. From outside
+// the test follows the sandbox's memory.kmem.tcp.max_usage_in_bytes: the
+// trusted side must end the sandbox soon after it passes its limit.
+// Positive control (test build without the watch): the same program
+// holds well over twice the limit.
+func TestHostPoolTCPForcedCharges(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	const limit = 64 << 20
+	const conns = "5000"
+	// The watch allows a quarter of the limit past it, and polls: allow
+	// another 32 MiB for what the program adds between two polls.
+	const bound = limit + limit/4 + 32<<20
+	st := newStateDir(t)
+	peak, _, probe, r := watchTCPPeak(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpmany", conns)...)
+	// The group is gone once the sandbox is, so the last value read may
+	// be a little behind; at least half the limit shows the program was
+	// well on its way (the watch kills only past tcpBound).
+	if peak < limit/2 {
+		t.Errorf("kmem.tcp peak %d seen from outside: the program never neared its limit %d, the test proves nothing", peak, limit)
+	}
+	if peak > bound {
+		t.Errorf("kmem.tcp peak %d: the sandbox pinned host TCP memory past its limit %d + margin (bound %d)", peak, limit, bound)
+	}
+	if probe != "" || r.Code == 0 || !r.Outcome.OOM {
+		t.Errorf("sandbox past its TCP limit: probe %q, exit %d, outcome %+v; want it ended (no probe result) and reported as out of memory\nstderr: %s", probe, r.Code, r.Outcome, r.Stderr)
+	}
+	if !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("stderr does not say the sandbox was ended for its socket memory:\n%s", r.Stderr)
+	}
+	t.Logf("peak %d (limit %d); exit %d; stderr %s", peak, limit, r.Code, r.Stderr)
+
+	cpeak, _, cprobe, _ := watchTCPPeak(t, hooksBin, st, probeArgs(withoutLayer("tcp-watch", []string{"--json", "--memory", "64M"}), "hold", "tcpmany", conns)...)
+	if cpeak < 2*limit || !strings.HasPrefix(cprobe, "conns="+conns) {
+		t.Errorf("control without the watch: kmem.tcp peak %d, probe %q; want all %s connections and a peak above %d (the kernel's forced charges)", cpeak, cprobe, conns, 2*limit)
+	}
+	t.Logf("control: peak %d, probe %s", cpeak, cprobe)
+	requireNoResidue(t, st)
+}
+
+// TestHostPoolTCPUnaccepted: a connection the program has not accepted
+// yet is charged to no memory cgroup (the kernel charges it at accept),
+// and inherits its listener's raised receive buffer: 200 such connections
+// with 1 MiB written on each held 200 MiB of host TCP memory for a sandbox
+// limited to 64 MiB, none of it in its memory.kmem.tcp. From outside the
+// test follows the bytes queued in the sandbox's network namespace
+// (/proc/INIT/net/tcp): the trusted side must end the sandbox near its
+// bound. Positive control (test build without the watch): the same
+// program holds them all.
+func TestHostPoolTCPUnaccepted(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	const limit = 64 << 20
+	const conns = "200"
+	// tcpBound (a quarter past the limit), plus what the program queues
+	// between two reads of its socket table (100 ms).
+	const bound = limit + limit/4 + 64<<20
+	st := newStateDir(t)
+	kmem, queued, probe, r := watchTCPPeak(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpunaccepted", conns)...)
+	if queued < limit/2 {
+		t.Errorf("bytes queued in the sandbox's network namespace peaked at %d: the program never neared its limit %d, the test proves nothing", queued, limit)
+	}
+	if queued > bound {
+		t.Errorf("bytes queued in the sandbox's network namespace peaked at %d, want at most %d", queued, bound)
+	}
+	if probe != "" || r.Code == 0 || !r.Outcome.OOM || !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("sandbox past its bound with unaccepted connections: probe %q, exit %d, outcome %+v; want it ended and reported\nstderr: %s", probe, r.Code, r.Outcome, r.Stderr)
+	}
+	t.Logf("queued peak %d, kmem.tcp peak %d (limit %d); exit %d", queued, kmem, limit, r.Code)
+
+	ckmem, cqueued, cprobe, _ := watchTCPPeak(t, hooksBin, st, probeArgs(withoutLayer("tcp-watch", []string{"--json", "--memory", "64M"}), "hold", "tcpunaccepted", conns)...)
+	if cqueued < 2*limit || ckmem > limit || !strings.HasPrefix(cprobe, "conns="+conns) {
+		t.Errorf("control without the watch: %d bytes queued, kmem.tcp peak %d, probe %q; want all %s connections, over %d queued, none of it charged past the limit", cqueued, ckmem, cprobe, conns, 2*limit)
+	}
+	t.Logf("control: queued %d, kmem.tcp peak %d, probe %s", cqueued, ckmem, cprobe)
+	requireNoResidue(t, st)
+}
+
+// watchTCPPeak runs bin with args (the probe under hold), polling from the
+// host the sandbox's memory.kmem.tcp.max_usage_in_bytes and the bytes
+// queued on the TCP sockets of its network namespace until the probe
+// reports (then it releases it) or cordon ends. It returns the highest
+// values read, the probe's data ("" if it never reported) and cordon's
+// result.
+func watchTCPPeak(t *testing.T, bin, state string, args ...string) (int64, int64, string, result) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inW.Close()
+	outR, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	cmd.Stdin, cmd.Stderr = inR, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	var out strings.Builder
+	probe := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			l := sc.Text()
+			out.WriteString(l + "\n")
+			if strings.HasPrefix(l, `{"op"`) {
+				var p ProbeResult
+				_ = json.Unmarshal([]byte(l), &p)
+				probe <- p.Data
+			}
+		}
+	}()
+	var peak, queued int64
+	var data string
+	poll := func() {
+		inits := childPids(cmd.Process.Pid)
+		if len(inits) != 1 {
+			return
+		}
+		if q, ok := queuedIn(inits[0]); ok && q > queued {
+			queued = q
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", inits[0]))
+		if err != nil {
+			return
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			// An init that has exited shows the root group: skip it.
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" && strings.HasPrefix(f[2], "/cordon/") {
+				v, err := os.ReadFile("/sys/fs/cgroup/memory" + f[2] + "/memory.kmem.tcp.max_usage_in_bytes")
+				if err != nil {
+					return
+				}
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64); err == nil && n > peak {
+					peak = n
+				}
+			}
+		}
+	}
+	deadline := time.After(90 * time.Second)
+loop:
+	for {
+		select {
+		case data = <-probe:
+			poll()
+			time.Sleep(200 * time.Millisecond)
+			poll()
+			break loop
+		case <-done:
+			break loop
+		case <-deadline:
+			cmd.Process.Kill()
+			t.Errorf("cordon %v: neither a probe result nor an end within 90s", args)
+			break loop
+		case <-time.After(5 * time.Millisecond):
+			poll()
+		}
+	}
+	inW.Close()
+	<-done
+	_ = cmd.Wait()
+	return peak, queued, data, parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+}
+
+// queuedIn is netnsQueued without failing the test: the sandbox may end
+// between two reads. Listeners' queues count connections, not bytes.
+func queuedIn(pid int) (int64, bool) {
+	var total int64
+	for _, name := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, name))
+		if err != nil {
+			return 0, false
+		}
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(l)
+			if len(f) < 5 || f[3] == "0A" {
+				continue
+			}
+			tx, rx, _ := strings.Cut(f[4], ":")
+			a, _ := strconv.ParseInt(tx, 16, 64)
+			c, _ := strconv.ParseInt(rx, 16, 64)
+			total += a + c
+		}
+	}
+	return total, true
+}
+
+// TestHostPoolTCPWatchAfterDaemonRestart: a daemon that restarts
+// re-attaches its running sandboxes; the TCP watch must follow them. After
+// the restart, a program exec'd in the sandbox leaves 200 connections of
+// 1 MiB unaccepted (charged to no memory cgroup); from outside the test
+// follows the bytes queued in the sandbox's network namespace and sees the
+// sandbox ended near its bound. Positive control (daemon test build
+// without the watch): the same program holds them all and the sandbox
+// lives on.
+func TestHostPoolTCPWatchAfterDaemonRestart(t *testing.T) {
+	requireRoot(t)
+	const limit = 64 << 20
+	const bound = limit + limit/4 + 64<<20
+	run := func(skip bool) (queued int64, r result, initAlive bool) {
+		st := newStateDir(t)
+		var d *daemon
+		if skip {
+			d = startDaemon(t, st, "--test-skip-layer", "tcp-watch")
+		} else {
+			d = startDaemon(t, st)
+		}
+		ws := userWorkspace(t)
+		b, err := os.ReadFile(filepath.Join(probeDir, "probe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "probe"), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if r := d.cli("sandbox", "create", "net", "--memory", "64M", "--workspace", ws, "--", "/bin/sleep", "1000"); r.Code != 0 {
+			t.Fatalf("create: %d %s", r.Code, r.Stderr)
+		}
+		if r := d.cli("sandbox", "start", "net"); r.Code != 0 {
+			t.Fatalf("start: %d %s", r.Code, r.Stderr)
+		}
+		before := d.ls()["net"]
+		d.kill()
+		if !alive(before.InitPid) {
+			t.Fatal("the sandbox died with the daemon")
+		}
+		if skip {
+			d.start("--test-skip-layer", "tcp-watch")
+		} else {
+			d.start()
+		}
+		if i := d.ls()["net"]; i.State != "running" || i.InitPid != before.InitPid {
+			t.Fatalf("after the restart: %+v, want the same sandbox running", i)
+		}
+		done := make(chan result, 1)
+		go func() { done <- d.cli("sandbox", "exec", "net", "--", "/workspace/probe", "tcpunaccepted", "200") }()
+		for {
+			if q, ok := queuedIn(before.InitPid); ok && q > queued {
+				queued = q
+			}
+			select {
+			case r = <-done:
+				time.Sleep(300 * time.Millisecond) // the kill, if any, has landed
+				return queued, r, alive(before.InitPid)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	queued, r, live := run(false)
+	if queued < limit/2 || queued > bound {
+		t.Errorf("after a daemon restart: bytes queued in the sandbox's network namespace peaked at %d, want between %d and %d", queued, limit/2, bound)
+	}
+	if live || strings.Contains(r.Stdout, "conns=200") {
+		t.Errorf("after a daemon restart: sandbox alive %v, exec %d %q; want the sandbox killed before the program finished", live, r.Code, r.Stdout)
+	}
+	t.Logf("queued peak %d; exec %d", queued, r.Code)
+	cqueued, cr, clive := run(true)
+	if !clive || !strings.Contains(cr.Stdout, "conns=200") || cqueued < 2*limit {
+		t.Errorf("control without the watch: alive %v, exec %d %q, queued peak %d; want all 200 connections, over %d queued, the sandbox alive", clive, cr.Code, cr.Stdout, cqueued, 2*limit)
+	}
+	t.Logf("control: queued peak %d", cqueued)
+}

@@ -1,0 +1,271 @@
+package linux
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+)
+
+// tcpWatchEvery is how often watchTCP reads a sandbox's v1 TCP memory
+// counter, and netnsWatchEvery its network namespace's socket table.
+const (
+	tcpWatchEvery   = 20 * time.Millisecond
+	netnsWatchEvery = 50 * time.Millisecond
+)
+
+// maxTCPSockets bounds the TCP sockets of a sandbox's network namespace
+// (listeners, connections, and connections not yet accepted; TIME_WAIT
+// is not counted): each can pin socket memory that no memory cgroup is
+// charged for (see watchTCP), and the watch reads them all.
+const maxTCPSockets = 8192
+
+// errUnreadable marks a watch that could not read what it watches: a
+// reason to kill only while the init lives.
+var errUnreadable = errors.New("unreadable")
+
+// tcpBound is how much TCP socket memory a sandbox with TCP limit limit
+// may hold before the trusted side ends it: a quarter past the limit.
+func tcpBound(limit int64) int64 {
+	if limit > math.MaxInt64/2 {
+		return math.MaxInt64
+	}
+	return limit + limit/4
+}
+
+// watchTCP ends the sandbox when its TCP socket memory passes tcpBound,
+// which the kernel alone does not ensure in two ways.
+//
+// On cgroup v1 memory.kmem.tcp.limit_in_bytes is overshot by design: the
+// kernel charges past it whenever it must let a socket make progress (a
+// socket whose receive queue is empty takes one skb; a sender below its
+// send buffer is let through), so many small loopback connections with
+// one write each pinned ~40 KiB apiece past the limit: 5000 took a
+// sandbox limited to 64 MiB to 213 MiB. v2 charges the same to memory.max,
+// whose OOM killer acts; v1 has no OOM kill for this counter. So on v1
+// the counter is polled.
+//
+// On both, a connection the program has not accepted yet belongs to no
+// memory cgroup (the kernel charges it at accept): with its listener's
+// SO_RCVBUF raised, 200 such connections held 1 MiB each, 200 MiB of host
+// TCP memory, charged nowhere. So the bytes queued on the sandbox's
+// network namespace's sockets, and their number, are polled too.
+//
+// Past a bound, or if either cannot be read while the sandbox lives, the
+// whole sandbox is killed, as the OOM killer would.
+func (sb *linuxSandbox) watchTCP() {
+	if sb.skip("tcp-watch") {
+		return
+	}
+	(&tcpWatch{
+		id: sb.spec.ID, limit: sb.tcpBytes, cg: sb.cg, initPid: sb.InitPid(), done: sb.done, log: sb.p.opts.Logger,
+		kill: func() {
+			sb.mu.Lock()
+			sb.tcpOver = true
+			sb.mu.Unlock()
+			sb.kill()
+		},
+	}).run()
+}
+
+// tcpWatch is what watchTCP needs of one sandbox, spawned here or
+// attached after a restart.
+type tcpWatch struct {
+	id      string
+	limit   int64 // the sandbox's TCP limit (cgroup.Limits.TCPBytes)
+	cg      *cgroup.Group
+	initPid int
+	done    <-chan struct{} // closed when the sandbox has ended
+	kill    func()          // ends the whole sandbox
+	exited  func() bool     // set by run: the init has exited (or does within 200 ms)
+	log     *slog.Logger
+}
+
+// run watches until the sandbox ends, killing it at most once.
+func (w *tcpWatch) run() {
+	if w.limit <= 0 {
+		return
+	}
+	bound := tcpBound(w.limit)
+	// A pidfd of the init: once it is readable the init has exited and
+	// what can no longer be read is no reason to kill (the sandbox is
+	// ending on its own; done follows).
+	pidfd, perr := unix.PidfdOpen(w.initPid, 0)
+	if perr != nil {
+		w.log.Warn("sandbox TCP watch: no pidfd for the init", "sandbox", w.id, "err", perr)
+		pidfd = -1
+	} else {
+		defer func() {
+			<-w.done // the v1 goroutine may still use it until then
+			unix.Close(pidfd)
+		}()
+	}
+	w.exited = func() bool {
+		if pidfd < 0 {
+			return false
+		}
+		// An exiting init drops its namespaces (and /proc/PID/net with
+		// them) a moment before its pidfd becomes readable: give it that
+		// moment.
+		pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 200)
+		return err == nil && n > 0
+	}
+	var once sync.Once
+	over := func(reason error) {
+		once.Do(func() {
+			w.log.Warn("sandbox past its TCP socket memory bound: killing it", "sandbox", w.id, "reason", reason.Error())
+			w.kill()
+		})
+	}
+	if file, v1 := w.cg.TCPUsageFile(); v1 {
+		go w.every(tcpWatchEvery, over, func() error {
+			b, err := os.ReadFile(file)
+			var n int64
+			if err == nil {
+				n, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			}
+			switch {
+			case err != nil:
+				return fmt.Errorf("%w: %s: %w", errUnreadable, file, err)
+			case n > bound:
+				return fmt.Errorf("TCP memory charged to the sandbox %d bytes, bound %d", n, bound)
+			}
+			return nil
+		})
+	}
+	// The init's /proc directory, opened while it surely runs: a pid
+	// reused after it exits is never read.
+	procDir, err := unix.Open(fmt.Sprintf("/proc/%d", w.initPid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		defer unix.Close(procDir)
+	}
+	w.every(netnsWatchEvery, over, func() error {
+		if err != nil {
+			return fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, err)
+		}
+		q, n, err := netnsTCP(procDir)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w: %w", errUnreadable, err)
+		case q > bound:
+			return fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, bound)
+		case n > maxTCPSockets:
+			return fmt.Errorf("%d TCP sockets in the sandbox's network namespace, at most %d", n, maxTCPSockets)
+		}
+		return nil
+	})
+}
+
+// every runs check every interval until the sandbox ends; the first error
+// it returns while the sandbox lives goes to over.
+func (w *tcpWatch) every(interval time.Duration, over func(error), check func() error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-t.C:
+		}
+		err := check()
+		if err == nil {
+			continue
+		}
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		if errors.Is(err, errUnreadable) && w.exited() {
+			return
+		}
+		over(err)
+		return
+	}
+}
+
+// netnsTCP sums the bytes queued (send and receive) on the TCP sockets of
+// the network namespace of the process whose /proc directory is procDir,
+// and counts those sockets (TIME_WAIT excluded; a listener's queues are
+// connection counts, not bytes, so only the listener itself counts).
+func netnsTCP(procDir int) (queued int64, sockets int, err error) {
+	for _, name := range []string{"net/tcp", "net/tcp6"} {
+		fd, err := unix.Openat(procDir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && name == "net/tcp6" {
+			continue // no IPv6 in this kernel
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("open the sandbox's /proc/PID/%s: %w", name, err)
+		}
+		f := os.NewFile(uintptr(fd), name)
+		b, err := readAll(f)
+		f.Close()
+		if err != nil {
+			return 0, 0, fmt.Errorf("read the sandbox's /proc/PID/%s: %w", name, err)
+		}
+		q, n, err := parseProcNetTCP(b)
+		if err != nil {
+			return 0, 0, fmt.Errorf("the sandbox's /proc/PID/%s: %w", name, err)
+		}
+		queued, sockets = queued+q, sockets+n
+	}
+	return queued, sockets, nil
+}
+
+func readAll(f *os.File) ([]byte, error) {
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(f)
+	return buf.Bytes(), err
+}
+
+// TCP states in /proc/net/tcp (include/net/tcp_states.h).
+const (
+	tcpTimeWait = 0x06
+	tcpListen   = 0x0A
+)
+
+// parseProcNetTCP reads /proc/net/tcp{,6}: the sum of tx_queue and
+// rx_queue over the sockets that are not listening, and the number of
+// sockets that are not in TIME_WAIT.
+func parseProcNetTCP(b []byte) (queued int64, sockets int, err error) {
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		if i == 0 || strings.TrimSpace(l) == "" {
+			continue // the header
+		}
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			return 0, 0, fmt.Errorf("line %d: %d fields", i+1, len(f))
+		}
+		st, err := strconv.ParseUint(f[3], 16, 8)
+		if err != nil {
+			return 0, 0, fmt.Errorf("line %d: state %q", i+1, f[3])
+		}
+		if st == tcpTimeWait {
+			continue
+		}
+		sockets++
+		if st == tcpListen {
+			continue
+		}
+		tx, rx, ok := strings.Cut(f[4], ":")
+		a, err1 := strconv.ParseUint(tx, 16, 32)
+		c, err2 := strconv.ParseUint(rx, 16, 32)
+		if !ok || err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("line %d: queues %q", i+1, f[4])
+		}
+		queued += int64(a) + int64(c)
+	}
+	return queued, sockets, nil
+}

@@ -1,0 +1,40 @@
+package linux
+
+import (
+	"math"
+	"testing"
+)
+
+func TestTCPBound(t *testing.T) {
+	for _, c := range []struct{ limit, want int64 }{{64 << 20, 80 << 20}, {0, 0}, {math.MaxInt64 - 4096, math.MaxInt64}} {
+		if got := tcpBound(c.limit); got != c.want {
+			t.Errorf("tcpBound(%d) = %d, want %d", c.limit, got, c.want)
+		}
+	}
+}
+
+func TestParseProcNetTCP(t *testing.T) {
+	const table = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:A0B1 00000000:0000 0A 00000000:00000C00 00:00000000 00000000  1000        0 1161 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:89D9 0100007F:A0B1 01 00000000:00100000 00:00000000 00000000  1000        0 1162 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:A0B1 0100007F:89D9 01 00000400:00000000 00:00000000 00000000  1000        0 1163 1 0000000000000000 20 4 30 10 -1
+   3: 0100007F:89DA 0100007F:A0B1 06 00000000:00000000 03:0000138F 00000000     0        0 0 3 0000000000000000
+`
+	q, n, err := parseProcNetTCP([]byte(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The listener's 0xC00 is a connection count, not bytes; TIME_WAIT
+	// is not a socket that holds memory.
+	if q != 0x100000+0x400 || n != 3 {
+		t.Errorf("queued %d, sockets %d; want %d and 3", q, n, 0x100000+0x400)
+	}
+	for _, bad := range []string{"h\n 0: a b\n", "h\n 0: a b zz 0:0\n", "h\n 0: a b 01 00:zz\n", "h\n 0: a b 01 0000\n"} {
+		if _, _, err := parseProcNetTCP([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	if q, n, err := parseProcNetTCP([]byte(" sl local\n")); err != nil || q != 0 || n != 0 {
+		t.Errorf("header only: %d %d %v", q, n, err)
+	}
+}
