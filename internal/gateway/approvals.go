@@ -102,6 +102,20 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 		resp.Err, resp.Kind = err.Error(), errKind(err)
 		return resp
 	}
+	// It opens a crossing like any reserve (its own transaction, outside
+	// the batch): it counts against the crossing rate and takes a slot of
+	// the receipt budget (crossbudget.go) before any store work, held
+	// until it settles. A sandbox-scoped egress approval covers many
+	// connections: without this each went past both bounds.
+	if err := s.admitCrossing(true, s.recordNow); err != nil {
+		return fail(err)
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			s.receipts.end(false)
+		}
+	}()
 	d, err := s.askPolicy(req)
 	resp.Res.Policy = d
 	if err != nil {
@@ -161,6 +175,8 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 	}
 	resp.Res = res
 	s.remember(res.ID, d, st)
+	s.opened(res.ID, req.Broker, req.Ask, true)
+	opened = true
 	return resp
 }
 

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+func sandboxReceipts(t *testing.T, st *store.Store, id crossing.Identity) []crossing.Receipt {
+	t.Helper()
+	rcs, err := st.Receipts(context.Background(), store.ReceiptFilter{SandboxID: id.SandboxID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rcs
+}
+
+// A crossing that needs an approval is served apart from the batch
+// (reserveApproved): it must count against the crossing rate and the
+// receipt bound like any other. Attack: one operator approval of a
+// sandbox-scoped egress host, then connections as fast as the agent can.
+// Observed in the store: the sandbox's receipts stay within the bound
+// (plus its marker) and the connections past it are refused. Control:
+// the same approved connection goes through before the bound.
+func TestReceiptBudgetBoundsApprovedCrossings(t *testing.T) {
+	st := testStore(t)
+	ctx := context.Background()
+	srv, c := approvalServer(t, st, approvalPolicy, time.Minute)
+	const bound = 20
+	srv.Crossings = CrossingLimits{MaxReceipts: bound}
+	if err := srv.initReceipts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cross := egressCrossing("pkg.example.com")
+	ref, _, err := cross(t, c, st, 0)
+	if !errors.Is(err, crossing.ErrApprovalPending) {
+		t.Fatalf("first connection: %v", err)
+	}
+	decide(t, st, ref.ID, true)
+	allowed, refused := 0, 0
+	for i := 0; i < 3*bound; i++ {
+		_, _, err := cross(t, c, st, 0)
+		switch {
+		case err == nil:
+			allowed++
+		case errors.Is(err, crossing.ErrBudgetExceeded):
+			refused++
+		default:
+			t.Fatalf("connection %d = %v", i, err)
+		}
+	}
+	if allowed == 0 {
+		t.Fatal("no approved connection went through: the control failed")
+	}
+	rcs := sandboxReceipts(t, st, apprID)
+	if len(rcs) > bound+1 || refused == 0 {
+		t.Fatalf("sandbox has %d receipts (allowed %d, refused %d), want at most the bound %d and its marker", len(rcs), allowed, refused, bound)
+	}
+	if last := rcs[len(rcs)-1]; !strings.HasPrefix(last.Reason, ReasonReceiptBudgetExhausted) {
+		t.Fatalf("last receipt %q, want the marker", last.Reason)
+	}
+}
+
+// The same crossings count against the crossing rate.
+func TestCrossingRateBoundsApprovedCrossings(t *testing.T) {
+	st := testStore(t)
+	ctx := context.Background()
+	srv, c := approvalServer(t, st, approvalPolicy, time.Minute)
+	srv.Crossings = CrossingLimits{Rate: 0.001, Burst: 5}
+	if err := srv.initReceipts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cross := egressCrossing("pkg.example.com")
+	ref, _, err := cross(t, c, st, 0)
+	if !errors.Is(err, crossing.ErrApprovalPending) {
+		t.Fatalf("first connection: %v", err)
+	}
+	decide(t, st, ref.ID, true)
+	allowed := 0
+	for i := 0; i < 20; i++ {
+		if _, _, err := cross(t, c, st, 0); err == nil {
+			allowed++
+		} else if !errors.Is(err, crossing.ErrBudgetExceeded) || !strings.Contains(err.Error(), "crossing rate") {
+			t.Fatalf("connection %d = %v", i, err)
+		}
+	}
+	// The burst of 5 was partly spent by the first (pending) attempt.
+	if allowed == 0 || allowed > 5 {
+		t.Fatalf("allowed %d approved connections, want 1 to the burst of 5", allowed)
+	}
+}
