@@ -94,3 +94,66 @@ func TestCrossingRateBoundsApprovedCrossings(t *testing.T) {
 		t.Fatalf("allowed %d approved connections, want 1 to the burst of 5", allowed)
 	}
 }
+
+// A compromised gateway speaks the ledger protocol itself. The receipt
+// bound holds against it too: it cannot grow the sandbox's receipts past
+// the bound by (a) recording allowed receipts no crossing settled, (b)
+// settling an egress byte-chunk reservation (which takes no policy
+// question) with a receipt, or (c) leaving many chunk reservations open
+// and dying, each then charged with a gateway_lost receipt. Observed in
+// the store: at most the bound plus the marker and the lost receipts of
+// what the bound let it hold. Control: the first of each goes through.
+func TestReceiptBudgetHoldsAgainstTheGateway(t *testing.T) {
+	const bound = 20
+	attacks := []struct {
+		name string
+		one  func(c *ledgerClient, i int) error
+	}{
+		{"allowed record without a crossing", func(c *ledgerClient, i int) error {
+			return c.Record(context.Background(), crossing.Receipt{Broker: "egress", Action: "connect", Target: "x:443", Decision: crossing.Allow})
+		}},
+		{"settle_record of a byte chunk", func(c *ledgerClient, i int) error {
+			ctx := context.Background()
+			r, _, err := c.Reserve(ctx, crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 1}, 0)
+			if err != nil {
+				return err
+			}
+			_, err = c.SettleRecord(ctx, r, crossing.Amount{EgressBytes: 1}, crossing.Receipt{Broker: "egress", Action: "connect", Decision: crossing.Allow})
+			return err
+		}},
+		{"byte chunks left open", func(c *ledgerClient, i int) error {
+			_, _, err := c.Reserve(context.Background(), crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 1}, 0)
+			return err
+		}},
+	}
+	for _, a := range attacks {
+		t.Run(a.name, func(t *testing.T) {
+			st := testStore(t)
+			ctx := context.Background()
+			srv, c := approvalServer(t, st, controlPolicy, time.Minute)
+			srv.Crossings = CrossingLimits{MaxReceipts: bound}
+			if err := srv.initReceipts(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ok := 0
+			for i := 0; i < 3*bound; i++ {
+				err := a.one(c, i)
+				if err == nil {
+					ok++
+				} else if !errors.Is(err, crossing.ErrBudgetExceeded) {
+					t.Fatalf("attempt %d = %v", i, err)
+				}
+			}
+			if ok == 0 {
+				t.Fatal("nothing went through: the control failed")
+			}
+			// The gateway dies: what it holds is charged and receipted.
+			if _, err := srv.chargeLost(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(sandboxReceipts(t, st, apprID)); n > bound+1 {
+				t.Fatalf("sandbox has %d receipts after %d accepted requests, want at most the bound %d and its marker", n, ok, bound)
+			}
+		})
+	}
+}
