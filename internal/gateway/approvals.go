@@ -279,6 +279,16 @@ func (s *LedgerServer) settledGrant(res int64) string {
 	return id
 }
 
+// unbindGrant drops the reservation's side of a grant when it is settled
+// without its receipt (egress): its record finds the grant by approval
+// id, and a later reservation reusing the id must not name it.
+func (s *LedgerServer) unbindGrant(res int64) {
+	g := &s.approvals
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.byRes, res)
+}
+
 // recordedGrant reports whether a receipt the gateway records may name
 // approval id: this side used it for a crossing not yet receipted.
 func (s *LedgerServer) recordedGrant(id string) bool {

@@ -157,3 +157,49 @@ func TestReceiptBudgetHoldsAgainstTheGateway(t *testing.T) {
 		})
 	}
 }
+
+// The privileged side keeps a policy decision per open reservation for
+// its receipt. An egress connection is settled and then recorded (not
+// settled with its receipt), and its decision stayed behind; the store
+// reuses a settled reservation's id, so a later reservation with that id
+// — here a byte chunk the gateway left open when it died — was receipted
+// as gateway_lost with the connection's policy decision, which never
+// decided it. Observed in the store: the lost chunk's receipt carries no
+// decision. Control: the connection's own decision was kept while open.
+func TestSettledEgressLeavesNoDecision(t *testing.T) {
+	st := testStore(t)
+	srv, c := approvalServer(t, st, controlPolicy, time.Minute)
+	ctx := context.Background()
+	ask := crossing.Ask{Action: "egress.connect", Resource: "Host", Target: "api.example.com", Port: 443}
+	conn, _, err := c.Reserve(crossing.WithAsk(ctx, ask), crossing.Identity{}, "egress", crossing.Amount{Connections: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	kept := srv.decided[conn.ID]
+	srv.mu.Unlock()
+	if kept == nil {
+		t.Fatal("no decision kept for the open connection: the control failed")
+	}
+	if _, err := c.Settle(ctx, conn, crossing.Amount{Connections: 1}); err != nil {
+		t.Fatal(err)
+	}
+	chunk, _, err := c.Reserve(ctx, crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunk.ID != conn.ID {
+		t.Skipf("the store did not reuse reservation id %d (got %d)", conn.ID, chunk.ID)
+	}
+	if _, err := srv.chargeLost(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rcs := sandboxReceipts(t, st, apprID)
+	last := rcs[len(rcs)-1]
+	if last.Reason != store.ReasonGatewayLost {
+		t.Fatalf("last receipt %+v, want the lost chunk's", last)
+	}
+	if last.Policy != nil {
+		t.Fatalf("the lost byte chunk is receipted with policy decision %+v, which decided the connection settled before it", *last.Policy)
+	}
+}

@@ -312,6 +312,12 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		r.Identity = s.ID
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, nil)
 		if err == nil {
+			// Nothing of the reservation stays keyed by its id: the store
+			// reuses a settled reservation's id, and a later reservation
+			// must not inherit its decision or approval. (An egress
+			// connection's record names its approval by id: grants.byID.)
+			s.forget(r.ID)
+			s.unbindGrant(r.ID)
 			switch held, main := s.closed(r.ID); {
 			case main:
 				s.receipts.settled() // its receipt comes in a record

@@ -89,6 +89,7 @@ func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, st crossin
 	defer s.mu.Unlock()
 	s.last = st
 	if d == nil {
+		delete(s.decided, id) // never a decision of an earlier reservation with this id
 		return
 	}
 	if s.decided == nil {
