@@ -102,6 +102,20 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 		resp.Err, resp.Kind = err.Error(), errKind(err)
 		return resp
 	}
+	// It opens a crossing like any reserve (its own transaction, outside
+	// the batch): it counts against the crossing rate and takes a slot of
+	// the receipt budget (crossbudget.go) before any store work, held
+	// until it settles. A sandbox-scoped egress approval covers many
+	// connections: without this each went past both bounds.
+	if err := s.admitCrossing(true, s.recordNow); err != nil {
+		return fail(err)
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			s.receipts.end(false)
+		}
+	}()
 	d, err := s.askPolicy(req)
 	resp.Res.Policy = d
 	if err != nil {
@@ -164,6 +178,8 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 	}
 	resp.Res = res
 	s.remember(res.ID, d, st)
+	s.opened(res.ID, req.Broker, req.Ask, true)
+	opened = true
 	return resp
 }
 
@@ -264,6 +280,16 @@ func (s *LedgerServer) settledGrant(res int64) string {
 	delete(g.byRes, res)
 	g.drop(id)
 	return id
+}
+
+// unbindGrant drops the reservation's side of a grant when it is settled
+// without its receipt (egress): its record finds the grant by approval
+// id, and a later reservation reusing the id must not name it.
+func (s *LedgerServer) unbindGrant(res int64) {
+	g := &s.approvals
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.byRes, res)
 }
 
 // recordedGrant reports whether a receipt the gateway records may name

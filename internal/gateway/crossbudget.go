@@ -29,9 +29,13 @@ import (
 //     (reason receipt_budget_exhausted); after it crossings are refused
 //     with crossing.ErrBudgetExceeded and counted in memory, not
 //     receipted, and the count is recorded in one receipt when the
-//     gateway stops (reason receipt_budget_refusals). A sandbox's
-//     receipts are therefore at most MaxReceipts + 2, plus the
-//     gateway_lost receipts of crossings a killed gateway left open.
+//     gateway stops (reason receipt_budget_refusals). Every open
+//     reservation (an egress tunnel's byte chunks too) holds a slot, so
+//     the gateway_lost receipts of what a dying gateway left open fit;
+//     an allowed receipt no settled crossing stands for takes a slot of
+//     its own. A sandbox's receipts are therefore at most MaxReceipts +
+//     2, plus the gateway_lost receipts of reservations an earlier
+//     gateway of the sandbox left.
 type CrossingLimits struct {
 	MaxReceipts int64
 	Rate        float64
@@ -143,14 +147,25 @@ func (b *receiptBudget) settled() {
 	b.pending++
 }
 
-// wrote counts a receipt written outside admit: an allowed crossing's
-// (never refused), or a lost crossing's.
+// takePending turns the pending receipt of a settled crossing back into
+// an open slot for its record; false when no crossing is pending.
+func (b *receiptBudget) takePending() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending == 0 {
+		return false
+	}
+	b.pending--
+	b.open++
+	return true
+}
+
+// wrote counts a receipt written outside admit: a lost crossing's (never
+// refused: it records budget that was charged), or the receipt of a
+// crossing an earlier gateway of the sandbox opened.
 func (b *receiptBudget) wrote() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.pending > 0 {
-		b.pending--
-	}
 	b.written++
 }
 

@@ -268,21 +268,21 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			err = fmt.Errorf("unknown broker %q", req.Broker)
 			break
 		}
-		// A crossing that opens takes a receipt slot and counts against
-		// the crossing rate (crossbudget.go); an egress tunnel's byte
-		// chunks do not.
-		slot := req.Broker == "model" || req.Want.Connections > 0
-		if slot {
-			if err = s.admitCrossing(true, ops.Record); err != nil {
-				break
-			}
+		// Every reservation takes a receipt slot (crossbudget.go): a
+		// crossing writes its receipt when it settles, and any
+		// reservation left open by a gateway that dies is receipted as
+		// lost — an egress tunnel's byte chunks too, or a compromised
+		// gateway could hold (and lose) unbounded many. A crossing that
+		// opens (main) also counts against the crossing rate; the byte
+		// chunks of an open tunnel do not.
+		main := req.Broker == "model" || req.Want.Connections > 0
+		if err = s.admitCrossing(main, ops.Record); err != nil {
+			break
 		}
 		var d *crossing.PolicyDecision
 		if d, err = s.askPolicyIn(req, ops.BudgetState); err != nil {
 			resp.Res.Policy = d
-			if slot {
-				s.receipts.end(false)
-			}
+			s.receipts.end(false)
 			break
 		}
 		if d != nil && d.ApprovalRequired && !s.skipApprovals() {
@@ -290,14 +290,15 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			// policy reading context.budget): never let it through here.
 			resp.Res.Policy = d
 			err = fmt.Errorf("%w: the crossing needs an approval; retry it", crossing.ErrUnavailable)
+			s.receipts.end(false)
 			break
 		}
 		resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
 		if err == nil {
 			resp.Res.Policy = d
 			s.remember(resp.Res.ID, d, resp.State)
-			s.opened(resp.Res.ID, req.Broker, req.Ask, slot)
-		} else if slot {
+			s.opened(resp.Res.ID, req.Broker, req.Ask, main)
+		} else {
 			s.receipts.end(false)
 		}
 	case "settle":
@@ -308,8 +309,19 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		r := *req.Res
 		r.Identity = s.ID
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, nil)
-		if err == nil && s.closed(r.ID) {
-			s.receipts.settled() // its receipt comes in a record
+		if err == nil {
+			// Nothing of the reservation stays keyed by its id: the store
+			// reuses a settled reservation's id, and a later reservation
+			// must not inherit its decision or approval. (An egress
+			// connection's record names its approval by id: grants.byID.)
+			s.forget(r.ID)
+			s.unbindGrant(r.ID)
+			switch held, main := s.closed(r.ID); {
+			case main:
+				s.receipts.settled() // its receipt comes in a record
+			case held:
+				s.receipts.end(false) // a byte chunk: no receipt
+			}
 		}
 	case "settle_record":
 		if req.Res == nil || req.Receipt == nil {
@@ -323,8 +335,12 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		rc.Policy = s.forget(r.ID)
 		rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
-		if err == nil && s.closed(r.ID) {
-			s.receipts.end(true)
+		if err == nil {
+			if held, _ := s.closed(r.ID); held {
+				s.receipts.end(true)
+			} else {
+				s.receipts.wrote() // a reservation of an earlier gateway
+			}
 		}
 	case "record":
 		if req.Receipt == nil {
@@ -369,10 +385,17 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 			s.receipts.end(err == nil)
 			break
 		}
-		// An allowed crossing's receipt is always written.
-		if _, err = ops.Record(rc); err == nil {
-			s.receipts.wrote()
+		// An allowed crossing's receipt is always written: it takes the
+		// slot its crossing held until it settled. One no crossing
+		// settled (only a compromised gateway sends it, or a settle that
+		// failed) needs a slot of its own: past the bound it is refused.
+		if !s.receipts.takePending() {
+			if err = s.admitCrossing(false, ops.Record); err != nil {
+				break
+			}
 		}
+		_, err = ops.Record(rc)
+		s.receipts.end(err == nil)
 	default:
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}

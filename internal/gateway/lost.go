@@ -22,27 +22,33 @@ import (
 type openCrossing struct {
 	broker string
 	ask    *crossing.Ask
-	slot   bool // it holds a slot of the receipt budget
+	// main: it opens a crossing (a model call, an egress connection),
+	// whose receipt may come in a record after a plain settle; otherwise
+	// it is an egress tunnel's byte chunk, which writes no receipt of its
+	// own. Every open reservation holds a slot of the receipt budget: a
+	// lost one is receipted.
+	main bool
 }
 
-// opened notes an open reservation (a reserve that succeeded).
-func (s *LedgerServer) opened(id int64, broker string, ask *crossing.Ask, slot bool) {
+// opened notes an open reservation (a reserve that succeeded); it holds
+// the receipt slot admitCrossing took for it.
+func (s *LedgerServer) opened(id int64, broker string, ask *crossing.Ask, main bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open == nil {
 		s.open = map[int64]openCrossing{}
 	}
-	s.open[id] = openCrossing{broker: broker, ask: ask, slot: slot}
+	s.open[id] = openCrossing{broker: broker, ask: ask, main: main}
 }
 
-// closed forgets a reservation being settled; it reports whether the
-// reservation held a receipt slot.
-func (s *LedgerServer) closed(id int64) bool {
+// closed forgets a reservation being settled; held: it held a receipt
+// slot (a reservation of this gateway's), main: as in openCrossing.
+func (s *LedgerServer) closed(id int64) (held, main bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oc, ok := s.open[id]
 	delete(s.open, id)
-	return ok && oc.slot
+	return ok, ok && oc.main
 }
 
 // chargeLost charges every reservation the sandbox still holds in full,
@@ -61,9 +67,7 @@ func (s *LedgerServer) chargeLost(ctx context.Context) ([]store.LostCrossing, er
 		if !ok || oc.broker != r.Broker {
 			return // a reservation of an earlier gateway of this sandbox
 		}
-		if oc.slot {
-			s.receipts.end(false) // counted below
-		}
+		s.receipts.end(false) // counted below
 		rc.Policy = d
 		if oc.ask != nil {
 			rc.Action, rc.Target = oc.ask.Action, oc.ask.Target

@@ -133,6 +133,7 @@ func explainDeny(d crossing.PolicyDecision) string {
 // remember keeps an open reservation's decision.
 func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
 	if d == nil {
+		delete(s.decided, id) // never a decision of an earlier reservation with this id
 		return
 	}
 	s.mu.Lock()
