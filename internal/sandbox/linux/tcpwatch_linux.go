@@ -17,11 +17,18 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 )
 
-// tcpWatchEvery is how often watchTCP reads a sandbox's v1 TCP memory
-// counter, and netnsWatchEvery its network namespace's socket table.
+// How often the watch looks. A sandbox with few TCP sockets cannot move
+// its TCP memory far between two looks (see tcpWatch.run), so it is read
+// at the idle pace; with more, at the busy pace. Idle daemon sandboxes
+// must cost next to nothing: 500 of them at the busy pace with a full
+// socket-table read each time (~4 ms: /proc/net/tcp walks the host's
+// whole hash table) would take more CPU than the host has.
 const (
-	tcpWatchEvery   = 20 * time.Millisecond
-	netnsWatchEvery = 50 * time.Millisecond
+	busyEvery = 20 * time.Millisecond
+	idleEvery = 250 * time.Millisecond
+	// idleSockets: at most this many TCP sockets (the gateway's
+	// listeners and a connection or two) is idle.
+	idleSockets = 8
 )
 
 // maxTCPSockets bounds the TCP sockets of a sandbox's network namespace
@@ -128,49 +135,129 @@ func (w *tcpWatch) run() {
 			w.kill()
 		})
 	}
-	if file, v1 := w.cg.TCPUsageFile(); v1 {
-		go w.every(tcpWatchEvery, over, func() error {
-			b, err := os.ReadFile(file)
-			var n int64
+	usageFile, v1 := w.cg.TCPUsageFile()
+	perSocket := unacceptedSocketMax()
+	// The init's /proc directory, opened while it surely runs: a pid
+	// reused after it exits is never read.
+	procDir, openErr := unix.Open(fmt.Sprintf("/proc/%d", w.initPid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if openErr == nil {
+		defer unix.Close(procDir)
+	}
+	w.loop(over, func() (busy bool, err error) {
+		if openErr != nil {
+			return false, fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, openErr)
+		}
+		// The namespace's TCP socket count: O(1) (net/sockstat{,6}).
+		n, err := netnsTCPCount(procDir)
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("%w: %w", errUnreadable, err)
+		case n > maxTCPSockets:
+			return false, fmt.Errorf("%d TCP sockets in the sandbox's network namespace, at most %d", n, maxTCPSockets)
+		}
+		busy = n > idleSockets
+		if v1 {
+			b, err := os.ReadFile(usageFile)
+			var used int64
 			if err == nil {
-				n, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				used, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 			}
 			switch {
 			case err != nil:
-				return fmt.Errorf("%w: %s: %w", errUnreadable, file, err)
-			case n > bound:
-				return fmt.Errorf("TCP memory charged to the sandbox %d bytes, bound %d", n, bound)
+				return false, fmt.Errorf("%w: %s: %w", errUnreadable, usageFile, err)
+			case used > bound:
+				return false, fmt.Errorf("TCP memory charged to the sandbox %d bytes, bound %d", used, bound)
 			}
-			return nil
-		})
-	}
-	// The init's /proc directory, opened while it surely runs: a pid
-	// reused after it exits is never read.
-	procDir, err := unix.Open(fmt.Sprintf("/proc/%d", w.initPid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err == nil {
-		defer unix.Close(procDir)
-	}
-	w.every(netnsWatchEvery, over, func() error {
-		if err != nil {
-			return fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, err)
+			busy = busy || used > bound/8
 		}
-		q, n, err := netnsTCP(procDir)
+		// Connections not yet accepted are charged nowhere, and each holds
+		// at most perSocket. Only when the sockets there could hold more
+		// than the bound is the whole table read (it walks the host's
+		// hash table).
+		if int64(n) <= bound/perSocket {
+			return busy, nil
+		}
+		q, _, err := netnsTCP(procDir)
 		switch {
 		case err != nil:
-			return fmt.Errorf("%w: %w", errUnreadable, err)
+			return false, fmt.Errorf("%w: %w", errUnreadable, err)
 		case q > bound:
-			return fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, bound)
-		case n > maxTCPSockets:
-			return fmt.Errorf("%d TCP sockets in the sandbox's network namespace, at most %d", n, maxTCPSockets)
+			return false, fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, bound)
 		}
-		return nil
+		return true, nil
 	})
 }
 
-// every runs check every interval until the sandbox ends; the first error
-// it returns while the sandbox lives goes to over.
-func (w *tcpWatch) every(interval time.Duration, over func(error), check func() error) {
-	t := time.NewTicker(interval)
+// unacceptedSocketMax is the most a TCP connection not yet accepted can
+// hold in its receive queue: its buffer is inherited from the listener and
+// capped by SO_RCVBUF's ceiling (twice net.core.rmem_max, host-wide), and
+// it is not auto-tuned until the program reads from it, which it cannot
+// before accepting. At least 6 MiB (tcp_rmem's maximum in a new network
+// namespace), whatever the host says.
+func unacceptedSocketMax() int64 {
+	n := int64(6 << 20)
+	if b, err := os.ReadFile("/proc/sys/net/core/rmem_max"); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && 2*v > n {
+			n = 2 * v
+		}
+	}
+	return n
+}
+
+// netnsTCPCount is the number of TCP sockets (IPv4 and IPv6, not counting
+// TIME_WAIT) in the network namespace of the process whose /proc
+// directory is procDir, from net/sockstat{,6}: their "inuse" counts are
+// per namespace and cost nothing to read.
+func netnsTCPCount(procDir int) (int, error) {
+	total := 0
+	for _, f := range []struct{ name, proto string }{{"net/sockstat", "TCP:"}, {"net/sockstat6", "TCP6:"}} {
+		fd, err := unix.Openat(procDir, f.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && f.name == "net/sockstat6" {
+			continue // no IPv6 in this kernel
+		}
+		if err != nil {
+			return 0, fmt.Errorf("open the sandbox's /proc/PID/%s: %w", f.name, err)
+		}
+		file := os.NewFile(uintptr(fd), f.name)
+		b, err := readAll(file)
+		file.Close()
+		if err != nil {
+			return 0, fmt.Errorf("read the sandbox's /proc/PID/%s: %w", f.name, err)
+		}
+		n, err := parseSockstatInuse(b, f.proto)
+		if err != nil {
+			return 0, fmt.Errorf("the sandbox's /proc/PID/%s: %w", f.name, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// parseSockstatInuse returns the "inuse" count of proto's line
+// ("TCP: inuse 3 orphan 0 tw 0 alloc 4 mem 1").
+func parseSockstatInuse(b []byte, proto string) (int, error) {
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != proto {
+			continue
+		}
+		if f[1] != "inuse" {
+			return 0, fmt.Errorf("%s line %q", proto, l)
+		}
+		n, err := strconv.Atoi(f[2])
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%s inuse %q", proto, f[2])
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("no %s line", proto)
+}
+
+// loop runs check at the busy pace while it says so, else at the idle
+// pace, until the sandbox ends; the first error it returns while the
+// sandbox lives goes to over.
+func (w *tcpWatch) loop(over func(error), check func() (bool, error)) {
+	t := time.NewTimer(busyEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -178,8 +265,13 @@ func (w *tcpWatch) every(interval time.Duration, over func(error), check func() 
 			return
 		case <-t.C:
 		}
-		err := check()
+		busy, err := check()
 		if err == nil {
+			if busy {
+				t.Reset(busyEvery)
+			} else {
+				t.Reset(idleEvery)
+			}
 			continue
 		}
 		select {

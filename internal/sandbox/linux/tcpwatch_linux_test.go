@@ -38,3 +38,32 @@ func TestParseProcNetTCP(t *testing.T) {
 		t.Errorf("header only: %d %d %v", q, n, err)
 	}
 }
+
+func TestParseSockstatInuse(t *testing.T) {
+	v4 := []byte("sockets: used 7\nTCP: inuse 3 orphan 0 tw 2 alloc 4 mem 1\nUDP: inuse 0 mem 0\n")
+	v6 := []byte("TCP6: inuse 5\nUDP6: inuse 0\n")
+	for _, c := range []struct {
+		b     []byte
+		proto string
+		want  int
+		ok    bool
+	}{
+		{v4, "TCP:", 3, true},
+		{v6, "TCP6:", 5, true},
+		{v4, "TCP6:", 0, false},
+		{[]byte("TCP: alloc 3\n"), "TCP:", 0, false},
+		{[]byte("TCP: inuse -1\n"), "TCP:", 0, false},
+		{[]byte("TCP: inuse x\n"), "TCP:", 0, false},
+	} {
+		got, err := parseSockstatInuse(c.b, c.proto)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("parseSockstatInuse(%q, %q) = %d, %v; want %d, ok %v", c.b, c.proto, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestUnacceptedSocketMax(t *testing.T) {
+	if n := unacceptedSocketMax(); n < 6<<20 {
+		t.Errorf("unacceptedSocketMax() = %d, want at least 6 MiB", n)
+	}
+}
