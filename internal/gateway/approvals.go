@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -126,7 +125,7 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 	var shown any
 	switch ask.Action {
 	case policy.ActionModelInvoke:
-		if !validDigest(ask.RequestDigest) || ask.Operation == "" || clipID(ask.Operation) != ask.Operation {
+		if !store.ValidDigest(ask.RequestDigest) || ask.Operation == "" || clipID(ask.Operation) != ask.Operation {
 			return fail(fmt.Errorf("%w: a model call that needs approval must name its request digest and operation", crossing.ErrPolicyDenied))
 		}
 		// The operation is part of the exact request: the same body
@@ -223,20 +222,6 @@ func (s *LedgerServer) useApproval(ctx context.Context, d *crossing.PolicyDecisi
 
 func refOf(a store.Approval) *crossing.ApprovalRef {
 	return &crossing.ApprovalRef{ID: a.ID, State: a.State, Expires: a.Expires}
-}
-
-// validDigest accepts "sha256:" and 64 lowercase hex characters.
-func validDigest(d string) bool {
-	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 {
-		return false
-	}
-	for _, c := range h {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // grants are the approvals this side used for open crossings, so that

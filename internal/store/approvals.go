@@ -186,8 +186,9 @@ func newApprovalID() (string, error) {
 	return approvalIDPrefix + hex.EncodeToString(b[:]), nil
 }
 
-// validDigest accepts "sha256:" and 64 lowercase hex characters.
-func validDigest(d string) bool {
+// ValidDigest accepts "sha256:" and 64 lowercase hex characters: the
+// form of every request digest an approval is bound to.
+func ValidDigest(d string) bool {
 	h, ok := strings.CutPrefix(d, "sha256:")
 	if !ok || len(h) != 64 {
 		return false
@@ -279,7 +280,7 @@ func (s *Store) RequestApprovalLimited(ctx context.Context, a Approval, ttl time
 		return Approval{}, errors.New("request approval: empty workload")
 	case a.Action == "":
 		return Approval{}, errors.New("request approval: empty action")
-	case !validDigest(a.Digest):
+	case !ValidDigest(a.Digest):
 		return Approval{}, fmt.Errorf("request approval: digest %q is not sha256:<64 hex>", a.Digest)
 	case len(a.Arguments) > maxApprovalArguments:
 		return Approval{}, fmt.Errorf("request approval: arguments are %d bytes, over %d", len(a.Arguments), maxApprovalArguments)
