@@ -126,6 +126,11 @@ func main() {
 	time.Sleep(2 * time.Second) // let the runtime settle
 	rss1, pss1, avail1 := memKiB(status, "VmRSS"), memKiB(rollup, "Pss"), memKiB("/proc/meminfo", "MemAvailable")
 	threads := memKiB(status, "Threads")
+	// What the daemon spends on idle sandboxes (each has a watch of its TCP
+	// memory and socket table): its CPU time over 10 s with nothing asked.
+	cpu0 := cpuTicks(*pid)
+	time.Sleep(10 * time.Second)
+	idleCPU := float64(cpuTicks(*pid)-cpu0) / 100 / 10 // ticks are 1/100 s
 	var is []hostmgr.Info
 	must(c.Do(ctx, "ls", struct{}{}, nil, &is))
 	running := 0
@@ -140,6 +145,7 @@ func main() {
 		"daemon_rss_kib_per_sandbox":             float64(rss1-rss0) / float64(max(made, 1)),
 		"daemon_pss_kib_per_sandbox":             float64(pss1-pss0) / float64(max(made, 1)),
 		"daemon_threads":                         threads,
+		"daemon_idle_cpu_fraction_of_one_core":   idleCPU,
 		"host_memavailable_drop_kib_per_sandbox": float64(avail0-avail1) / float64(max(made, 1)),
 	}
 
@@ -160,4 +166,17 @@ func main() {
 	}
 	b, _ := json.MarshalIndent(out, "", "  ")
 	fmt.Println(string(b))
+}
+
+// cpuTicks is pid's user + system time in clock ticks (/proc/PID/stat).
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	must(err)
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	// After the command: state is f[0]; utime and stime are fields 14, 15.
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	must(err1)
+	must(err2)
+	return u + st
 }
