@@ -143,6 +143,14 @@ func (w *tcpWatch) run() {
 	if openErr == nil {
 		defer unix.Close(procDir)
 	}
+	// Connections waiting to be accepted, read cheaply (see listenDiag);
+	// without it every busy look reads the whole socket table.
+	diag, derr := openListenDiag(w.initPid)
+	if derr != nil {
+		w.log.Warn("sandbox TCP watch: no sock_diag socket; reading the socket table instead", "sandbox", w.id, "err", derr)
+	} else {
+		defer diag.Close()
+	}
 	w.loop(over, func() (busy bool, err error) {
 		if openErr != nil {
 			return false, fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, openErr)
@@ -171,11 +179,20 @@ func (w *tcpWatch) run() {
 			busy = busy || used > bound/8
 		}
 		// Connections not yet accepted are charged nowhere, and each holds
-		// at most perSocket. Only when the sockets there could hold more
-		// than the bound is the whole table read (it walks the host's
-		// hash table).
+		// at most perSocket. Only when the sockets there — then the
+		// connections waiting in accept queues — could hold more than the
+		// bound is the whole table read (it walks the host's hash table).
 		if int64(n) <= bound/perSocket {
 			return busy, nil
+		}
+		if diag != nil {
+			waiting, _, err := diag.waiting()
+			if err != nil {
+				return false, fmt.Errorf("%w: %w", errUnreadable, err)
+			}
+			if int64(waiting) <= bound/perSocket {
+				return busy, nil
+			}
 		}
 		q, _, err := netnsTCP(procDir)
 		switch {

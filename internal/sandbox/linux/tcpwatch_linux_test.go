@@ -2,7 +2,10 @@ package linux
 
 import (
 	"math"
+	"net"
+	"os"
 	"testing"
+	"time"
 )
 
 func TestTCPBound(t *testing.T) {
@@ -65,5 +68,57 @@ func TestParseSockstatInuse(t *testing.T) {
 func TestUnacceptedSocketMax(t *testing.T) {
 	if n := unacceptedSocketMax(); n < 6<<20 {
 		t.Errorf("unacceptedSocketMax() = %d, want at least 6 MiB", n)
+	}
+}
+
+// The accept-queue count of a real listener in this process's namespace:
+// two connections never accepted are two waiting.
+func TestListenDiagCountsWaiting(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (setns into a network namespace)")
+	}
+	d, err := openListenDiag(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	before, lsBefore, err := d.waiting()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	// Other processes on the host open and close listeners meanwhile:
+	// ask until ours shows, for a while.
+	for i := 0; ; i++ {
+		after, lsAfter, err := d.waiting()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after-before >= 2 && lsAfter > lsBefore-1 {
+			return
+		}
+		if i == 50 {
+			t.Fatalf("waiting() = %d connections, %d listeners; before the listener %d, %d: want 2 more waiting", after, lsAfter, before, lsBefore)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestParseListenDiagRefusesShortAnswers(t *testing.T) {
+	for _, b := range [][]byte{{1, 2, 3}, make([]byte, 16)} {
+		if _, _, _, err := parseListenDiag(b); err == nil {
+			t.Errorf("parseListenDiag(%x) = nil error", b)
+		}
 	}
 }
