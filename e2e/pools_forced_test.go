@@ -99,6 +99,79 @@ func TestHostPoolTCPUnaccepted(t *testing.T) {
 	requireNoResidue(t, st)
 }
 
+// TestHostPoolTCPResetUnaccepted: a connection reset by its peer while it
+// waits to be accepted is unhashed — the namespace's sockstat count and
+// its /proc/net/tcp no longer show it — but stays in the listener's accept
+// queue with everything it received, charged to no memory cgroup. 80 such
+// connections of a few MiB each, behind one listener, held ~230 MiB of
+// host TCP memory for a sandbox limited to 64 MiB while the watch, which
+// counted accept queues only when sockstat showed more than bound/perSocket
+// sockets, saw one socket. The trusted side must end the sandbox. Positive
+// control (test build without the watch): the same program holds all 80,
+// and from outside the listener's accept queue (ss in the sandbox's
+// network namespace) shows 80 while sockstat shows at most 2 sockets and
+// /proc/INIT/net/tcp almost no bytes: the counts the watch used to gate on.
+func TestHostPoolTCPResetUnaccepted(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Fatalf("ss (iproute2) reads the accept queues from outside: %v", err)
+	}
+	const limit = 64 << 20
+	const conns = 80
+	st := newStateDir(t)
+	_, _, probe, r := watchTCPPeak(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpreset", strconv.Itoa(conns))...)
+	if probe != "" || r.Code == 0 || !r.Outcome.OOM || !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("sandbox holding reset connections in an accept queue: probe %q, exit %d, outcome %+v; want it ended and reported\nstderr: %s", probe, r.Code, r.Outcome, r.Stderr)
+	}
+
+	h := startHeld(t, hooksBin, st, probeArgs(withoutLayer("tcp-watch", []string{"--json", "--memory", "64M"}), "hold", "tcpreset", strconv.Itoa(conns))...)
+	if !strings.HasPrefix(h.Probe.Data, fmt.Sprintf("conns=%d ", conns)) {
+		t.Fatalf("control without the watch: probe %+v, want all %d connections", h.Probe, conns)
+	}
+	initPid, _ := h.pids()
+	waiting := acceptQueued(t, initPid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/sockstat", initPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inuse int
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "TCP:" {
+			inuse, _ = strconv.Atoi(f[2])
+		}
+	}
+	queued, _ := queuedIn(initPid)
+	if waiting != conns || inuse > 2 || queued > limit/8 {
+		t.Errorf("control: %d connections waiting (want %d), sockstat inuse %d (want at most 2), %d bytes in /proc/net/tcp (want under %d)", waiting, conns, inuse, queued, limit/8)
+	}
+	t.Logf("control: probe %s; waiting %d, sockstat inuse %d, table bytes %d", h.Probe.Data, waiting, inuse, queued)
+	h.finish()
+	requireNoResidue(t, st)
+}
+
+// acceptQueued is the number of connections waiting in the accept queues
+// of the TCP listeners in the network namespace of pid, from the host
+// (ss: the listener's Recv-Q).
+func acceptQueued(t *testing.T, pid int) int {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "ss", "-Hltn").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss in the sandbox's network namespace: %v: %s", err, out)
+	}
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "LISTEN" {
+			q, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("ss line %q", l)
+			}
+			n += q
+		}
+	}
+	return n
+}
+
 // watchTCPPeak runs bin with args (the probe under hold), polling from the
 // host the sandbox's memory.kmem.tcp.max_usage_in_bytes and the bytes
 // queued on the TCP sockets of its network namespace until the probe

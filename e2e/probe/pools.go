@@ -23,6 +23,7 @@ func init() {
 	register("tcpfill", tcpfillOp)
 	register("tcpmany", tcpmanyOp)
 	register("tcpunaccepted", tcpunacceptedOp)
+	register("tcpreset", tcpresetOp)
 	register("pipes", pipesOp)
 }
 
@@ -278,4 +279,57 @@ func tcpunacceptedOp(a []string) (string, error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
+}
+
+// tcpresetOp is tcpunacceptedOp with each client reset (SO_LINGER 0,
+// close) once its bytes are in the connection waiting to be accepted: the
+// reset connection leaves the socket tables (sockstat's count, /proc/net/tcp)
+// but stays in its listener's accept queue with all it received, charged
+// to no memory cgroup. It pauses 10 ms after each, so that a watcher
+// outside sees the queue grow.
+func tcpresetOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 8<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d sent=%d", i, total), err
+		}
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		time.Sleep(5 * time.Millisecond) // the bytes reach the waiting connection
+		if err := unix.SetsockoptLinger(c, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
+			return fmt.Sprintf("conns=%d sent=%d", i, total), err
+		}
+		unix.Close(c)
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Sprintf("conns=%d sent=%d", n, total), nil
 }
