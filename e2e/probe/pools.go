@@ -333,3 +333,50 @@ func tcpresetOp(a []string) (string, error) {
 	}
 	return fmt.Sprintf("conns=%d sent=%d", n, total), nil
 }
+
+// egressfloodOp opens N tunnels through the egress proxy to
+// allowed.test:PORT, reads each one's "200" and never reads again, its
+// receive buffer at the minimum: what the upstream sends piles up in the
+// gateway's sockets (charged to the gateway's cgroup).
+func egressfloodOp(a []string) (string, error) {
+	if len(a) < 2 {
+		return "", fmt.Errorf("want a count and a port")
+	}
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	proxy := os.Getenv("HTTPS_PROXY")
+	host := proxy[len("http://"):]
+	if i := len(host) - 1; host[i] == '/' {
+		host = host[:i]
+	}
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Sprintf("tunnels=%d", i), err
+		}
+		_ = unix.SetsockoptInt(c, unix.SOL_SOCKET, unix.SO_RCVBUF, 1)
+		ta, err := net.ResolveTCPAddr("tcp", host)
+		if err != nil {
+			return "", err
+		}
+		var ip [4]byte
+		copy(ip[:], ta.IP.To4())
+		if err := unix.Connect(c, &unix.SockaddrInet4{Addr: ip, Port: ta.Port}); err != nil {
+			return fmt.Sprintf("tunnels=%d", i), err
+		}
+		req := "CONNECT allowed.test:" + a[1] + " HTTP/1.1\r\nHost: allowed.test:" + a[1] + "\r\n\r\n"
+		if _, err := unix.Write(c, []byte(req)); err != nil {
+			return fmt.Sprintf("tunnels=%d", i), err
+		}
+		buf := make([]byte, 12)
+		if _, err := unix.Read(c, buf); err != nil || string(buf[9:12]) != "200" {
+			return fmt.Sprintf("tunnels=%d answer=%q", i, buf), err
+		}
+		kept = append(kept, c)
+	}
+	return fmt.Sprintf("tunnels=%d", n), nil
+}
+
+func init() { register("egressflood", egressfloodOp) }

@@ -76,6 +76,7 @@ func (sb *linuxSandbox) watchTCP() {
 	}
 	(&tcpWatch{
 		id: sb.spec.ID, limit: sb.tcpBytes, cg: sb.cg, initPid: sb.InitPid(), done: sb.done, log: sb.p.opts.Logger,
+		gw: sb.gwcg, gwLimit: gatewayLimits(sb.spec.Limits).TCPBytes,
 		kill: func() {
 			sb.mu.Lock()
 			sb.tcpOver = true
@@ -88,9 +89,15 @@ func (sb *linuxSandbox) watchTCP() {
 // tcpWatch is what watchTCP needs of one sandbox, spawned here or
 // attached after a restart.
 type tcpWatch struct {
-	id      string
-	limit   int64 // the sandbox's TCP limit (cgroup.Limits.TCPBytes)
-	cg      *cgroup.Group
+	id    string
+	limit int64 // the sandbox's TCP limit (cgroup.Limits.TCPBytes)
+	cg    *cgroup.Group
+	// gw is the gateway's group (nil: none), gwLimit its TCP limit. The
+	// gateway's sockets hold what the agent makes them hold (an egress
+	// tunnel whose agent end never reads piles the upstream's bytes up in
+	// them), and on v1 its kmem.tcp limit is overshot like the sandbox's.
+	gw      *cgroup.Group
+	gwLimit int64
 	initPid int
 	done    <-chan struct{} // closed when the sandbox has ended
 	kill    func()          // ends the whole sandbox
@@ -136,6 +143,11 @@ func (w *tcpWatch) run() {
 		})
 	}
 	usageFile, v1 := w.cg.TCPUsageFile()
+	var gwUsage string
+	gwBound := tcpBound(w.gwLimit)
+	if w.gw != nil && w.gwLimit > 0 {
+		gwUsage, _ = w.gw.TCPUsageFile()
+	}
 	perSocket := unacceptedSocketMax()
 	// The init's /proc directory, opened while it surely runs: a pid
 	// reused after it exits is never read.
@@ -179,6 +191,20 @@ func (w *tcpWatch) run() {
 				return false, fmt.Errorf("TCP memory charged to the sandbox %d bytes, bound %d", used, bound)
 			}
 			busy = busy || used > bound/8
+		}
+		if gwUsage != "" {
+			b, err := os.ReadFile(gwUsage)
+			var used int64
+			if err == nil {
+				used, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			}
+			switch {
+			case err != nil:
+				return false, fmt.Errorf("%w: %s: %w", errUnreadable, gwUsage, err)
+			case used > gwBound:
+				return false, fmt.Errorf("TCP memory charged to the sandbox's gateway %d bytes, bound %d", used, gwBound)
+			}
+			busy = busy || used > gwBound/8
 		}
 		// Connections not yet accepted are charged nowhere, and each holds
 		// at most perSocket. The socket count above is no bound on them: a
