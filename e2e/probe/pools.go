@@ -24,6 +24,7 @@ func init() {
 	register("tcpmany", tcpmanyOp)
 	register("tcpunaccepted", tcpunacceptedOp)
 	register("tcpreset", tcpresetOp)
+	register("tcpmptcp", tcpmptcpOp)
 	register("pipes", pipesOp)
 }
 
@@ -380,3 +381,50 @@ func egressfloodOp(a []string) (string, error) {
 }
 
 func init() { register("egressflood", egressfloodOp) }
+
+// tcpmptcpOp is tcpunacceptedOp over Multipath TCP (IPPROTO_MPTCP): 4 MiB
+// written on each connection, none accepted. An MPTCP connection keeps
+// what it received in its own socket, which /proc/net/tcp does not show
+// (its TCP subflow there queues nothing).
+func tcpmptcpOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 4<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d sent=%d", i, total), err
+		}
+		kept = append(kept, c)
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Sprintf("conns=%d sent=%d", n, total), nil
+}
