@@ -99,6 +99,125 @@ func TestHostPoolTCPUnaccepted(t *testing.T) {
 	requireNoResidue(t, st)
 }
 
+// TestHostPoolTCPResetUnaccepted: a connection reset by its peer while it
+// waits to be accepted is unhashed — the namespace's sockstat count and
+// its /proc/net/tcp no longer show it — but stays in the listener's accept
+// queue with everything it received, charged to no memory cgroup. 80 such
+// connections of a few MiB each, behind one listener, held ~230 MiB of
+// host TCP memory for a sandbox limited to 64 MiB while the watch, which
+// counted accept queues only when sockstat showed more than bound/perSocket
+// sockets, saw one socket. The trusted side must end the sandbox. Positive
+// control (test build without the watch): the same program holds all 80,
+// and from outside the listener's accept queue (ss in the sandbox's
+// network namespace) shows 80 while sockstat shows at most 2 sockets and
+// /proc/INIT/net/tcp almost no bytes: the counts the watch used to gate on.
+func TestHostPoolTCPResetUnaccepted(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Fatalf("ss (iproute2) reads the accept queues from outside: %v", err)
+	}
+	const limit = 64 << 20
+	const conns = 80
+	st := newStateDir(t)
+	_, _, probe, r := watchTCPPeak(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpreset", strconv.Itoa(conns))...)
+	if probe != "" || r.Code == 0 || !r.Outcome.OOM || !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("sandbox holding reset connections in an accept queue: probe %q, exit %d, outcome %+v; want it ended and reported\nstderr: %s", probe, r.Code, r.Outcome, r.Stderr)
+	}
+
+	h := startHeld(t, hooksBin, st, probeArgs(withoutLayer("tcp-watch", []string{"--json", "--memory", "64M"}), "hold", "tcpreset", strconv.Itoa(conns))...)
+	if !strings.HasPrefix(h.Probe.Data, fmt.Sprintf("conns=%d ", conns)) {
+		t.Fatalf("control without the watch: probe %+v, want all %d connections", h.Probe, conns)
+	}
+	initPid, _ := h.pids()
+	waiting := acceptQueued(t, initPid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/sockstat", initPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inuse int
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "TCP:" {
+			inuse, _ = strconv.Atoi(f[2])
+		}
+	}
+	queued, _ := queuedIn(initPid)
+	if waiting != conns || inuse > 2 || queued > limit/8 {
+		t.Errorf("control: %d connections waiting (want %d), sockstat inuse %d (want at most 2), %d bytes in /proc/net/tcp (want under %d)", waiting, conns, inuse, queued, limit/8)
+	}
+	t.Logf("control: probe %s; waiting %d, sockstat inuse %d, table bytes %d", h.Probe.Data, waiting, inuse, queued)
+	h.finish()
+	requireNoResidue(t, st)
+}
+
+// TestHostPoolTCPMultipath: a Multipath TCP connection keeps what it
+// received in its own socket, which no TCP table shows (its subflow in
+// /proc/net/tcp queues nothing), and one not yet accepted is charged to no
+// memory cgroup: 20 of them held 77 MiB of host TCP memory with 0 bytes in
+// the table, where the watch looks. The filter refuses IPPROTO_MPTCP
+// sockets (programs fall back to TCP). From outside the test reads the
+// sandbox's accept queues (ss in its network namespace): none. Positive
+// control (test build without the filter, the watch still on): the same
+// program holds all its connections waiting, the sandbox alive, and the
+// socket table shows almost nothing queued.
+func TestHostPoolTCPMultipath(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Fatalf("ss (iproute2) reads the accept queues from outside: %v", err)
+	}
+	if _, err := os.Stat("/proc/sys/net/mptcp/enabled"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("this machine kind has Multipath TCP: %v", err)
+		}
+		t.Skip("no Multipath TCP in this kernel")
+	}
+	const limit = 64 << 20
+	const conns = 40
+	st := newStateDir(t)
+	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json", "--memory", "64M"}, "hold", "tcpmptcp", strconv.Itoa(conns))...)
+	initPid, _ := h.pids()
+	if waiting := acceptQueued(t, initPid); h.Probe.OK || h.Probe.Errno != "EPERM" || waiting != 0 {
+		t.Errorf("MPTCP in the sandbox: probe %+v, %d connections waiting; want EPERM and none", h.Probe, waiting)
+	}
+	h.finish()
+
+	c := startHeld(t, hooksBin, st, probeArgs(withoutLayer("seccomp", append([]string{"--json", "--memory", "64M"}, lowerLevel...)), "hold", "tcpmptcp", strconv.Itoa(conns))...)
+	cinit, _ := c.pids()
+	waiting := acceptQueued(t, cinit)
+	queued, _ := queuedIn(cinit)
+	if !strings.HasPrefix(c.Probe.Data, fmt.Sprintf("conns=%d ", conns)) || waiting != conns || queued > limit/8 {
+		t.Errorf("control without the filter: probe %+v, %d waiting (want %d), %d bytes in /proc/net/tcp (want under %d)", c.Probe, waiting, conns, queued, limit/8)
+	}
+	t.Logf("control: probe %s; waiting %d, table bytes %d", c.Probe.Data, waiting, queued)
+	if r := c.finish(); r.Code != 0 {
+		t.Errorf("control: exit %d (the watch saw nothing: the sandbox should live)\nstderr: %s", r.Code, r.Stderr)
+	}
+	requireNoResidue(t, st)
+}
+
+// acceptQueued is the number of connections waiting in the accept queues
+// of the TCP listeners in the network namespace of pid, from the host
+// (ss: the listener's Recv-Q).
+func acceptQueued(t *testing.T, pid int) int {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "ss", "-Hltn").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss in the sandbox's network namespace: %v: %s", err, out)
+	}
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "LISTEN" {
+			q, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("ss line %q", l)
+			}
+			n += q
+		}
+	}
+	return n
+}
+
 // watchTCPPeak runs bin with args (the probe under hold), polling from the
 // host the sandbox's memory.kmem.tcp.max_usage_in_bytes and the bytes
 // queued on the TCP sockets of its network namespace until the probe

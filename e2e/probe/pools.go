@@ -23,6 +23,8 @@ func init() {
 	register("tcpfill", tcpfillOp)
 	register("tcpmany", tcpmanyOp)
 	register("tcpunaccepted", tcpunacceptedOp)
+	register("tcpreset", tcpresetOp)
+	register("tcpmptcp", tcpmptcpOp)
 	register("pipes", pipesOp)
 }
 
@@ -278,4 +280,151 @@ func tcpunacceptedOp(a []string) (string, error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Sprintf("conns=%d queued=%d", n, total), nil
+}
+
+// tcpresetOp is tcpunacceptedOp with each client reset (SO_LINGER 0,
+// close) once its bytes are in the connection waiting to be accepted: the
+// reset connection leaves the socket tables (sockstat's count, /proc/net/tcp)
+// but stays in its listener's accept queue with all it received, charged
+// to no memory cgroup. It pauses 10 ms after each, so that a watcher
+// outside sees the queue grow.
+func tcpresetOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 8<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d sent=%d", i, total), err
+		}
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		time.Sleep(5 * time.Millisecond) // the bytes reach the waiting connection
+		if err := unix.SetsockoptLinger(c, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
+			return fmt.Sprintf("conns=%d sent=%d", i, total), err
+		}
+		unix.Close(c)
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Sprintf("conns=%d sent=%d", n, total), nil
+}
+
+// egressfloodOp opens N tunnels through the egress proxy to
+// allowed.test:PORT, reads each one's "200" and never reads again, its
+// receive buffer at the minimum: what the upstream sends piles up in the
+// gateway's sockets (charged to the gateway's cgroup).
+func egressfloodOp(a []string) (string, error) {
+	if len(a) < 2 {
+		return "", fmt.Errorf("want a count and a port")
+	}
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	proxy := os.Getenv("HTTPS_PROXY")
+	host := proxy[len("http://"):]
+	if i := len(host) - 1; host[i] == '/' {
+		host = host[:i]
+	}
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Sprintf("tunnels=%d", i), err
+		}
+		_ = unix.SetsockoptInt(c, unix.SOL_SOCKET, unix.SO_RCVBUF, 1)
+		ta, err := net.ResolveTCPAddr("tcp", host)
+		if err != nil {
+			return "", err
+		}
+		var ip [4]byte
+		copy(ip[:], ta.IP.To4())
+		if err := unix.Connect(c, &unix.SockaddrInet4{Addr: ip, Port: ta.Port}); err != nil {
+			return fmt.Sprintf("tunnels=%d", i), err
+		}
+		req := "CONNECT allowed.test:" + a[1] + " HTTP/1.1\r\nHost: allowed.test:" + a[1] + "\r\n\r\n"
+		if _, err := unix.Write(c, []byte(req)); err != nil {
+			return fmt.Sprintf("tunnels=%d", i), err
+		}
+		buf := make([]byte, 12)
+		if _, err := unix.Read(c, buf); err != nil || string(buf[9:12]) != "200" {
+			return fmt.Sprintf("tunnels=%d answer=%q", i, buf), err
+		}
+		kept = append(kept, c)
+	}
+	return fmt.Sprintf("tunnels=%d", n), nil
+}
+
+func init() { register("egressflood", egressfloodOp) }
+
+// tcpmptcpOp is tcpunacceptedOp over Multipath TCP (IPPROTO_MPTCP): 4 MiB
+// written on each connection, none accepted. An MPTCP connection keeps
+// what it received in its own socket, which /proc/net/tcp does not show
+// (its TCP subflow there queues nothing).
+func tcpmptcpOp(a []string) (string, error) {
+	n, err := count(a)
+	if err != nil {
+		return "", err
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
+	if err != nil {
+		return "", err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return "", err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return "", err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return "", err
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		return "", err
+	}
+	kept = append(kept, ln)
+	buf := make([]byte, 4<<20)
+	var total int64
+	for i := 0; i < n; i++ {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
+		if err == nil {
+			err = unix.Connect(c, addr)
+		}
+		if err != nil {
+			return fmt.Sprintf("conns=%d sent=%d", i, total), err
+		}
+		kept = append(kept, c)
+		_ = unix.SetNonblock(c, true)
+		if w, _ := unix.Write(c, buf); w > 0 {
+			total += int64(w)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Sprintf("conns=%d sent=%d", n, total), nil
 }

@@ -132,12 +132,14 @@ func explainDeny(d crossing.PolicyDecision) string {
 
 // remember keeps an open reservation's decision.
 func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
+	// Under the lock in every case: remember runs in the batch goroutine
+	// and in reserveApproved's at once (TestRememberConcurrentWithoutDecision).
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if d == nil {
 		delete(s.decided, id) // never a decision of an earlier reservation with this id
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.decided == nil {
 		s.decided = map[int64]*crossing.PolicyDecision{}
 	}

@@ -564,8 +564,16 @@ func (a *attachedSandbox) watchTCP() {
 		// before v1 TCP limits were set: the limit Provision sets now.
 		limit = tcpLimit(f.MemoryBytes, readHostTCPMem)
 	}
+	// The gateway's group, its TCP limit read back likewise (none: a
+	// sandbox provisioned before gateways had their own group).
+	gw := cgroup.Open(a.p.layout, GatewayGroup(a.rec.ID))
+	var gwLimit int64
+	if gf, err := gw.ReadBack(); err == nil && gf.TCPMemBytes > 0 && gf.TCPMemBytes < 1<<52 {
+		gwLimit = gf.TCPMemBytes
+	}
 	(&tcpWatch{
 		id: a.rec.ID, limit: limit, cg: a.cg, initPid: a.pid, done: a.unwatch, log: a.p.opts.Logger, kill: a.kill,
+		gw: gw, gwLimit: gwLimit,
 	}).run()
 }
 

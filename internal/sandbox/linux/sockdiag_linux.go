@@ -14,7 +14,8 @@ import (
 // by walking only the listening hash (states = LISTEN), where reading
 // /proc/PID/net/tcp walks the host's whole established hash (~4 ms here,
 // for every look). Those waiting connections are the only TCP memory no
-// cgroup is charged for (see watchTCP).
+// cgroup is charged for (see watchTCP), and only this count sees them all:
+// one reset while it waits is in no socket table.
 
 // Kernel ABI (linux/sock_diag.h, linux/inet_diag.h, net/tcp_states.h).
 const (

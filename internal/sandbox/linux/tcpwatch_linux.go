@@ -76,6 +76,7 @@ func (sb *linuxSandbox) watchTCP() {
 	}
 	(&tcpWatch{
 		id: sb.spec.ID, limit: sb.tcpBytes, cg: sb.cg, initPid: sb.InitPid(), done: sb.done, log: sb.p.opts.Logger,
+		gw: sb.gwcg, gwLimit: gatewayLimits(sb.spec.Limits).TCPBytes,
 		kill: func() {
 			sb.mu.Lock()
 			sb.tcpOver = true
@@ -88,9 +89,15 @@ func (sb *linuxSandbox) watchTCP() {
 // tcpWatch is what watchTCP needs of one sandbox, spawned here or
 // attached after a restart.
 type tcpWatch struct {
-	id      string
-	limit   int64 // the sandbox's TCP limit (cgroup.Limits.TCPBytes)
-	cg      *cgroup.Group
+	id    string
+	limit int64 // the sandbox's TCP limit (cgroup.Limits.TCPBytes)
+	cg    *cgroup.Group
+	// gw is the gateway's group (nil: none), gwLimit its TCP limit. The
+	// gateway's sockets hold what the agent makes them hold (an egress
+	// tunnel whose agent end never reads piles the upstream's bytes up in
+	// them), and on v1 its kmem.tcp limit is overshot like the sandbox's.
+	gw      *cgroup.Group
+	gwLimit int64
 	initPid int
 	done    <-chan struct{} // closed when the sandbox has ended
 	kill    func()          // ends the whole sandbox
@@ -136,6 +143,11 @@ func (w *tcpWatch) run() {
 		})
 	}
 	usageFile, v1 := w.cg.TCPUsageFile()
+	var gwUsage string
+	gwBound := tcpBound(w.gwLimit)
+	if w.gw != nil && w.gwLimit > 0 {
+		gwUsage, _ = w.gw.TCPUsageFile()
+	}
 	perSocket := unacceptedSocketMax()
 	// The init's /proc directory, opened while it surely runs: a pid
 	// reused after it exits is never read.
@@ -143,17 +155,19 @@ func (w *tcpWatch) run() {
 	if openErr == nil {
 		defer unix.Close(procDir)
 	}
-	// Connections waiting to be accepted, read cheaply (see listenDiag);
-	// without it every busy look reads the whole socket table.
+	// Connections waiting to be accepted, counted by a sock_diag socket
+	// (see listenDiag). Without it they cannot be counted at all (one reset
+	// while it waits is in no table), so the watch fails closed.
 	diag, derr := openListenDiag(w.initPid)
-	if derr != nil {
-		w.log.Warn("sandbox TCP watch: no sock_diag socket; reading the socket table instead", "sandbox", w.id, "err", derr)
-	} else {
+	if derr == nil {
 		defer diag.Close()
 	}
 	w.loop(over, func() (busy bool, err error) {
 		if openErr != nil {
 			return false, fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, openErr)
+		}
+		if derr != nil {
+			return false, fmt.Errorf("%w: connections waiting to be accepted cannot be counted: %w", errUnreadable, derr)
 		}
 		// The namespace's TCP socket count: O(1) (net/sockstat{,6}).
 		n, err := netnsTCPCount(procDir)
@@ -178,28 +192,55 @@ func (w *tcpWatch) run() {
 			}
 			busy = busy || used > bound/8
 		}
+		if gwUsage != "" {
+			b, err := os.ReadFile(gwUsage)
+			var used int64
+			if err == nil {
+				used, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			}
+			switch {
+			case err != nil:
+				return false, fmt.Errorf("%w: %s: %w", errUnreadable, gwUsage, err)
+			case used > gwBound:
+				return false, fmt.Errorf("TCP memory charged to the sandbox's gateway %d bytes, bound %d", used, gwBound)
+			}
+			busy = busy || used > gwBound/8
+		}
 		// Connections not yet accepted are charged nowhere, and each holds
-		// at most perSocket. Only when the sockets there — then the
-		// connections waiting in accept queues — could hold more than the
-		// bound is the whole table read (it walks the host's hash table).
-		if int64(n) <= bound/perSocket {
+		// at most perSocket. The socket count above is no bound on them: a
+		// connection reset by its peer while it waits is unhashed (neither
+		// sockstat nor the socket table shows it any more) yet stays in the
+		// accept queue with all it received. So the accept queues are
+		// always counted (the kernel walks only the listening hash), and
+		// only when those could hold more than the bound is the whole table
+		// read (it walks the host's hash table).
+		waiting, _, err := diag.waiting()
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", errUnreadable, err)
+		}
+		busy = busy || waiting > 0
+		if int64(waiting) <= bound/perSocket {
 			return busy, nil
 		}
-		if diag != nil {
-			waiting, _, err := diag.waiting()
-			if err != nil {
-				return false, fmt.Errorf("%w: %w", errUnreadable, err)
-			}
-			if int64(waiting) <= bound/perSocket {
-				return busy, nil
-			}
-		}
-		q, _, err := netnsTCP(procDir)
-		switch {
-		case err != nil:
+		q, _, seen, err := netnsTCP(procDir)
+		if err != nil {
 			return false, fmt.Errorf("%w: %w", errUnreadable, err)
+		}
+		// Waiting connections the table did not show hold at most
+		// perSocket each. Counted again after the table: a connection
+		// accepted meanwhile is no longer waiting (one that leaves the
+		// queue only by accept or its listener's close, as a reset one
+		// does, is in both counts).
+		after, _, err := diag.waiting()
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", errUnreadable, err)
+		}
+		hidden := int64(max(min(waiting, after)-seen, 0))
+		switch {
 		case q > bound:
 			return false, fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, bound)
+		case hidden > 0 && q+hidden*perSocket > bound:
+			return false, fmt.Errorf("%d connections waiting to be accepted that no socket table shows (reset while waiting; up to %d bytes each) and %d bytes queued, bound %d", hidden, perSocket, q, bound)
 		}
 		return true, nil
 	})
@@ -306,30 +347,31 @@ func (w *tcpWatch) loop(over func(error), check func() (bool, error)) {
 
 // netnsTCP sums the bytes queued (send and receive) on the TCP sockets of
 // the network namespace of the process whose /proc directory is procDir,
-// and counts those sockets (TIME_WAIT excluded; a listener's queues are
-// connection counts, not bytes, so only the listener itself counts).
-func netnsTCP(procDir int) (queued int64, sockets int, err error) {
+// counts those sockets (TIME_WAIT excluded; a listener's queues are
+// connection counts, not bytes, so only the listener itself counts) and
+// the connections among them waiting to be accepted (parseProcNetTCP).
+func netnsTCP(procDir int) (queued int64, sockets, children int, err error) {
 	for _, name := range []string{"net/tcp", "net/tcp6"} {
 		fd, err := unix.Openat(procDir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) && name == "net/tcp6" {
 			continue // no IPv6 in this kernel
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("open the sandbox's /proc/PID/%s: %w", name, err)
+			return 0, 0, 0, fmt.Errorf("open the sandbox's /proc/PID/%s: %w", name, err)
 		}
 		f := os.NewFile(uintptr(fd), name)
 		b, err := readAll(f)
 		f.Close()
 		if err != nil {
-			return 0, 0, fmt.Errorf("read the sandbox's /proc/PID/%s: %w", name, err)
+			return 0, 0, 0, fmt.Errorf("read the sandbox's /proc/PID/%s: %w", name, err)
 		}
-		q, n, err := parseProcNetTCP(b)
+		q, n, c, err := parseProcNetTCP(b)
 		if err != nil {
-			return 0, 0, fmt.Errorf("the sandbox's /proc/PID/%s: %w", name, err)
+			return 0, 0, 0, fmt.Errorf("the sandbox's /proc/PID/%s: %w", name, err)
 		}
-		queued, sockets = queued+q, sockets+n
+		queued, sockets, children = queued+q, sockets+n, children+c
 	}
-	return queued, sockets, nil
+	return queued, sockets, children, nil
 }
 
 func readAll(f *os.File) ([]byte, error) {
@@ -340,14 +382,19 @@ func readAll(f *os.File) ([]byte, error) {
 
 // TCP states in /proc/net/tcp (include/net/tcp_states.h).
 const (
-	tcpTimeWait = 0x06
-	tcpListen   = 0x0A
+	tcpEstablished = 0x01
+	tcpTimeWait    = 0x06
+	tcpCloseWait   = 0x08
+	tcpListen      = 0x0A
 )
 
 // parseProcNetTCP reads /proc/net/tcp{,6}: the sum of tx_queue and
-// rx_queue over the sockets that are not listening, and the number of
-// sockets that are not in TIME_WAIT.
-func parseProcNetTCP(b []byte) (queued int64, sockets int, err error) {
+// rx_queue over the sockets that are not listening, the number of
+// sockets that are not in TIME_WAIT, and the connections waiting to be
+// accepted among them: established (or closed by the peer) and held by no
+// process (inode 0). A socket a process closed is in neither state, and
+// an accepted one has an inode.
+func parseProcNetTCP(b []byte) (queued int64, sockets, children int, err error) {
 	lines := strings.Split(string(b), "\n")
 	for i, l := range lines {
 		if i == 0 || strings.TrimSpace(l) == "" {
@@ -355,11 +402,11 @@ func parseProcNetTCP(b []byte) (queued int64, sockets int, err error) {
 		}
 		f := strings.Fields(l)
 		if len(f) < 5 {
-			return 0, 0, fmt.Errorf("line %d: %d fields", i+1, len(f))
+			return 0, 0, 0, fmt.Errorf("line %d: %d fields", i+1, len(f))
 		}
 		st, err := strconv.ParseUint(f[3], 16, 8)
 		if err != nil {
-			return 0, 0, fmt.Errorf("line %d: state %q", i+1, f[3])
+			return 0, 0, 0, fmt.Errorf("line %d: state %q", i+1, f[3])
 		}
 		if st == tcpTimeWait {
 			continue
@@ -372,9 +419,21 @@ func parseProcNetTCP(b []byte) (queued int64, sockets int, err error) {
 		a, err1 := strconv.ParseUint(tx, 16, 32)
 		c, err2 := strconv.ParseUint(rx, 16, 32)
 		if !ok || err1 != nil || err2 != nil {
-			return 0, 0, fmt.Errorf("line %d: queues %q", i+1, f[4])
+			return 0, 0, 0, fmt.Errorf("line %d: queues %q", i+1, f[4])
 		}
 		queued += int64(a) + int64(c)
+		if st == tcpEstablished || st == tcpCloseWait {
+			if len(f) < 10 {
+				return 0, 0, 0, fmt.Errorf("line %d: %d fields, no inode", i+1, len(f))
+			}
+			ino, err := strconv.ParseUint(f[9], 10, 64)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("line %d: inode %q", i+1, f[9])
+			}
+			if ino == 0 {
+				children++
+			}
+		}
 	}
-	return queued, sockets, nil
+	return queued, sockets, children, nil
 }

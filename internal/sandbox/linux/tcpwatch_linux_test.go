@@ -22,23 +22,29 @@ func TestParseProcNetTCP(t *testing.T) {
    1: 0100007F:89D9 0100007F:A0B1 01 00000000:00100000 00:00000000 00000000  1000        0 1162 1 0000000000000000 20 4 30 10 -1
    2: 0100007F:A0B1 0100007F:89D9 01 00000400:00000000 00:00000000 00000000  1000        0 1163 1 0000000000000000 20 4 30 10 -1
    3: 0100007F:89DA 0100007F:A0B1 06 00000000:00000000 03:0000138F 00000000     0        0 0 3 0000000000000000
+   4: 0100007F:A0B1 0100007F:89DB 01 00000000:00000800 00:00000000 00000000  1000        0 0 1 0000000000000000 20 4 30 10 -1
+   5: 0100007F:A0B1 0100007F:89DC 08 00000000:00000000 00:00000000 00000000  1000        0 0 1 0000000000000000 20 4 30 10 -1
+   6: 0100007F:89DD 0100007F:A0B1 04 00000010:00000000 01:00000010 00000000  1000        0 0 1 0000000000000000 20 4 30 10 -1
 `
-	q, n, err := parseProcNetTCP([]byte(table))
+	q, n, c, err := parseProcNetTCP([]byte(table))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The listener's 0xC00 is a connection count, not bytes; TIME_WAIT
-	// is not a socket that holds memory.
-	if q != 0x100000+0x400 || n != 3 {
-		t.Errorf("queued %d, sockets %d; want %d and 3", q, n, 0x100000+0x400)
+	// is not a socket that holds memory. Waiting to be accepted: the
+	// established and close-wait sockets no process holds (inode 0), not
+	// the one a process closed (FIN_WAIT1, inode 0 too).
+	if q != 0x100000+0x400+0x800+0x10 || n != 6 || c != 2 {
+		t.Errorf("queued %d, sockets %d, waiting %d; want %d, 6 and 2", q, n, c, 0x100000+0x400+0x800+0x10)
 	}
-	for _, bad := range []string{"h\n 0: a b\n", "h\n 0: a b zz 0:0\n", "h\n 0: a b 01 00:zz\n", "h\n 0: a b 01 0000\n"} {
-		if _, _, err := parseProcNetTCP([]byte(bad)); err == nil {
+	for _, bad := range []string{"h\n 0: a b\n", "h\n 0: a b zz 0:0\n", "h\n 0: a b 01 00:zz\n", "h\n 0: a b 01 0000\n",
+		"h\n 0: a b 01 0:0 t r u x\n", "h\n 0: a b 08 0:0 t r u x y z\n"} {
+		if _, _, _, err := parseProcNetTCP([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
-	if q, n, err := parseProcNetTCP([]byte(" sl local\n")); err != nil || q != 0 || n != 0 {
-		t.Errorf("header only: %d %d %v", q, n, err)
+	if q, n, c, err := parseProcNetTCP([]byte(" sl local\n")); err != nil || q != 0 || n != 0 || c != 0 {
+		t.Errorf("header only: %d %d %d %v", q, n, c, err)
 	}
 }
 

@@ -139,6 +139,9 @@ func TestFilter(t *testing.T) {
 		{name: "ioctl(TIOCSTI, high bits set)", syscall: "ioctl", args: []uint64{0, 0xdead_0000_0000 | unix.TIOCSTI}, want: action(retEPERM)},
 		{name: "ioctl(TIOCLINUX)", syscall: "ioctl", args: []uint64{0, unix.TIOCLINUX}, want: action(retEPERM)},
 		{name: "socket(AF_VSOCK)", syscall: "socket", args: []uint64{unix.AF_VSOCK, unix.SOCK_STREAM}, want: action(retEPERM)},
+		{name: "socket(AF_INET, IPPROTO_MPTCP)", syscall: "socket", args: []uint64{unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP}, want: action(retEPERM)},
+		{name: "socket(AF_INET6, IPPROTO_MPTCP, high bits set)", syscall: "socket", args: []uint64{unix.AF_INET6, unix.SOCK_STREAM, 0xdead_0000_0000 | unix.IPPROTO_MPTCP}, want: action(retEPERM)},
+		{name: "socket(AF_INET, IPPROTO_TCP)", syscall: "socket", args: []uint64{unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP}, want: action(retAllow)},
 		{name: "personality(ADDR_NO_RANDOMIZE)", syscall: "personality", args: []uint64{0x0040000}, want: action(retEPERM)},
 
 		{name: "read, wrong arch", syscall: "read", arch: unix.AUDIT_ARCH_I386, want: action(retKill)},
