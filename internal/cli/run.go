@@ -423,7 +423,8 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	case ex.Signal != 0:
 		code = 128 + ex.Signal
 		if ex.SocketMemory {
-			fmt.Fprintf(g.stderr, "cordon: the sandbox was killed: its TCP socket memory passed its bound (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
+			// The sandbox's or its gateway's group: cordon's log says which.
+			fmt.Fprintf(g.stderr, "cordon: the sandbox was killed: the TCP socket memory of the sandbox or of its gateway passed its bound (1.25 x its TCP limit; see docs/host-pools.md)\n")
 		} else if ex.OOM {
 			fmt.Fprintf(g.stderr, "cordon: the program was killed by the out-of-memory killer (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
 		}
