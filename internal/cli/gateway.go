@@ -190,10 +190,7 @@ func egressConfig(e config.Egress) gateway.Egress {
 // sandbox's lease, in the sandbox's cgroups. state nil: the sandbox has no
 // managed state (a tool server's gateway).
 func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe, lab bool, state *gateway.StatePolicy) (*gateway.Process, error) {
-	pid := 0
-	if ip, ok := sb.(interface{ InitPid() int }); ok {
-		pid = ip.InitPid()
-	}
+	pid := sb.InitPid()
 	if pid <= 0 {
 		for _, tp := range pipes {
 			tp.In.Close()

@@ -300,10 +300,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	ls := sb.(interface{ Signal(syscall.Signal) })
 	go func() {
 		for s := range sigs {
-			ls.Signal(s.(syscall.Signal))
+			sb.Signal(s.(syscall.Signal))
 			go func() {
 				time.Sleep(2 * time.Second)
 				_ = sb.Stop(context.Background())
@@ -399,11 +398,9 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	// left in the workspace that can trap the host user next. Tool
 	// servers write their binds for the program: they are stopped first
 	// (nothing writes after the scan) and their writable binds scanned too.
-	if ts, ok := sb.(interface{ ScanTraps() []trapscan.Report }); ok {
-		out.WorkspaceTraps = append(ts.ScanTraps(), tools.haltAndScan(context.WithoutCancel(ctx))...)
-		printTraps(g.stderr, out.WorkspaceTraps)
-		tr.mark("trap_scan")
-	}
+	out.WorkspaceTraps = append(sb.ScanTraps(), tools.haltAndScan(context.WithoutCancel(ctx))...)
+	printTraps(g.stderr, out.WorkspaceTraps)
+	tr.mark("trap_scan")
 	now := time.Now().UTC()
 	if rec != nil {
 		rec.FinishedAt = &now

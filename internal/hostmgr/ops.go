@@ -651,17 +651,15 @@ func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
 		// and volumes) that can trap the host user (only a sandbox this
 		// daemon built holds the bind descriptors; one adopted after a
 		// restart does not).
-		if ts, ok := b.sb.(interface{ ScanTraps() []trapscan.Report }); ok {
-			if err := b.sb.Stop(ctx); err != nil {
-				b.traps = []trapscan.Report{{Root: "sandbox " + b.rec.Name, Traps: []trapscan.Trap{},
-					Truncated: fmt.Sprintf("not scanned: the sandbox did not stop: %v", err)}}
-			} else {
-				// The names are the program's: keep what fits a reply.
-				b.traps = trapscan.Fit(ts.ScanTraps(), maxReplyTraps)
-				for _, r := range b.traps {
-					if len(r.Traps) > 0 || r.Truncated != "" {
-						d.log.Warn("workspace traps", "name", b.rec.Name, "id", b.rec.ID, "root", r.Root, "traps", len(r.Traps), "truncated", r.Truncated)
-					}
+		if err := b.sb.Stop(ctx); err != nil {
+			b.traps = []trapscan.Report{{Root: "sandbox " + b.rec.Name, Traps: []trapscan.Trap{},
+				Truncated: fmt.Sprintf("not scanned: the sandbox did not stop: %v", err)}}
+		} else {
+			// The names are the program's: keep what fits a reply.
+			b.traps = trapscan.Fit(b.sb.ScanTraps(), maxReplyTraps)
+			for _, r := range b.traps {
+				if len(r.Traps) > 0 || r.Truncated != "" {
+					d.log.Warn("workspace traps", "name", b.rec.Name, "id", b.rec.ID, "root", r.Root, "traps", len(r.Traps), "truncated", r.Truncated)
 				}
 			}
 		}

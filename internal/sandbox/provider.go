@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"os"
+	"syscall"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 // CapabilitySchema versions the capability descriptor.
@@ -96,6 +99,15 @@ type Sandbox interface {
 	Wait(ctx context.Context) (Exit, error)
 	Stop(ctx context.Context) error
 	Deprovision(ctx context.Context) error
+	// Signal sends sig to the program (the init forwards it).
+	Signal(sig syscall.Signal)
+	// InitPid is the host pid of the sandbox's init, 0 before Start.
+	InitPid() int
+	// ScanTraps reports what the program left in its writable binds that
+	// can trap a host user (trapscan). Call it once the program has ended
+	// and before Deprovision; a sandbox that holds no bind descriptors
+	// (one adopted after a daemon restart) reports nothing.
+	ScanTraps() []trapscan.Report
 }
 
 // ErrNoProvider is returned by Select when no provider can offer the level.

@@ -53,6 +53,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
 // DaemonSandbox is what a daemon-mode sandbox offers beyond
@@ -668,10 +669,14 @@ type attachedSandbox struct {
 	deprov bool
 }
 
-func (a *attachedSandbox) ID() string            { return a.rec.ID }
-func (a *attachedSandbox) InitPid() int          { return a.pid }
-func (a *attachedSandbox) InitStartTime() uint64 { return a.start }
-func (a *attachedSandbox) Lease() store.Lease    { return a.rec.Lease }
+func (a *attachedSandbox) ID() string   { return a.rec.ID }
+func (a *attachedSandbox) InitPid() int { return a.pid }
+
+// ScanTraps reports nothing: an adopted sandbox holds no bind descriptors
+// (the daemon that built it had them).
+func (a *attachedSandbox) ScanTraps() []trapscan.Report { return nil }
+func (a *attachedSandbox) InitStartTime() uint64        { return a.start }
+func (a *attachedSandbox) Lease() store.Lease           { return a.rec.Lease }
 
 // Adopt places a trusted-side helper (the gateway) in its own cgroups
 // beside the sandbox's (gatewaycg_linux.go).
