@@ -226,6 +226,47 @@ func acceptQueued(t *testing.T, pid int) int {
 // result.
 func watchTCPPeak(t *testing.T, bin, state string, args ...string) (int64, int64, string, result) {
 	t.Helper()
+	var peak, queued int64
+	poll := func(cordon int) {
+		inits := childPids(cordon)
+		if len(inits) != 1 {
+			return
+		}
+		if q, ok := queuedIn(inits[0]); ok && q > queued {
+			queued = q
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", inits[0]))
+		if err != nil {
+			return
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			// An init that has exited shows the root group: skip it.
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" && strings.HasPrefix(f[2], "/cordon/") {
+				v, err := os.ReadFile("/sys/fs/cgroup/memory" + f[2] + "/memory.kmem.tcp.max_usage_in_bytes")
+				if err != nil {
+					return
+				}
+				if n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64); err == nil && n > peak {
+					peak = n
+				}
+			}
+		}
+	}
+	data, r := runHeldProbe(t, bin, state, heldProbeTiming{limit: 90 * time.Second, every: 5 * time.Millisecond, settle: 200 * time.Millisecond}, poll, args...)
+	return peak, queued, data, r
+}
+
+// heldProbeTiming: how long runHeldProbe waits at most, how often it
+// polls, and how long after the probe's report it polls once more.
+type heldProbeTiming struct{ limit, every, settle time.Duration }
+
+// runHeldProbe runs bin with args (a probe under hold, which reports and
+// then waits for its stdin to close), calling poll with cordon's pid every
+// tm.every until the probe reports (then once more after tm.settle, and
+// it is released) or cordon ends. It returns the probe's data ("" if it
+// never reported) and cordon's result.
+func runHeldProbe(t *testing.T, bin, state string, tm heldProbeTiming, poll func(cordon int), args ...string) (string, result) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	inR, inW, err := os.Pipe()
@@ -259,56 +300,30 @@ func watchTCPPeak(t *testing.T, bin, state string, args ...string) (int64, int64
 			}
 		}
 	}()
-	var peak, queued int64
 	var data string
-	poll := func() {
-		inits := childPids(cmd.Process.Pid)
-		if len(inits) != 1 {
-			return
-		}
-		if q, ok := queuedIn(inits[0]); ok && q > queued {
-			queued = q
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", inits[0]))
-		if err != nil {
-			return
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			// An init that has exited shows the root group: skip it.
-			if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" && strings.HasPrefix(f[2], "/cordon/") {
-				v, err := os.ReadFile("/sys/fs/cgroup/memory" + f[2] + "/memory.kmem.tcp.max_usage_in_bytes")
-				if err != nil {
-					return
-				}
-				if n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64); err == nil && n > peak {
-					peak = n
-				}
-			}
-		}
-	}
-	deadline := time.After(90 * time.Second)
+	deadline := time.After(tm.limit)
 loop:
 	for {
 		select {
 		case data = <-probe:
-			poll()
-			time.Sleep(200 * time.Millisecond)
-			poll()
+			poll(cmd.Process.Pid)
+			time.Sleep(tm.settle)
+			poll(cmd.Process.Pid)
 			break loop
 		case <-done:
 			break loop
 		case <-deadline:
 			cmd.Process.Kill()
-			t.Errorf("cordon %v: neither a probe result nor an end within 90s", args)
+			t.Errorf("cordon %v: neither a probe result nor an end within %v", args, tm.limit)
 			break loop
-		case <-time.After(5 * time.Millisecond):
-			poll()
+		case <-time.After(tm.every):
+			poll(cmd.Process.Pid)
 		}
 	}
 	inW.Close()
 	<-done
 	_ = cmd.Wait()
-	return peak, queued, data, parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+	return data, parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
 }
 
 // queuedIn is netnsQueued without failing the test: the sandbox may end

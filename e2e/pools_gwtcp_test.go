@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,47 +113,13 @@ func requireV1TCP(t *testing.T) {
 // never reported) and cordon's result.
 func watchGatewayTCPPeak(t *testing.T, bin, state string, args ...string) (int64, string, result) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inW.Close()
-	outR, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errb strings.Builder
-	cmd.Stdin, cmd.Stderr = inR, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	inR.Close()
-	var out strings.Builder
-	probe := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
-			l := sc.Text()
-			out.WriteString(l + "\n")
-			if strings.HasPrefix(l, `{"op"`) {
-				var p ProbeResult
-				_ = json.Unmarshal([]byte(l), &p)
-				probe <- p.Data
-			}
-		}
-	}()
 	var peak int64
-	var data string
 	var gwFile string
-	poll := func() {
+	poll := func(cordon int) {
 		if gwFile == "" {
 			// cordon's children: the sandbox init and the gateway; the
 			// init's memory group names the gateway's.
-			for _, pid := range childPids(cmd.Process.Pid) {
+			for _, pid := range childPids(cordon) {
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 				if err != nil {
 					continue
@@ -179,27 +142,6 @@ func watchGatewayTCPPeak(t *testing.T, bin, state string, args ...string) (int64
 			peak = n
 		}
 	}
-	deadline := time.After(120 * time.Second)
-loop:
-	for {
-		select {
-		case data = <-probe:
-			poll()
-			time.Sleep(500 * time.Millisecond)
-			poll()
-			break loop
-		case <-done:
-			break loop
-		case <-deadline:
-			cmd.Process.Kill()
-			t.Errorf("cordon %v: neither a probe result nor an end within 120s", args)
-			break loop
-		case <-time.After(10 * time.Millisecond):
-			poll()
-		}
-	}
-	inW.Close()
-	<-done
-	_ = cmd.Wait()
-	return peak, data, parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+	data, r := runHeldProbe(t, bin, state, heldProbeTiming{limit: 120 * time.Second, every: 10 * time.Millisecond, settle: 500 * time.Millisecond}, poll, args...)
+	return peak, data, r
 }
