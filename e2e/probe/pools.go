@@ -244,31 +244,14 @@ func tcpunacceptedOp(a []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	addr, err := wideListener(0)
 	if err != nil {
 		return "", err
 	}
-	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
-		return "", err
-	}
-	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return "", err
-	}
-	if err := unix.Listen(ln, 4096); err != nil {
-		return "", err
-	}
-	addr, err := unix.Getsockname(ln)
-	if err != nil {
-		return "", err
-	}
-	kept = append(kept, ln)
 	buf := make([]byte, 1<<20)
 	var total int64
 	for i := 0; i < n; i++ {
-		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Connect(c, addr)
-		}
+		c, err := dial(addr, 0)
 		if err != nil {
 			return fmt.Sprintf("conns=%d queued=%d", i, total), err
 		}
@@ -293,31 +276,14 @@ func tcpresetOp(a []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	addr, err := wideListener(0)
 	if err != nil {
 		return "", err
 	}
-	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
-		return "", err
-	}
-	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return "", err
-	}
-	if err := unix.Listen(ln, 4096); err != nil {
-		return "", err
-	}
-	addr, err := unix.Getsockname(ln)
-	if err != nil {
-		return "", err
-	}
-	kept = append(kept, ln)
 	buf := make([]byte, 8<<20)
 	var total int64
 	for i := 0; i < n; i++ {
-		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Connect(c, addr)
-		}
+		c, err := dial(addr, 0)
 		if err != nil {
 			return fmt.Sprintf("conns=%d sent=%d", i, total), err
 		}
@@ -391,31 +357,14 @@ func tcpmptcpOp(a []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
+	addr, err := wideListener(unix.IPPROTO_MPTCP)
 	if err != nil {
 		return "", err
 	}
-	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
-		return "", err
-	}
-	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return "", err
-	}
-	if err := unix.Listen(ln, 4096); err != nil {
-		return "", err
-	}
-	addr, err := unix.Getsockname(ln)
-	if err != nil {
-		return "", err
-	}
-	kept = append(kept, ln)
 	buf := make([]byte, 4<<20)
 	var total int64
 	for i := 0; i < n; i++ {
-		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
-		if err == nil {
-			err = unix.Connect(c, addr)
-		}
+		c, err := dial(addr, unix.IPPROTO_MPTCP)
 		if err != nil {
 			return fmt.Sprintf("conns=%d sent=%d", i, total), err
 		}
@@ -427,4 +376,35 @@ func tcpmptcpOp(a []string) (string, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Sprintf("conns=%d sent=%d", n, total), nil
+}
+
+// wideListener listens on 127.0.0.1 (any port, protocol proto of
+// AF_INET stream sockets) with a 4 MiB receive buffer, which the
+// connections it has not accepted inherit, and a backlog of 4096; the
+// listener is kept open. It returns the listener's address.
+func wideListener(proto int) (unix.Sockaddr, error) {
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20); err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return nil, err
+	}
+	if err := unix.Listen(ln, 4096); err != nil {
+		return nil, err
+	}
+	kept = append(kept, ln)
+	return unix.Getsockname(ln)
+}
+
+// dial connects a stream socket of protocol proto to addr.
+func dial(addr unix.Sockaddr, proto int) (int, error) {
+	c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, proto)
+	if err == nil {
+		err = unix.Connect(c, addr)
+	}
+	return c, err
 }
