@@ -253,11 +253,16 @@ func (w *tcpWatch) run() {
 // before accepting. At least 6 MiB (tcp_rmem's maximum in a new network
 // namespace), whatever the host says.
 func unacceptedSocketMax() int64 {
+	b, _ := os.ReadFile("/proc/sys/net/core/rmem_max")
+	return unacceptedFromRmemMax(b)
+}
+
+// unacceptedFromRmemMax is unacceptedSocketMax for net.core.rmem_max's
+// content b (nil or unparsable: the floor).
+func unacceptedFromRmemMax(b []byte) int64 {
 	n := int64(6 << 20)
-	if b, err := os.ReadFile("/proc/sys/net/core/rmem_max"); err == nil {
-		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && 2*v > n {
-			n = 2 * v
-		}
+	if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && 2*v > n {
+		n = 2 * v
 	}
 	return n
 }

@@ -71,9 +71,20 @@ func TestParseSockstatInuse(t *testing.T) {
 	}
 }
 
-func TestUnacceptedSocketMax(t *testing.T) {
-	if n := unacceptedSocketMax(); n < 6<<20 {
-		t.Errorf("unacceptedSocketMax() = %d, want at least 6 MiB", n)
+func TestUnacceptedFromRmemMax(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{"4194304\n", 8 << 20}, // twice SO_RCVBUF's ceiling
+		{"212992\n", 6 << 20},  // the floor: tcp_rmem's maximum
+		{"", 6 << 20},          // unreadable
+		{"-5", 6 << 20},        // nonsense
+		{"33554432", 64 << 20},
+	} {
+		if got := unacceptedFromRmemMax([]byte(c.in)); got != c.want {
+			t.Errorf("unacceptedFromRmemMax(%q) = %d, want %d", c.in, got, c.want)
+		}
 	}
 }
 
