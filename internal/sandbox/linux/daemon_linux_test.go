@@ -499,18 +499,42 @@ func TestDaemonExecHardening(t *testing.T) {
 			t.Errorf("pid %d: pgrp %s session %s tty %s, want its own session and no terminal", pid, f[2], f[3], f[4])
 		}
 	}
-	// Only 0, 1 and 2 reach the exec'd process.
+	// Only 0, 1 and 2 reach the exec'd process. Read them once sleep is in
+	// its sleep: while the dynamic loader maps the libraries it holds them
+	// open (fd 3, /etc/ld.so.cache, libc.so.6) for a moment, which is no
+	// inherited descriptor.
+	waitInSleep(t, execPid)
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", execPid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
 	for _, e := range fds {
-		names = append(names, e.Name())
+		target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", execPid, e.Name()))
+		names = append(names, e.Name()+"->"+target)
 	}
-	if !slices.Equal(names, []string{"0", "1", "2"}) {
+	if len(names) != 3 || !strings.HasPrefix(names[0], "0->") || !strings.HasPrefix(names[1], "1->") || !strings.HasPrefix(names[2], "2->") {
 		t.Errorf("descriptors of the exec'd process: %v, want 0 1 2", names)
 	}
+}
+
+// waitInSleep waits (at most 5 s) until pid, a /bin/sleep, is blocked in
+// nanosleep or clock_nanosleep (/proc/PID/syscall's first field).
+func waitInSleep(t *testing.T, pid int) {
+	t.Helper()
+	sleeping := map[string]bool{
+		strconv.Itoa(unix.SYS_NANOSLEEP): true, strconv.Itoa(unix.SYS_CLOCK_NANOSLEEP): true,
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+		if err != nil {
+			t.Fatalf("pid %d: %v", pid, err)
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 && sleeping[f[0]] {
+			return
+		}
+	}
+	t.Fatalf("pid %d never reached its sleep", pid)
 }
 
 // Landlock holds for an exec'd process: it cannot write outside the
