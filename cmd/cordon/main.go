@@ -6,7 +6,9 @@ import (
 	"os"
 
 	"github.com/cordon-project/cordon/internal/cli"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
+
 	// The sandbox init dispatches from this package's init when the binary
 	// is started as the init; see package sbinit.
 	_ "github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
@@ -19,7 +21,7 @@ func main() {
 	// every namespace. Mark them all close-on-exec before anything starts.
 	if err := cli.CloseInherited(); err != nil {
 		os.Stderr.WriteString("cordon: internal: mark inherited descriptors close-on-exec: " + err.Error() + "\n")
-		os.Exit(cli.ExitRefused)
+		os.Exit(failure.ExitRefused)
 	}
 	if len(os.Args) > 0 && os.Args[0] == gateway.Argv0 {
 		os.Exit(gateway.ChildMain())

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/textsafe"
@@ -48,7 +49,7 @@ unattributable and left alone: they may belong to another state directory.`,
 					len(rep.Reclaimed), rep.Reclaimed, len(rep.Live), len(rep.Unattributable), rep.Unattributable)
 			}
 			if err != nil {
-				return sandbox.Fail(sandbox.KindProvision, "gc", err)
+				return failure.Fail(failure.KindProvision, "gc", err)
 			}
 			return nil
 		},
@@ -149,7 +150,7 @@ func (g *globals) doctor(ctx context.Context, asJSON bool) error {
 		}
 	}
 	if !rep.OK {
-		return sandbox.Failf(sandbox.KindUnsupported, "doctor", "this host cannot evidence DEDICATED_CONTAINER %s", strings.Join(errs, "; "))
+		return failure.Failf(failure.KindUnsupported, "doctor", "this host cannot evidence DEDICATED_CONTAINER %s", strings.Join(errs, "; "))
 	}
 	return nil
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/approval"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/safefile"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -95,9 +95,9 @@ func (g *globals) withStore(op string, fn func(*store.Store) error) error {
 // user's request being invalid; anything else is the store.
 func approvalFailure(op string, err error) error {
 	if errors.Is(err, store.ErrApprovalNotFound) || errors.Is(err, store.ErrApprovalDecided) {
-		return sandbox.Fail(sandbox.KindUsage, op, err)
+		return failure.Fail(failure.KindUsage, op, err)
 	}
-	return sandbox.Fail(sandbox.KindStore, op, err)
+	return failure.Fail(failure.KindStore, op, err)
 }
 
 // decider names the operator in DecidedBy and RevokedBy.
@@ -130,12 +130,12 @@ Examples:
 			case store.ApprovalPending, store.ApprovalApproved, store.ApprovalDenied, store.ApprovalConsumed,
 				store.ApprovalRevoked, store.ApprovalExpired:
 			default:
-				return sandbox.Failf(sandbox.KindUsage, "approvals list", "--state %q: want pending, approved, denied, consumed, revoked or expired", f.State)
+				return failure.Failf(failure.KindUsage, "approvals list", "--state %q: want pending, approved, denied, consumed, revoked or expired", f.State)
 			}
 			return g.withStore("approvals list", func(st *store.Store) error {
 				as, err := st.Approvals(cmd.Context(), f)
 				if err != nil {
-					return sandbox.Fail(sandbox.KindStore, "approvals list", err)
+					return failure.Fail(failure.KindStore, "approvals list", err)
 				}
 				if asJSON {
 					for _, a := range as {
@@ -355,21 +355,21 @@ func (g *globals) serveConsole(ctx context.Context, st *store.Store, listen stri
 	log := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("component", "approval-console")
 	c, err := approval.NewConsole(st, approval.ConsoleOptions{Listen: listen, Logger: log})
 	if errors.Is(err, approval.ErrNotLoopback) {
-		return sandbox.Fail(sandbox.KindUsage, "approvals console", err)
+		return failure.Fail(failure.KindUsage, "approvals console", err)
 	}
 	if err != nil {
-		return sandbox.Fail(sandbox.KindProvision, "approvals console", err)
+		return failure.Fail(failure.KindProvision, "approvals console", err)
 	}
 	path := filepath.Join(g.stateDir, consoleURLFile)
 	if err := writePrivate(path, c.LoginURL()+"\n"); err != nil {
 		c.Close()
-		return sandbox.Fail(sandbox.KindProvision, "approvals console", err)
+		return failure.Fail(failure.KindProvision, "approvals console", err)
 	}
 	defer removeIfOurs(path, c.LoginURL()+"\n")
 	fmt.Fprintf(g.stdout, "approval console on http://%s\nlog in by opening (the URL holds the login token: anyone with it can decide approvals until the console stops):\n\n  %s\n\nThe URL is also in %s (mode 0600). Stop with Ctrl-C.\n",
 		c.Addr(), c.LoginURL(), path)
 	if err := c.Serve(ctx); err != nil {
-		return sandbox.Fail(sandbox.KindInternal, "approvals console", err)
+		return failure.Fail(failure.KindInternal, "approvals console", err)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -124,7 +124,7 @@ func TestApprovalsListShowApprove(t *testing.T) {
 		{[]string{"show", "nope"}, `approval "nope" not found`},
 	} {
 		_, err := at.run(ctx, tc.args...)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || sandbox.KindOf(err) != sandbox.KindUsage {
+		if err == nil || !strings.Contains(err.Error(), tc.want) || failure.KindOf(err) != failure.KindUsage {
 			t.Errorf("approvals %s = %v, want a usage error containing %q", strings.Join(tc.args, " "), err, tc.want)
 		}
 	}
@@ -150,20 +150,20 @@ func TestApprovalsDeny(t *testing.T) {
 // TestApprovalsExitStatus runs the whole CLI: a refusal exits 125.
 func TestApprovalsExitStatus(t *testing.T) {
 	at := newApprovalsTest(t)
-	if code := Main([]string{"--state-dir", at.dir, "approvals", "approve", "apr_000000000000000000000000"}); code != ExitRefused {
-		t.Errorf("approve of an unknown id exited %d, want %d", code, ExitRefused)
+	if code := Main([]string{"--state-dir", at.dir, "approvals", "approve", "apr_000000000000000000000000"}); code != failure.ExitRefused {
+		t.Errorf("approve of an unknown id exited %d, want %d", code, failure.ExitRefused)
 	}
 	if code := Main([]string{"--state-dir", at.dir, "approvals", "approve", at.a.ID}); code != 0 {
 		t.Errorf("approve exited %d, want 0", code)
 	}
-	if code := Main([]string{"--state-dir", at.dir, "approvals", "approve", at.a.ID}); code != ExitRefused {
-		t.Errorf("second approve exited %d, want %d", code, ExitRefused)
+	if code := Main([]string{"--state-dir", at.dir, "approvals", "approve", at.a.ID}); code != failure.ExitRefused {
+		t.Errorf("second approve exited %d, want %d", code, failure.ExitRefused)
 	}
 }
 
 func TestApprovalsConsole(t *testing.T) {
 	at := newApprovalsTest(t)
-	if _, err := at.run(context.Background(), "console", "--listen", "0.0.0.0:0"); err == nil || sandbox.KindOf(err) != sandbox.KindUsage {
+	if _, err := at.run(context.Background(), "console", "--listen", "0.0.0.0:0"); err == nil || failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("console --listen 0.0.0.0:0 = %v, want a usage refusal", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/approval"
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -94,10 +94,10 @@ of it stays refused), so the agent must make a new call if one is needed.`,
 			}
 			id, err := strconv.ParseInt(args[0], 10, 64)
 			if err != nil || id <= 0 {
-				return sandbox.Failf(sandbox.KindUsage, "calls reconcile", "%q is not a call id (see cordon calls list)", args[0])
+				return failure.Failf(failure.KindUsage, "calls reconcile", "%q is not a call id (see cordon calls list)", args[0])
 			}
 			if note == "" {
-				return sandbox.Failf(sandbox.KindUsage, "calls reconcile", "--note is required: say what happened")
+				return failure.Failf(failure.KindUsage, "calls reconcile", "--note is required: say what happened")
 			}
 			st, err := g.openStore()
 			if err != nil {
@@ -106,7 +106,7 @@ of it stays refused), so the agent must make a new call if one is needed.`,
 			defer st.Close()
 			c, err := st.ReconcileToolCall(cmd.Context(), id, note)
 			if errors.Is(err, store.ErrCallNotFound) || errors.Is(err, store.ErrCallState) {
-				return sandbox.Fail(sandbox.KindUsage, "calls reconcile", err)
+				return failure.Fail(failure.KindUsage, "calls reconcile", err)
 			}
 			if err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/config"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/policy"
@@ -64,7 +65,7 @@ running work continues, start and exec are refused until
 			} else if group != "" {
 				gr, err := user.LookupGroup(group)
 				if err != nil {
-					return sandbox.Failf(sandbox.KindUsage, "daemon", "--group %s: %v", group, err)
+					return failure.Failf(failure.KindUsage, "daemon", "--group %s: %v", group, err)
 				}
 				gid, _ = strconv.Atoi(gr.Gid)
 			}
@@ -73,7 +74,7 @@ running work continues, start and exec are refused until
 				u, name, ok := strings.Cut(t, "=")
 				n, err := strconv.ParseUint(u, 10, 32)
 				if !ok || err != nil || name == "" {
-					return sandbox.Failf(sandbox.KindUsage, "daemon", "--tenant %q: want UID=TENANT", t)
+					return failure.Failf(failure.KindUsage, "daemon", "--tenant %q: want UID=TENANT", t)
 				}
 				tmap[uint32(n)] = append(tmap[uint32(n)], name)
 			}

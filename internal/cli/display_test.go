@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/ledger"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -173,7 +173,7 @@ func TestSandboxInfoAndErrorsEscaped(t *testing.T) {
 	// An error that embeds an agent's string (a refused model, a daemon
 	// message relayed from a sandbox) is escaped where it is printed.
 	for _, err := range []error{
-		sandbox.Failf(sandbox.KindPolicyRejected, "model", "model %s is not allowed", hostile),
+		failure.Failf(failure.KindPolicyRejected, "model", "model %s is not allowed", hostile),
 		errors.New("daemon: exec " + hostile + ": no such file"),
 	} {
 		assertSafe(t, "error", describe(err))

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/ledger"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -112,16 +112,16 @@ Examples:
 			}
 			v, err := ledger.LoadVerifier(pubkey)
 			if errors.Is(err, fs.ErrNotExist) {
-				return sandbox.Failf(sandbox.KindUsage, "evidence verify", "no public key at %s: the log's key is made by the first checkpoint or by 'cordon evidence keygen'; pass --pubkey FILE to use another", pubkey)
+				return failure.Failf(failure.KindUsage, "evidence verify", "no public key at %s: the log's key is made by the first checkpoint or by 'cordon evidence keygen'; pass --pubkey FILE to use another", pubkey)
 			}
 			if err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "evidence verify", err)
+				return failure.Fail(failure.KindUsage, "evidence verify", err)
 			}
 			var external [][]byte
 			for _, path := range checkpoints {
 				b, err := readSmall(path, maxCheckpointFile)
 				if err != nil {
-					return sandbox.Fail(sandbox.KindUsage, "evidence verify --checkpoint", err)
+					return failure.Fail(failure.KindUsage, "evidence verify --checkpoint", err)
 				}
 				external = append(external, b)
 			}
@@ -133,7 +133,7 @@ Examples:
 			ctx := cmd.Context()
 			rep, err := ledger.Verify(ctx, st, v, external...)
 			if err != nil {
-				return sandbox.Fail(sandbox.KindStore, "evidence verify", err)
+				return failure.Fail(failure.KindStore, "evidence verify", err)
 			}
 			out := verifyOutput{OK: rep.OK(), Report: rep}
 			if cmd.Flags().Changed("receipt") {
@@ -142,7 +142,7 @@ Examples:
 				case errors.Is(err, store.ErrNotInLog), errors.Is(err, ledger.ErrNotCheckpointed):
 					out.ProofError = err.Error()
 				case err != nil:
-					return sandbox.Fail(sandbox.KindStore, "evidence verify --receipt", err)
+					return failure.Fail(failure.KindStore, "evidence verify --receipt", err)
 				default:
 					out.Proof = &p
 					if err := p.Check(v); err != nil {
@@ -248,11 +248,11 @@ Examples:
 			defer st.Close()
 			l, err := ledger.Open(st, g.stateDir)
 			if err != nil {
-				return sandbox.Fail(sandbox.KindStore, "evidence checkpoint", err)
+				return failure.Fail(failure.KindStore, "evidence checkpoint", err)
 			}
 			c, err := l.Checkpoint(cmd.Context())
 			if err != nil {
-				return sandbox.Fail(sandbox.KindStore, "evidence checkpoint", err)
+				return failure.Fail(failure.KindStore, "evidence checkpoint", err)
 			}
 			if c.Note == "" {
 				fmt.Fprintln(g.stderr, "cordon: the evidence log is empty: nothing to sign")
@@ -298,7 +298,7 @@ Examples:
 			}
 			dir := ledger.KeyDir(g.stateDir)
 			exists := func() error {
-				return sandbox.Failf(sandbox.KindUsage, "evidence keygen", "%s already exists; keygen never replaces a key", filepath.Join(dir, ledger.KeyFile))
+				return failure.Failf(failure.KindUsage, "evidence keygen", "%s already exists; keygen never replaces a key", filepath.Join(dir, ledger.KeyFile))
 			}
 			if _, err := os.Lstat(filepath.Join(dir, ledger.KeyFile)); err == nil {
 				st.Close()
@@ -307,10 +307,10 @@ Examples:
 			err = ledger.CheckNoCheckpoints(cmd.Context(), st)
 			st.Close()
 			if errors.Is(err, ledger.ErrKeyMissing) {
-				return sandbox.Fail(sandbox.KindUsage, "evidence keygen", err)
+				return failure.Fail(failure.KindUsage, "evidence keygen", err)
 			}
 			if err != nil {
-				return sandbox.Fail(sandbox.KindStore, "evidence keygen", err)
+				return failure.Fail(failure.KindStore, "evidence keygen", err)
 			}
 			if name == "" {
 				name = ledger.DefaultKeyName()
@@ -320,7 +320,7 @@ Examples:
 				return exists()
 			}
 			if err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "evidence keygen", err)
+				return failure.Fail(failure.KindUsage, "evidence keygen", err)
 			}
 			fmt.Fprintf(g.stderr, "cordon: wrote %s (private, 0600) and %s\n", filepath.Join(dir, ledger.KeyFile), filepath.Join(dir, ledger.PubFile))
 			fmt.Fprintln(g.stdout, vkey)
@@ -347,14 +347,14 @@ Example:
 			path := filepath.Join(ledger.KeyDir(g.stateDir), ledger.PubFile)
 			_, err := ledger.LoadVerifier(path) // only a valid key is printed
 			if errors.Is(err, fs.ErrNotExist) {
-				return sandbox.Failf(sandbox.KindUsage, "evidence pubkey", "no public key at %s: the first checkpoint or 'cordon evidence keygen' makes the key", path)
+				return failure.Failf(failure.KindUsage, "evidence pubkey", "no public key at %s: the first checkpoint or 'cordon evidence keygen' makes the key", path)
 			}
 			if err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "evidence pubkey", err)
+				return failure.Fail(failure.KindUsage, "evidence pubkey", err)
 			}
 			b, err := readSmall(path, maxCheckpointFile)
 			if err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "evidence pubkey", err)
+				return failure.Fail(failure.KindUsage, "evidence pubkey", err)
 			}
 			fmt.Fprintln(g.stdout, strings.TrimSpace(string(b)))
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/custody"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
@@ -37,10 +38,10 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 	}
 	cfg, err := config.Load(f.config)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindUsage, "config", err)
+		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}
 	if f.workload != "default" && f.workload != cfg.Workload {
-		return nil, sandbox.Failf(sandbox.KindUsage, "config", "--workload %s disagrees with the config's workload %s", f.workload, cfg.Workload)
+		return nil, failure.Failf(failure.KindUsage, "config", "--workload %s disagrees with the config's workload %s", f.workload, cfg.Workload)
 	}
 	spec.Workload = cfg.Workload
 	for _, w := range cfg.Warnings() {
@@ -51,12 +52,12 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 	pol := policy.Default()
 	if len(cfg.Policy) > 0 {
 		if pol, err = policy.Load(cfg.Policy...); err != nil {
-			return nil, sandbox.Fail(sandbox.KindPolicyRejected, "policy", err)
+			return nil, failure.Fail(failure.KindPolicyRejected, "policy", err)
 		}
 	}
 	cust, err := custody.Load(cfg.Secrets, os.Getenv)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
+		return nil, failure.Fail(failure.KindCustody, "custodian", err)
 	}
 	values := map[string][]byte{}
 	for _, n := range cust.Names() {
@@ -64,7 +65,7 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 		values[n] = v
 	}
 	if err := cfg.CheckLeaks(visibleInSandbox(*spec), spec.Env, values); err != nil {
-		return nil, sandbox.Fail(sandbox.KindPolicyRejected, "config", err)
+		return nil, failure.Fail(failure.KindPolicyRejected, "config", err)
 	}
 	// The gateway's variables come last so they win over --env.
 	spec.Env = append(spec.Env, gateway.Env()...)
@@ -130,7 +131,7 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 			tp.In.Close()
 			tp.Out.Close()
 		}
-		return nil, sandbox.Fail(sandbox.KindStore, "state retention", err)
+		return nil, failure.Fail(failure.KindStore, "state retention", err)
 	}
 	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab, sp)
 }
@@ -196,7 +197,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 			tp.In.Close()
 			tp.Out.Close()
 		}
-		return nil, sandbox.Failf(sandbox.KindStart, "gateway", "the sandbox has no live init")
+		return nil, failure.Failf(failure.KindStart, "gateway", "the sandbox has no live init")
 	}
 	// The gateway runs as the top uid of the sandbox's leased range: unique
 	// to this sandbox, owning nothing, and no sandbox process runs as it
@@ -226,7 +227,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		Crossings: gateway.CrossingLimits{MaxReceipts: c.Crossings.MaxReceipts, Rate: float64(c.Crossings.Rate), Burst: c.Crossings.Burst},
 	})
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindStart, "gateway", fmt.Errorf("%w", err))
+		return nil, failure.Fail(failure.KindStart, "gateway", fmt.Errorf("%w", err))
 	}
 	return proc, nil
 }

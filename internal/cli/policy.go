@@ -13,9 +13,9 @@ import (
 
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/policy"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -130,7 +130,7 @@ Examples:
 				fmt.Fprintf(g.stdout, "ok: %d policies, digest %s\n", rep.Policies, rep.Digest)
 			}
 			if err != nil {
-				return &exitError{code: ExitRefused}
+				return &exitError{code: failure.ExitRefused}
 			}
 			return nil
 		},
@@ -298,11 +298,11 @@ Examples:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgPath == "" || reqArg == "" {
-				return sandbox.Failf(sandbox.KindUsage, "policy explain", "--config and --request are required")
+				return failure.Failf(failure.KindUsage, "policy explain", "--config and --request are required")
 			}
 			cfg, err := config.Load(cfgPath)
 			if err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "config", err)
+				return failure.Fail(failure.KindUsage, "config", err)
 			}
 			set := policy.Default()
 			if len(cfg.Policy) > 0 {
@@ -312,15 +312,15 @@ Examples:
 					} else {
 						printPolicyErrors(g.stderr, policyErrors(err))
 					}
-					return &exitError{code: ExitRefused}
+					return &exitError{code: failure.ExitRefused}
 				}
 			}
 			r, err := readExplainRequest(reqArg, cmd.InOrStdin())
 			if err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "request", err)
+				return failure.Fail(failure.KindUsage, "request", err)
 			}
 			if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
-				return sandbox.Failf(sandbox.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
+				return failure.Failf(failure.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
 			}
 			x := explain(cfg, set, r)
 			if asJSON {

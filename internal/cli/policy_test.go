@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/policy"
 )
 
@@ -33,7 +34,7 @@ func runPolicy(t *testing.T, stdin string, args ...string) (stdout, stderr strin
 		code = ee.code
 	default:
 		fmt.Fprintf(&errb, "cordon: %s\n", describe(err))
-		code = ExitRefused
+		code = failure.ExitRefused
 	}
 	return out.String(), errb.String(), code
 }
@@ -95,21 +96,21 @@ func TestPolicyCheckRefuses(t *testing.T) {
 			f := writeTemp(t, dir, "bad.cedar", tt.src)
 			out, errOut, code := runPolicy(t, "", "check", f)
 			want := strings.Replace(tt.want, "bad.cedar:", f+":", 1)
-			if code != ExitRefused || out != "" || !strings.Contains(errOut, want+"\n") {
-				t.Errorf("check = %d, %q, %q; want %d and the line %q", code, out, errOut, ExitRefused, want)
+			if code != failure.ExitRefused || out != "" || !strings.Contains(errOut, want+"\n") {
+				t.Errorf("check = %d, %q, %q; want %d and the line %q", code, out, errOut, failure.ExitRefused, want)
 			}
 			out, _, code = runPolicy(t, "", "check", "--json", f)
 			var rep PolicyCheckReport
-			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != ExitRefused || rep.OK || len(rep.Errors) == 0 || rep.Errors[0].File != f || rep.Errors[0].Line == 0 {
+			if err := json.Unmarshal([]byte(out), &rep); err != nil || code != failure.ExitRefused || rep.OK || len(rep.Errors) == 0 || rep.Errors[0].File != f || rep.Errors[0].Line == 0 {
 				t.Errorf("check --json = %d, %q (%v)", code, out, err)
 			}
 		})
 	}
-	if _, errOut, code := runPolicy(t, "", "check", filepath.Join(dir, "missing.cedar")); code != ExitRefused || !strings.Contains(errOut, "no such file") {
+	if _, errOut, code := runPolicy(t, "", "check", filepath.Join(dir, "missing.cedar")); code != failure.ExitRefused || !strings.Contains(errOut, "no such file") {
 		t.Errorf("check missing = %d, %q", code, errOut)
 	}
-	if _, _, code := runPolicy(t, "", "check"); code != ExitRefused {
-		t.Errorf("check without files = %d, want %d", code, ExitRefused)
+	if _, _, code := runPolicy(t, "", "check"); code != failure.ExitRefused {
+		t.Errorf("check without files = %d, want %d", code, failure.ExitRefused)
 	}
 }
 
@@ -225,8 +226,8 @@ func TestPolicyExplainRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, errOut, code := runPolicy(t, "", append([]string{"explain"}, tt.args...)...)
-			if code != ExitRefused || !strings.Contains(errOut, tt.want) {
-				t.Errorf("explain %q = %d, %q, %q; want %d and %q", tt.args, code, out, errOut, ExitRefused, tt.want)
+			if code != failure.ExitRefused || !strings.Contains(errOut, tt.want) {
+				t.Errorf("explain %q = %d, %q, %q; want %d and %q", tt.args, code, out, errOut, failure.ExitRefused, tt.want)
 			}
 		})
 	}
@@ -282,7 +283,7 @@ secrets:
 	if x, errOut, code := explainJSON(`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":{"requests":100}}}}`); code != 0 || x.Allow {
 		t.Fatalf("explain with the budget spent = %d, %+v, %q; want deny", code, x, errOut)
 	}
-	if _, errOut, code := explainJSON(`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"limits":{"requests":5}}}}`); code != ExitRefused || !strings.Contains(errOut, "budgets") {
+	if _, errOut, code := explainJSON(`{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"limits":{"requests":5}}}}`); code != failure.ExitRefused || !strings.Contains(errOut, "budgets") {
 		t.Fatalf("explain with other limits = %d, %q; want refused", code, errOut)
 	}
 }

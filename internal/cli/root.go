@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/safefile"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
@@ -24,14 +24,6 @@ import (
 
 // Version is set at build time with -ldflags "-X …/cli.Version=…".
 var Version = "dev"
-
-// Exit statuses (documented in the README).
-const (
-	ExitRefused  = 125 // cordon refused or failed
-	ExitNoExec   = 126 // the program could not be executed
-	ExitNotFound = 127 // the program was not found
-	ExitTimeout  = 124
-)
 
 type globals struct {
 	stateDir   string
@@ -55,7 +47,7 @@ func Main(args []string) int {
 	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
 	if sbinit.CgoEnabled {
 		fmt.Fprintln(g.stderr, "cordon: unsupported: this binary was built with cgo; the sandbox init cannot harden every thread under cgo. Rebuild with CGO_ENABLED=0")
-		return ExitRefused
+		return failure.ExitRefused
 	}
 	root := &cobra.Command{
 		Use:   "cordon",
@@ -89,7 +81,7 @@ trusted side reads off the live sandbox before the program's first instruction.`
 		return ee.code
 	default:
 		fmt.Fprintf(g.stderr, "cordon: %s\n", describe(err))
-		return ExitRefused
+		return failure.ExitRefused
 	}
 }
 
@@ -97,11 +89,16 @@ trusted side reads off the live sandbox before the program's first instruction.`
 // error may embed agent or upstream text (a refused name, a daemon's
 // message relayed from a sandbox), so it goes through textsafe.Line.
 func describe(err error) string {
-	var se *sandbox.Error
+	var se *failure.Error
 	if errors.As(err, &se) {
 		return textsafe.Line(se.Error())
 	}
-	return textsafe.Line(fmt.Sprintf("%s: %v", sandbox.KindUsage, err))
+	// A failure relayed by the daemon keeps its kind (failure.Carrier).
+	var c failure.Carrier
+	if errors.As(err, &c) && failure.Known(c.FailureKind()) {
+		return textsafe.Line(fmt.Sprintf("%s: %v", c.FailureKind(), err))
+	}
+	return textsafe.Line(fmt.Sprintf("%s: %v", failure.KindUsage, err))
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -111,20 +108,20 @@ func (g *globals) logger() *slog.Logger {
 // requireRoot fails closed with what is needed.
 func requireRoot(op string) error {
 	if os.Geteuid() != 0 {
-		return sandbox.Failf(sandbox.KindPrivilege, op, "cordon builds sandboxes as root (it creates user namespaces with a leased UID/GID range, cgroups and idmapped mounts); run it with sudo, or as root. There is no rootless mode yet")
+		return failure.Failf(failure.KindPrivilege, op, "cordon builds sandboxes as root (it creates user namespaces with a leased UID/GID range, cgroups and idmapped mounts); run it with sudo, or as root. There is no rootless mode yet")
 	}
 	return nil
 }
 
 func (g *globals) openStore() (*store.Store, error) {
 	if !filepath.IsAbs(g.stateDir) {
-		return nil, sandbox.Failf(sandbox.KindUsage, "state dir", "%s: must be an absolute path", g.stateDir)
+		return nil, failure.Failf(failure.KindUsage, "state dir", "%s: must be an absolute path", g.stateDir)
 	}
 	pool := store.DefaultPool
 	pool.Slots = g.leaseSlots
 	s, err := store.Open(g.stateDir, pool)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindStore, "open store", err)
+		return nil, failure.Fail(failure.KindStore, "open store", err)
 	}
 	return s, nil
 }

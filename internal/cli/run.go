@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/ledger"
 	"github.com/cordon-project/cordon/internal/safefile"
@@ -67,7 +68,7 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 {
-				return sandbox.Failf(sandbox.KindUsage, "run", "put the program after --: cordon run [flags] -- PROGRAM [ARGS...]")
+				return failure.Failf(failure.KindUsage, "run", "put the program after --: cordon run [flags] -- PROGRAM [ARGS...]")
 			}
 			return g.run(cmd.Context(), f, args)
 		},
@@ -102,7 +103,7 @@ type Outcome struct {
 	Signal          int           `json:"signal,omitempty"`
 	OOM             bool          `json:"oom,omitempty"`
 	TimedOut        bool          `json:"timed_out,omitempty"`
-	FailureKind     sandbox.Kind  `json:"failure_kind,omitempty"`
+	FailureKind     failure.Kind  `json:"failure_kind,omitempty"`
 	Error           string        `json:"error,omitempty"`
 	Unverified      []string      `json:"unverified_boundaries,omitempty"`
 	DurationMS      int64         `json:"duration_ms"`
@@ -128,7 +129,7 @@ type GatewayOutcome struct {
 // parseSpec validates every flag before anything is created.
 func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 	fail := func(format string, a ...any) (sandbox.Spec, error) {
-		return sandbox.Spec{}, sandbox.Failf(sandbox.KindUsage, "run", format, a...)
+		return sandbox.Spec{}, failure.Failf(failure.KindUsage, "run", format, a...)
 	}
 	level, err := sandbox.ParseLevel(f.level)
 	if err != nil {
@@ -232,10 +233,10 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	finish := func(code int, err error) error {
 		out.DurationMS = time.Since(began).Milliseconds()
 		if err != nil {
-			out.FailureKind, out.Error = sandbox.KindOf(err), err.Error()
+			out.FailureKind, out.Error = failure.KindOf(err), err.Error()
 			var xe *linux.ExecError
 			if errors.As(err, &xe) {
-				out.FailureKind = sandbox.KindExec
+				out.FailureKind = failure.KindExec
 			}
 			fmt.Fprintf(g.stderr, "cordon: %s\n", describe(err))
 		}
@@ -247,27 +248,27 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	}
 	spec, err := f.parseSpec(argv)
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	if spec.UnsafeRootWorkspace {
 		g.logger().Warn("UNSAFE: --unsafe-root-workspace: writable binds of directories owned by root or a system account are allowed")
 	}
 	out.LevelRequested = spec.Level
 	if spec.Level == sandbox.DedicatedVM {
-		return finish(ExitRefused, sandbox.Failf(sandbox.KindPolicyRejected, "run", "no provider on this host can evidence DEDICATED_VM (the native Linux provider reaches DEDICATED_CONTAINER); nothing was started"))
+		return finish(failure.ExitRefused, failure.Failf(failure.KindPolicyRejected, "run", "no provider on this host can evidence DEDICATED_VM (the native Linux provider reaches DEDICATED_CONTAINER); nothing was started"))
 	}
 	if err := requireRoot("run"); err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	st, err := g.openStore()
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	defer func() { st.Close(); tr.mark("store_close") }()
 	tr.mark("store_open")
 	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip})
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	// Residue of standalone runs whose owner is provably gone.
 	if _, err := linux.Reclaim(ctx, st, prov.Layout()); err != nil {
@@ -276,20 +277,20 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	tr.mark("reclaim")
 	capab, err := prov.Probe(ctx)
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	if _, err := sandbox.Select(spec.Level, []sandbox.Candidate{{Provider: prov, Capability: capab}}); err != nil {
-		return finish(ExitRefused, sandbox.Failf(sandbox.KindUnsupported, "run", "this host cannot build the boundary for %s: missing %s", spec.Level, strings.Join(capab.Missing, "; ")))
+		return finish(failure.ExitRefused, failure.Failf(failure.KindUnsupported, "run", "this host cannot build the boundary for %s: missing %s", spec.Level, strings.Join(capab.Missing, "; ")))
 	}
 	gw, err := g.prepareGateway(f, &spec)
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 	tr.mark("probe")
 	sb, err := prov.Provision(ctx, spec)
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	tr.mark("provision")
 	defer func() { sb.Deprovision(context.WithoutCancel(ctx)); tr.mark("deprovision") }()
@@ -336,11 +337,11 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	}
 	if err != nil {
 		writeEvidence()
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	if adm.Level < spec.Level {
 		writeEvidence()
-		return finish(ExitRefused, sandbox.Failf(sandbox.KindEvidence, "admission",
+		return finish(failure.ExitRefused, failure.Failf(failure.KindEvidence, "admission",
 			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
 			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
 	}
@@ -352,7 +353,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		// (this defer runs after the gateway's). No log, no crossings.
 		evlog, err := ledger.Open(st, g.stateDir)
 		if err != nil {
-			return finish(ExitRefused, sandbox.Fail(sandbox.KindStore, "evidence log", err))
+			return finish(failure.ExitRefused, failure.Fail(failure.KindStore, "evidence log", err))
 		}
 		evlog.Logger = g.logger()
 		cctx, stopCheckpoints := context.WithCancel(context.WithoutCancel(ctx))
@@ -367,12 +368,12 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		}()
 		tools, err = gw.startTools(ctx, prov, st, g.logger(), g.stderr)
 		if err != nil {
-			return finish(ExitRefused, err)
+			return finish(failure.ExitRefused, err)
 		}
 		defer tools.stop(context.WithoutCancel(ctx))
 		proc, err = gw.start(sb, st, g.logger(), tools)
 		if err != nil {
-			return finish(ExitRefused, err)
+			return finish(failure.ExitRefused, err)
 		}
 		defer proc.Stop()
 		tr.mark("gateway")
@@ -382,16 +383,16 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		var xe *linux.ExecError
 		if errors.As(err, &xe) {
 			if xe.NotFound() {
-				return finish(ExitNotFound, sandbox.Failf(sandbox.KindExec, argv[0], "%s (not found in the sandbox)", xe.Msg))
+				return finish(failure.ExitNotFound, failure.Failf(failure.KindExec, argv[0], "%s (not found in the sandbox)", xe.Msg))
 			}
-			return finish(ExitNoExec, sandbox.Failf(sandbox.KindExec, argv[0], "%s (cannot be executed)", xe.Msg))
+			return finish(failure.ExitNoExec, failure.Failf(failure.KindExec, argv[0], "%s (cannot be executed)", xe.Msg))
 		}
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	tr.mark("exec")
 	ex, err := sb.Wait(ctx)
 	if err != nil {
-		return finish(ExitRefused, err)
+		return finish(failure.ExitRefused, err)
 	}
 	tr.mark("wait")
 	// The program and everything it started have ended: report what it
@@ -415,8 +416,8 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	code := ex.Code
 	switch {
 	case ex.TimedOut:
-		code = ExitTimeout
-		fmt.Fprintf(g.stderr, "cordon: %s: the program ran longer than --timeout %s and was killed\n", sandbox.KindTimeout, f.timeout)
+		code = failure.ExitTimeout
+		fmt.Fprintf(g.stderr, "cordon: %s: the program ran longer than --timeout %s and was killed\n", failure.KindTimeout, f.timeout)
 	case ex.Signal != 0:
 		code = 128 + ex.Signal
 		if ex.SocketMemory {
@@ -432,8 +433,8 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		// The caller asked for the record and does not have it: that is
 		// cordon failing, whatever the program did (already on stderr).
 		fmt.Fprintf(g.stderr, "cordon: the program exited with status %d, but the evidence record was not written\n", code)
-		out.FailureKind, out.Error = sandbox.KindOf(evErr), evErr.Error()
-		code = ExitRefused
+		out.FailureKind, out.Error = failure.KindOf(evErr), evErr.Error()
+		code = failure.ExitRefused
 	}
 	return finish(code, nil)
 }
@@ -450,7 +451,7 @@ const checkpointEvery = 5 * time.Second
 func writeRecord(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return sandbox.Fail(sandbox.KindInternal, "evidence", err)
+		return failure.Fail(failure.KindInternal, "evidence", err)
 	}
 	if err := safefile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return evidencePathError(err)
@@ -463,9 +464,9 @@ func writeRecord(path string, v any) error {
 // (policy_rejected); anything else is the caller's path (usage).
 func evidencePathError(err error) error {
 	if errors.Is(err, safefile.ErrSymlink) || errors.Is(err, safefile.ErrNotRegular) {
-		return sandbox.Failf(sandbox.KindPolicyRejected, "evidence", "%v; refused: cordon never writes through a symlink or onto anything but a regular file (give a path without symlinks, and remove what is there)", err)
+		return failure.Failf(failure.KindPolicyRejected, "evidence", "%v; refused: cordon never writes through a symlink or onto anything but a regular file (give a path without symlinks, and remove what is there)", err)
 	}
-	return sandbox.Fail(sandbox.KindUsage, "evidence", err)
+	return failure.Fail(failure.KindUsage, "evidence", err)
 }
 
 // checkEvidenceDir refuses, before anything runs, an --evidence path whose

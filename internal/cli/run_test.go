@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 )
 
 // TestEvidencePathChecks: an --evidence path that is, or goes through, a
@@ -26,13 +26,13 @@ func TestEvidencePathChecks(t *testing.T) {
 	syscall.Mkfifo(fifo, 0o600)
 	tests := []struct {
 		path string
-		want sandbox.Kind
+		want failure.Kind
 	}{
 		{filepath.Join(dir, "ev.json"), ""},
-		{link, sandbox.KindPolicyRejected},
-		{filepath.Join(dir, "dirlink", "ev.json"), sandbox.KindPolicyRejected},
-		{fifo, sandbox.KindPolicyRejected},
-		{filepath.Join(dir, "missing", "ev.json"), sandbox.KindUsage},
+		{link, failure.KindPolicyRejected},
+		{filepath.Join(dir, "dirlink", "ev.json"), failure.KindPolicyRejected},
+		{fifo, failure.KindPolicyRejected},
+		{filepath.Join(dir, "missing", "ev.json"), failure.KindUsage},
 	}
 	for _, tt := range tests {
 		err := checkEvidenceDir(tt.path)
@@ -52,9 +52,9 @@ func TestEvidencePathChecks(t *testing.T) {
 	}
 }
 
-func kindOrEmpty(err error) sandbox.Kind {
+func kindOrEmpty(err error) failure.Kind {
 	if err == nil {
 		return ""
 	}
-	return sandbox.KindOf(err)
+	return failure.KindOf(err)
 }

@@ -20,9 +20,9 @@ import (
 
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/custody"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
@@ -81,7 +81,7 @@ func stopCmd(g *globals) *cobra.Command {
 func (sf *sandboxFlags) dial() (*proto.Client, error) {
 	c, err := proto.Dial(sf.socket)
 	if err != nil {
-		return nil, sandbox.Failf(sandbox.KindUnsupported, "daemon", "no cordon daemon answers on %s (%v); start one with 'cordon daemon', or use 'cordon run' for a one-off sandbox", sf.socket, err)
+		return nil, failure.Failf(failure.KindUnsupported, "daemon", "no cordon daemon answers on %s (%v); start one with 'cordon daemon', or use 'cordon run' for a one-off sandbox", sf.socket, err)
 	}
 	return c, nil
 }
@@ -178,7 +178,7 @@ resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, argv := args[0], args[1:]
 			if len(argv) > 0 && cmd.ArgsLenAtDash() != 1 {
-				return sandbox.Failf(sandbox.KindUsage, "sandbox create", "put the program after --: cordon sandbox create NAME [flags] -- PROGRAM [ARGS...]")
+				return failure.Failf(failure.KindUsage, "sandbox create", "put the program after --: cordon sandbox create NAME [flags] -- PROGRAM [ARGS...]")
 			}
 			ca, files, err := f.args(name, argv)
 			if err != nil {
@@ -215,7 +215,7 @@ resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
 // args builds create's request: everything is read here, as the caller.
 func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*os.File, error) {
 	fail := func(format string, a ...any) (hostmgr.CreateArgs, []*os.File, error) {
-		return hostmgr.CreateArgs{}, nil, sandbox.Failf(sandbox.KindUsage, "sandbox create", format, a...)
+		return hostmgr.CreateArgs{}, nil, failure.Failf(failure.KindUsage, "sandbox create", format, a...)
 	}
 	if err := proto.ValidName(name); err != nil {
 		return fail("%v", err)
@@ -274,11 +274,11 @@ func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*o
 func gatewaySpec(path string) (*hostmgr.GatewaySpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindUsage, "config", err)
+		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}
 	cfg, err := config.Parse(b, path)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindUsage, "config", err)
+		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}
 	gs := &hostmgr.GatewaySpec{Source: filepath.Base(path), Config: b, Secrets: map[string][]byte{}}
 	// The daemon parses the same bytes without a directory: policy files
@@ -286,13 +286,13 @@ func gatewaySpec(path string) (*hostmgr.GatewaySpec, error) {
 	for _, p := range cfg.Policy {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return nil, sandbox.Fail(sandbox.KindUsage, "policy", err)
+			return nil, failure.Fail(failure.KindUsage, "policy", err)
 		}
 		gs.Policies = append(gs.Policies, hostmgr.PolicySource{Name: filepath.Base(p), Data: data})
 	}
 	cust, err := custody.Load(cfg.Secrets, os.Getenv)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindCustody, "custodian", err)
+		return nil, failure.Fail(failure.KindCustody, "custodian", err)
 	}
 	for _, n := range cust.Names() {
 		v, _ := cust.Secret(n)
@@ -316,7 +316,7 @@ sandbox refuses new execs.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
-				return sandbox.Failf(sandbox.KindUsage, "sandbox exec", "put the program after --: cordon sandbox exec NAME -- PROGRAM [ARGS...]")
+				return failure.Failf(failure.KindUsage, "sandbox exec", "put the program after --: cordon sandbox exec NAME -- PROGRAM [ARGS...]")
 			}
 			c, err := sf.dial()
 			if err != nil {
@@ -363,9 +363,9 @@ func (g *globals) execIn(ctx context.Context, c *proto.Client, sf *sandboxFlags,
 	if errors.As(err, &pe) && pe.Kind == proto.KindBadRequest && strings.HasPrefix(pe.Message, "exec ") {
 		fmt.Fprintf(g.stderr, "cordon: %s\n", textsafe.Line(pe.Message))
 		if strings.Contains(pe.Message, "no such file") || strings.Contains(pe.Message, "not found") {
-			return &exitError{code: ExitNotFound}
+			return &exitError{code: failure.ExitNotFound}
 		}
-		return &exitError{code: ExitNoExec}
+		return &exitError{code: failure.ExitNoExec}
 	}
 	if err != nil {
 		return err
@@ -384,7 +384,7 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 		Short: "Stop a sandbox for good (kill its processes, close its gateway, revoke its approvals); --all: every sandbox",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if all != (len(args) == 0) || len(args) > 1 {
-				return sandbox.Failf(sandbox.KindUsage, "stop", "give one sandbox name, or --all")
+				return failure.Failf(failure.KindUsage, "stop", "give one sandbox name, or --all")
 			}
 			return nil
 		},
@@ -403,7 +403,7 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 					return err
 				}
 				if len(r.Failed) > 0 {
-					return &exitError{code: ExitRefused}
+					return &exitError{code: failure.ExitRefused}
 				}
 				return nil
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -51,7 +51,7 @@ func (f *scopeFlags) add(cmd *cobra.Command) {
 // scope must never reach another.
 func (f *scopeFlags) exact(op string) error {
 	if f.sc.Tenant == "" || f.sc.Workload == "" || f.sc.Purpose == "" {
-		return sandbox.Failf(sandbox.KindUsage, op, "--tenant, --workload and --purpose are all required: this acts on exactly one scope")
+		return failure.Failf(failure.KindUsage, op, "--tenant, --workload and --purpose are all required: this acts on exactly one scope")
 	}
 	return nil
 }
@@ -75,12 +75,12 @@ sandbox and receipt of the last write. Values are not printed (see export).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := state.ValidCursor(prefix); err != nil {
-				return sandbox.Fail(sandbox.KindUsage, "state ls", err)
+				return failure.Fail(failure.KindUsage, "state ls", err)
 			}
 			return g.withStore("state ls", func(st *store.Store) error {
 				scopes, err := st.StateScopes(cmd.Context(), f.sc)
 				if err != nil {
-					return sandbox.Fail(sandbox.KindStore, "state ls", err)
+					return failure.Fail(failure.KindStore, "state ls", err)
 				}
 				tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 				if !asJSON {
@@ -120,7 +120,7 @@ func eachStateEntry(ctx context.Context, st *store.Store, sc store.StateScope, q
 	for {
 		p, _, err := st.ListState(ctx, sc, q, nil)
 		if err != nil {
-			return sandbox.Fail(sandbox.KindStore, "state", err)
+			return failure.Fail(failure.KindStore, "state", err)
 		}
 		for _, e := range p.Entries {
 			if err := fn(stateEntry(e)); err != nil {
@@ -165,7 +165,7 @@ each entry with its metadata, provenance and its value in base64.`,
 func exportState(ctx context.Context, st *store.Store, sc store.StateScope, w io.Writer) error {
 	scopes, err := st.StateScopes(ctx, sc)
 	if err != nil {
-		return sandbox.Fail(sandbox.KindStore, "state export", err)
+		return failure.Fail(failure.KindStore, "state export", err)
 	}
 	var u state.Usage
 	if len(scopes) == 1 {
@@ -219,7 +219,7 @@ evidence log are never removed.`,
 					Decision: crossing.Allow, Reason: "operator reset (" + decider() + ")"}
 				n, rid, err := st.ResetState(cmd.Context(), f.sc, &rc)
 				if err != nil {
-					return sandbox.Fail(sandbox.KindStore, "state reset", err)
+					return failure.Fail(failure.KindStore, "state reset", err)
 				}
 				fmt.Fprintf(g.stdout, "state of tenant %s, workload %s, purpose %s reset: %d entries removed (receipt %d)\n",
 					textsafe.Line(f.sc.Tenant), textsafe.Line(f.sc.Workload), textsafe.Line(f.sc.Purpose), n, rid)
@@ -243,7 +243,7 @@ and on every write; this command does it without a run.`,
 			return g.withStore("state purge", func(st *store.Store) error {
 				n, err := st.PurgeExpiredState(cmd.Context())
 				if err != nil {
-					return sandbox.Fail(sandbox.KindStore, "state purge", err)
+					return failure.Fail(failure.KindStore, "state purge", err)
 				}
 				fmt.Fprintf(g.stdout, "%d expired entries removed\n", n)
 				return nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -99,8 +99,8 @@ func TestStateExport(t *testing.T) {
 }
 
 func isUsage(err error) bool {
-	var se *sandbox.Error
-	return errors.As(err, &se) && se.Kind == sandbox.KindUsage
+	var se *failure.Error
+	return errors.As(err, &se) && se.Kind == failure.KindUsage
 }
 
 // Reset takes exactly one scope, named in full, and leaves every other

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
@@ -46,7 +47,7 @@ func (p *gatewayPlan) startTools(ctx context.Context, prov *linux.Provider, st *
 			continue
 		}
 		if err := ts.start(ctx, p, t, prov, st, log, stderr); err != nil {
-			return nil, sandbox.Fail(sandbox.KindOf(err), "tool server "+t.Name, err)
+			return nil, failure.Fail(failure.KindOf(err), "tool server "+t.Name, err)
 		}
 	}
 	return ts, nil
@@ -60,7 +61,7 @@ func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool,
 	for _, k := range sortedKeys(t.SecretEnv) {
 		v, ok := p.secrets[t.SecretEnv[k]]
 		if !ok {
-			return sandbox.Failf(sandbox.KindCustody, "custodian", "secret %q is not custodied", t.SecretEnv[k])
+			return failure.Failf(failure.KindCustody, "custodian", "secret %q is not custodied", t.SecretEnv[k])
 		}
 		env = append(env, k+"="+string(v))
 	}
@@ -100,7 +101,7 @@ func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool,
 	inR.Close()
 	outW.Close()
 	if err == nil && adm.Level < sandbox.DedicatedContainer {
-		err = sandbox.Failf(sandbox.KindEvidence, "admission", "the evidence supports %s, below %s", adm.Level, sandbox.DedicatedContainer)
+		err = failure.Failf(failure.KindEvidence, "admission", "the evidence supports %s, below %s", adm.Level, sandbox.DedicatedContainer)
 	}
 	if err == nil && len(t.Egress.Allow) > 0 {
 		var gw *gateway.Process

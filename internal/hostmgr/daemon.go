@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
@@ -285,13 +286,17 @@ func toProto(err error) *proto.Error {
 	case errors.Is(err, store.ErrDaemonSandboxExists):
 		return proto.Errorf(proto.KindExists, "%v", err)
 	}
-	switch sandbox.KindOf(err) {
-	case sandbox.KindUsage:
-		return proto.Errorf(proto.KindBadRequest, "%v", err)
-	case sandbox.KindPolicyRejected:
-		return proto.Errorf(proto.KindUnauthorized, "%v", err)
-	case sandbox.KindLeaseExhausted:
-		return proto.Errorf(proto.KindUnavailable, "%v", err)
+	fk := failure.KindOf(err)
+	wire := proto.KindInternal
+	switch fk {
+	case failure.KindUsage:
+		wire = proto.KindBadRequest
+	case failure.KindPolicyRejected:
+		wire = proto.KindUnauthorized
+	case failure.KindLeaseExhausted:
+		wire = proto.KindUnavailable
 	}
-	return proto.Errorf(proto.KindInternal, "%v", err)
+	pe = proto.Errorf(wire, "%v", err)
+	pe.Failure = fk
+	return pe
 }

@@ -1,10 +1,12 @@
 package hostmgr
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/sandbox"
 )
@@ -89,6 +91,29 @@ func TestCheckIdentity(t *testing.T) {
 		err := d.checkIdentity(c.uid, cfg(c.w, c.tn))
 		if (err == nil) != c.ok {
 			t.Errorf("uid %d workload %s tenant %s: %v, want ok=%v", c.uid, c.w, c.tn, err, c.ok)
+		}
+	}
+}
+
+// TestToProtoKeepsFailureKind: the daemon's wire error carries the
+// lifecycle's failure kind, so policy_rejected and evidence_insufficient
+// reach the client as they were raised, not as the wire kind alone.
+func TestToProtoKeepsFailureKind(t *testing.T) {
+	tests := []struct {
+		err  error
+		wire string
+		fk   failure.Kind
+	}{
+		{failure.Failf(failure.KindPolicyRejected, "bind", "refused"), proto.KindUnauthorized, failure.KindPolicyRejected},
+		{failure.Failf(failure.KindEvidence, "admit", "short"), proto.KindInternal, failure.KindEvidence},
+		{failure.Failf(failure.KindUsage, "spec", "bad"), proto.KindBadRequest, failure.KindUsage},
+		{failure.Failf(failure.KindLeaseExhausted, "lease", "full"), proto.KindUnavailable, failure.KindLeaseExhausted},
+		{errors.New("plain"), proto.KindInternal, failure.KindInternal},
+	}
+	for _, tt := range tests {
+		pe := toProto(tt.err)
+		if pe.Kind != tt.wire || pe.Failure != tt.fk || failure.KindOf(pe) != tt.fk {
+			t.Errorf("toProto(%v) = %q/%q, want %q/%q", tt.err, pe.Kind, pe.Failure, tt.wire, tt.fk)
 		}
 	}
 }

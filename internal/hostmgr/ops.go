@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
@@ -369,7 +370,7 @@ func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
 		level = rec.LevelAdmitted
 	}
 	if level < want && b.profile != FullControlLab {
-		return fail(sandbox.Failf(sandbox.KindEvidence, "admission", "the evidence supports %s, below the requested %s", level, want))
+		return fail(failure.Failf(failure.KindEvidence, "admission", "the evidence supports %s, below the requested %s", level, want))
 	}
 	evJSON, _ := json.Marshal(rec)
 	if b.spec.Gateway != nil {

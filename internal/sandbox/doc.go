@@ -1,5 +1,5 @@
 // Package sandbox is the provider seam: the capability descriptor a provider
-// publishes, the isolation levels, the closed taxonomy of failure kinds, the
+// publishes, the isolation levels, the
 // lifecycle a provider implements (probe → provision → start → exec → stop →
 // deprovision) and fail-closed provider selection.
 //

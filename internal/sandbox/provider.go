@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
@@ -124,12 +125,12 @@ type Candidate struct {
 // fallback to a weaker provider.
 func Select(want Level, cands []Candidate) (Candidate, error) {
 	if want == LevelUnknown {
-		return Candidate{}, Failf(KindUsage, "select provider", "no level requested")
+		return Candidate{}, failure.Failf(failure.KindUsage, "select provider", "no level requested")
 	}
 	for _, c := range cands {
 		if c.Capability.MaxLevel >= want {
 			return c, nil
 		}
 	}
-	return Candidate{}, Fail(KindPolicyRejected, "select provider", ErrNoProvider)
+	return Candidate{}, failure.Fail(failure.KindPolicyRejected, "select provider", ErrNoProvider)
 }

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"errors"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/failure"
 )
 
 func TestParseLevel(t *testing.T) {
@@ -40,31 +42,22 @@ func TestSelectFailsClosed(t *testing.T) {
 		want  Level
 		cands []Candidate
 		got   string
-		kind  Kind
+		kind  failure.Kind
 	}{
 		{DedicatedContainer, []Candidate{weak, strong}, "strong", ""},
 		{DomainIsolated, []Candidate{weak, strong}, "weak", ""},
-		{DedicatedContainer, []Candidate{weak}, "", KindPolicyRejected},
-		{DedicatedVM, []Candidate{weak, strong}, "", KindPolicyRejected},
-		{LevelUnknown, []Candidate{strong}, "", KindUsage},
-		{Shared, nil, "", KindPolicyRejected},
+		{DedicatedContainer, []Candidate{weak}, "", failure.KindPolicyRejected},
+		{DedicatedVM, []Candidate{weak, strong}, "", failure.KindPolicyRejected},
+		{LevelUnknown, []Candidate{strong}, "", failure.KindUsage},
+		{Shared, nil, "", failure.KindPolicyRejected},
 	}
 	for _, tt := range tests {
 		c, err := Select(tt.want, tt.cands)
-		if c.Capability.Provider != tt.got || (tt.kind != "" && KindOf(err) != tt.kind) || (tt.kind == "" && err != nil) {
+		if c.Capability.Provider != tt.got || (tt.kind != "" && failure.KindOf(err) != tt.kind) || (tt.kind == "" && err != nil) {
 			t.Errorf("Select(%v) = %q, %v, want %q, kind %q", tt.want, c.Capability.Provider, err, tt.got, tt.kind)
 		}
 	}
 	if _, err := Select(DedicatedContainer, []Candidate{weak}); !errors.Is(err, ErrNoProvider) {
 		t.Errorf("Select below = %v, want ErrNoProvider", err)
-	}
-}
-
-func TestKindOf(t *testing.T) {
-	if k := KindOf(Failf(KindTimeout, "op", "x")); k != KindTimeout {
-		t.Errorf("KindOf = %v, want timeout", k)
-	}
-	if k := KindOf(errors.New("plain")); k != KindInternal {
-		t.Errorf("KindOf(plain) = %v, want internal", k)
 	}
 }

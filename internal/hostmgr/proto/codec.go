@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/cordon-project/cordon/internal/failure"
 )
 
 // The codec: frames to messages and back. It knows nothing of sockets;
@@ -27,7 +29,7 @@ var (
 var (
 	requestFields  = []string{"version", "id", "op", "args"}
 	responseFields = []string{"version", "id", "final", "error", "result"}
-	errorFields    = []string{"kind", "message"}
+	errorFields    = []string{"kind", "message", "failure"}
 )
 
 // ValidOp reports whether op is a well-formed operation name: a lower-case
@@ -403,7 +405,15 @@ func decodeError(raw json.RawMessage) (*Error, error) {
 	if !ok || msg == "" {
 		return nil, Errorf(KindBadRequest, "malformed response: error message must be a non-empty string")
 	}
-	return &Error{Kind: kind, Message: msg}, nil
+	var fk failure.Kind
+	if raw, ok := fields["failure"]; ok {
+		s, ok := decodeString(raw)
+		if !ok || !failure.Known(failure.Kind(s)) {
+			return nil, Errorf(KindBadRequest, "malformed response: failure kind %s is not a known failure kind", show(s))
+		}
+		fk = failure.Kind(s)
+	}
+	return &Error{Kind: kind, Message: msg, Failure: fk}, nil
 }
 
 // show renders a peer-supplied string for a message: as is when it is a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -130,6 +131,9 @@ func TestDecodeResponse(t *testing.T) {
 		{`{"version":"cordon-host/v1","id":1,"final":true,"result":[1,2]}`, Response{Version: Version, ID: 1, Final: true, Result: json.RawMessage(`[1,2]`)}},
 		{`{"version":"cordon-host/v1","id":0,"final":true,"error":{"kind":"unavailable","message":"busy"}}`,
 			Response{Version: Version, Final: true, Error: &Error{Kind: KindUnavailable, Message: "busy"}}},
+		// The failure kind rides beside the wire kind, end to end.
+		{`{"version":"cordon-host/v1","id":2,"final":true,"error":{"kind":"unauthorized","message":"no","failure":"policy_rejected"}}`,
+			Response{Version: Version, ID: 2, Final: true, Error: &Error{Kind: KindUnauthorized, Message: "no", Failure: failure.KindPolicyRejected}}},
 	}
 	for _, tc := range good {
 		got, err := DecodeResponse([]byte(tc.in))
@@ -155,6 +159,8 @@ func TestDecodeResponse(t *testing.T) {
 		{"error kind", `{"version":"cordon-host/v1","id":1,"final":true,"error":{"kind":"oops","message":"x"}}`, KindBadRequest, "error kind oops"},
 		{"error no message", `{"version":"cordon-host/v1","id":1,"final":true,"error":{"kind":"internal"}}`, KindBadRequest, "message must be"},
 		{"error extra", `{"version":"cordon-host/v1","id":1,"final":true,"error":{"kind":"internal","message":"x","path":"/"}}`, KindBadRequest, "unknown member path"},
+		{"failure kind", `{"version":"cordon-host/v1","id":1,"final":true,"error":{"kind":"internal","message":"x","failure":"oops"}}`, KindBadRequest, "failure kind oops"},
+		{"failure not string", `{"version":"cordon-host/v1","id":1,"final":true,"error":{"kind":"internal","message":"x","failure":1}}`, KindBadRequest, "failure kind"},
 		{"error and result", `{"version":"cordon-host/v1","id":1,"final":true,"error":{"kind":"internal","message":"x"},"result":{}}`, KindBadRequest, "not both"},
 		{"result null", `{"version":"cordon-host/v1","id":1,"final":true,"result":null}`, KindBadRequest, "must not be null"},
 		{"too large", `{"version":"cordon-host/v1","id":1,"final":true,"result":"` + strings.Repeat("a", MaxFrame) + `"}`, KindTooLarge, "exceeds"},

@@ -50,7 +50,8 @@
 //   - final: true on the last response to the request; an operation may
 //     send non-final responses before it (exec: started, then exited).
 //   - error: {"kind": one of the Kind constants, "message": a non-empty
-//     sentence}; an error response is final and has no result.
+//     sentence, "failure": optionally the failure kind of package failure,
+//     kept end to end}; an error response is final and has no result.
 //   - result: any JSON value but null, defined by the operation; absent
 //     when there is none.
 //

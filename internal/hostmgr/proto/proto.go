@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/cordon-project/cordon/internal/failure"
 )
 
 // Version is the protocol this package speaks. Peers compare it byte for
@@ -51,10 +53,17 @@ type Response struct {
 
 // Error is a refusal or failure sent on the wire. Kind is one of the Kind
 // constants; Message is a sentence for a person and carries no secrets.
+// Failure, when set, is the failure kind (package failure) the operation
+// failed with, so policy_rejected or evidence_insufficient reach the client
+// as they left the lifecycle, not flattened into Kind.
 type Error struct {
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
+	Kind    string       `json:"kind"`
+	Message string       `json:"message"`
+	Failure failure.Kind `json:"failure,omitempty"`
 }
+
+// FailureKind makes *Error a failure.Carrier.
+func (e *Error) FailureKind() failure.Kind { return e.Failure }
 
 func (e *Error) Error() string { return e.Kind + ": " + e.Message }
 

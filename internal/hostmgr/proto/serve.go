@@ -224,7 +224,7 @@ func wireError(ctx context.Context, err error, peer Peer, req Request, log *slog
 		if len(msg) > 4096 {
 			msg = msg[:4096] + "…"
 		}
-		return &Error{Kind: e.Kind, Message: msg}
+		return &Error{Kind: e.Kind, Message: msg, Failure: e.Failure}
 	}
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return Errorf(KindUnavailable, "request %d (%s) was cancelled: the daemon is stopping or the connection closed", req.ID, req.Op)

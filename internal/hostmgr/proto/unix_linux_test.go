@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
@@ -87,6 +88,8 @@ func (th *testHandler) serve(ctx context.Context, peer Peer, req Request, files 
 		return nil
 	case "notfound":
 		return fmt.Errorf("look up: %w", Errorf(KindNotFound, "no sandbox %s", "web"))
+	case "refused":
+		return &Error{Kind: KindConflict, Message: "evidence does not support the level", Failure: failure.KindEvidence}
 	case "internal":
 		return errors.New("open /var/lib/cordon/secret: permission denied")
 	case "big":
@@ -482,6 +485,12 @@ func TestHandlerErrors(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || *e != (Error{Kind: KindNotFound, Message: "no sandbox web"}) {
 		t.Errorf("Do(notfound) = %v, want not_found: no sandbox web", err)
+	}
+	// A failure kind survives the hop: failure.KindOf reads it off the
+	// decoded error on the client.
+	err = c.Do(ctx, "refused", nil, nil, nil)
+	if failure.KindOf(err) != failure.KindEvidence || KindOf(err) != KindConflict {
+		t.Errorf("Do(refused) = %v (failure %q), want conflict carrying evidence_insufficient", err, failure.KindOf(err))
 	}
 	err = c.Do(ctx, "internal", nil, nil, nil)
 	if KindOf(err) != KindInternal || strings.Contains(err.Error(), "/var/lib") {

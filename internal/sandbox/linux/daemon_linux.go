@@ -49,6 +49,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
@@ -144,10 +145,10 @@ func (p *Provider) tryHandle(id string) (*leaseLock, bool, error) {
 func (p *Provider) takeHandle(sb *linuxSandbox) error {
 	h, ok, err := p.tryHandle(sb.spec.ID)
 	if err != nil {
-		return sandbox.Fail(sandbox.KindProvision, "sandbox lock", err)
+		return failure.Fail(failure.KindProvision, "sandbox lock", err)
 	}
 	if !ok {
-		return sandbox.Fail(sandbox.KindProvision, "sandbox lock", fmt.Errorf("%w: sandbox %s", ErrLeaseHeld, sb.spec.ID))
+		return failure.Fail(failure.KindProvision, "sandbox lock", fmt.Errorf("%w: sandbox %s", ErrLeaseHeld, sb.spec.ID))
 	}
 	sb.handle = h
 	return nil
@@ -191,25 +192,25 @@ func ensureRunDir(dir string) error {
 func (sb *linuxSandbox) listenExec() (*os.File, error) {
 	dir := sb.p.runDir()
 	if err := ensureRunDir(dir); err != nil {
-		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket dir", err)
+		return nil, failure.Fail(failure.KindProvision, "exec socket dir", err)
 	}
 	path := sb.p.runSockPath(sb.spec.ID)
 	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
-		return nil, sandbox.Failf(sandbox.KindProvision, "exec socket", "%s: path too long for a Unix socket (the state dir is too deep)", path)
+		return nil, failure.Failf(failure.KindProvision, "exec socket", "%s: path too long for a Unix socket (the state dir is too deep)", path)
 	}
 	// Residue of a dead sandbox with this id (ids are random; only a
 	// retried id collides).
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket", err)
+		return nil, failure.Fail(failure.KindProvision, "exec socket", err)
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket", err)
+		return nil, failure.Fail(failure.KindProvision, "exec socket", err)
 	}
 	fail := func(err error) (*os.File, error) {
 		unix.Close(fd)
 		os.Remove(path)
-		return nil, sandbox.Fail(sandbox.KindProvision, "exec socket", err)
+		return nil, failure.Fail(failure.KindProvision, "exec socket", err)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
 		return fail(fmt.Errorf("bind %s: %w", path, err))
@@ -270,17 +271,17 @@ func (sb *linuxSandbox) InitStartTime() uint64 { return sb.initStart }
 // as for Exec. The sandbox must be daemon-mode and started (Exec done).
 func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
 	if !sb.p.opts.Daemon {
-		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+		return nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
 	}
 	sb.mu.Lock()
 	running := sb.running
 	sb.mu.Unlock()
 	if !running {
-		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
+		return nil, failure.Failf(failure.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
 	}
 	select {
 	case <-sb.done:
-		return nil, sandbox.Fail(sandbox.KindExec, "exec", ErrInitGone)
+		return nil, failure.Fail(failure.KindExec, "exec", ErrInitGone)
 	default:
 	}
 	return execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio)
@@ -340,7 +341,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	default:
 	}
 	if sig < 1 || sig > 64 {
-		return sandbox.Failf(sandbox.KindUsage, "signal", "invalid signal %d", int(sig))
+		return failure.Failf(failure.KindUsage, "signal", "invalid signal %d", int(sig))
 	}
 	b, _ := json.Marshal(sbinit.Message{Type: "signal", Signal: int(sig)})
 	p.wmu.Lock()
@@ -352,7 +353,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 			return os.ErrProcessDone
 		default:
 		}
-		return sandbox.Fail(sandbox.KindExec, "signal", err)
+		return failure.Fail(failure.KindExec, "signal", err)
 	}
 	return nil
 }
@@ -371,7 +372,7 @@ func (p *Process) read() {
 	for {
 		n, err := p.conn.Read(buf)
 		if err != nil {
-			p.err = sandbox.Fail(sandbox.KindExec, "wait", fmt.Errorf("%w (%v)", ErrNoExitStatus, err))
+			p.err = failure.Fail(failure.KindExec, "wait", fmt.Errorf("%w (%v)", ErrNoExitStatus, err))
 			return
 		}
 		var m sbinit.Message
@@ -386,29 +387,29 @@ func (p *Process) read() {
 // execProcess is the client side of the exec channel at sock.
 func execProcess(ctx context.Context, sock string, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
 	if len(argv) == 0 || argv[0] == "" {
-		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "no program given")
+		return nil, failure.Failf(failure.KindUsage, "exec", "no program given")
 	}
 	for _, s := range append(append(append([]string{}, argv...), env...), dir) {
 		if strings.IndexByte(s, 0) >= 0 {
-			return nil, sandbox.Failf(sandbox.KindUsage, "exec", "NUL byte in argv, env or dir")
+			return nil, failure.Failf(failure.KindUsage, "exec", "NUL byte in argv, env or dir")
 		}
 	}
 	if dir != "" && !filepath.IsAbs(dir) {
-		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "%s: the working directory must be absolute", dir)
+		return nil, failure.Failf(failure.KindUsage, "exec", "%s: the working directory must be absolute", dir)
 	}
 	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir})
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindUsage, "exec", err)
+		return nil, failure.Fail(failure.KindUsage, "exec", err)
 	}
 	if len(req) > sbinit.MaxExecMessage {
-		return nil, sandbox.Failf(sandbox.KindUsage, "exec", "argv and env take %d bytes; at most %d", len(req), sbinit.MaxExecMessage)
+		return nil, failure.Failf(failure.KindUsage, "exec", "argv and env take %d bytes; at most %d", len(req), sbinit.MaxExecMessage)
 	}
 	var fds []int
 	for _, f := range stdio {
 		if f == nil {
 			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 			if err != nil {
-				return nil, sandbox.Fail(sandbox.KindExec, "exec", err)
+				return nil, failure.Fail(failure.KindExec, "exec", err)
 			}
 			defer null.Close()
 			f = null
@@ -418,7 +419,7 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unixpacket", sock)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindExec, "exec", fmt.Errorf("the sandbox init does not answer on its exec socket (sandbox stopped?): %w", err))
+		return nil, failure.Fail(failure.KindExec, "exec", fmt.Errorf("the sandbox init does not answer on its exec socket (sandbox stopped?): %w", err))
 	}
 	conn := c.(*net.UnixConn)
 	// Until the reply: ctx's deadline, its cancellation, or readyTimeout.
@@ -442,7 +443,7 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return nil, sandbox.Fail(sandbox.KindExec, "exec", err)
+		return nil, failure.Fail(failure.KindExec, "exec", err)
 	}
 	if _, _, err := conn.WriteMsgUnix(req, unix.UnixRights(fds...), nil); err != nil {
 		return fail(fmt.Errorf("send request: %w", err))
@@ -470,7 +471,7 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 		if m.Step == "exec" {
 			return nil, &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
 		}
-		return nil, sandbox.Failf(sandbox.KindExec, "exec", "%s: %s", m.Step, m.Error)
+		return nil, failure.Failf(failure.KindExec, "exec", "%s: %s", m.Step, m.Error)
 	default:
 		return fail(fmt.Errorf("unexpected answer %q from the sandbox init", m.Type))
 	}
@@ -489,17 +490,17 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 // KindUsage errors.
 func (p *Provider) Attach(ctx context.Context, rec store.Record, initPid int, initStart uint64) (sandbox.Sandbox, error) {
 	if rec.Kind != store.KindDaemon {
-		return nil, sandbox.Failf(sandbox.KindUsage, "attach", "sandbox %s is a %q record; only daemon-owned sandboxes can be attached", rec.ID, rec.Kind)
+		return nil, failure.Failf(failure.KindUsage, "attach", "sandbox %s is a %q record; only daemon-owned sandboxes can be attached", rec.ID, rec.Kind)
 	}
 	if initPid <= 0 || initStart == 0 {
-		return nil, sandbox.Failf(sandbox.KindUsage, "attach", "sandbox %s: no init pid and start time recorded", rec.ID)
+		return nil, failure.Failf(failure.KindUsage, "attach", "sandbox %s: no init pid and start time recorded", rec.ID)
 	}
 	if !validID(rec.ID) {
-		return nil, sandbox.Failf(sandbox.KindUsage, "attach", "invalid sandbox id %q", rec.ID)
+		return nil, failure.Failf(failure.KindUsage, "attach", "invalid sandbox id %q", rec.ID)
 	}
 	cg := cgroup.Open(p.layout, rec.ID)
 	gone := func(format string, args ...any) error {
-		return sandbox.Fail(sandbox.KindStart, "attach", fmt.Errorf("%w: sandbox %s: %s", ErrInitGone, rec.ID, fmt.Sprintf(format, args...)))
+		return failure.Fail(failure.KindStart, "attach", fmt.Errorf("%w: sandbox %s: %s", ErrInitGone, rec.ID, fmt.Sprintf(format, args...)))
 	}
 	// The pidfd first, then the checks: if they pass, the pidfd is that
 	// init, and every later signal goes to it and to no reused pid.
@@ -526,11 +527,11 @@ func (p *Provider) Attach(ctx context.Context, rec store.Record, initPid int, in
 		return nil, gone("%v", err)
 	}
 	held := func(err error) error {
-		return sandbox.Fail(sandbox.KindProvision, "attach", fmt.Errorf("%w: sandbox %s: %v", ErrLeaseHeld, rec.ID, err))
+		return failure.Fail(failure.KindProvision, "attach", fmt.Errorf("%w: sandbox %s: %v", ErrLeaseHeld, rec.ID, err))
 	}
 	handle, free, err := p.tryHandle(rec.ID)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindProvision, "attach: sandbox lock", err)
+		return nil, failure.Fail(failure.KindProvision, "attach: sandbox lock", err)
 	}
 	if !free {
 		return nil, held(errors.New("another process has a handle on it (a daemon still running?)"))
@@ -685,7 +686,7 @@ func (a *attachedSandbox) Adopt(pid int) error {
 }
 
 func (a *attachedSandbox) notHere(op string) error {
-	return sandbox.Failf(sandbox.KindUsage, op, "sandbox %s was attached after a restart: %s belongs to the process that spawned it", a.rec.ID, op)
+	return failure.Failf(failure.KindUsage, op, "sandbox %s was attached after a restart: %s belongs to the process that spawned it", a.rec.ID, op)
 }
 
 func (a *attachedSandbox) Start(context.Context) (sandbox.Admission, error) {
@@ -747,7 +748,7 @@ func (a *attachedSandbox) Stop(ctx context.Context) error {
 			return errors.Join(append(errs, ctx.Err())...)
 		}
 		if time.Now().After(deadline) {
-			return errors.Join(append(errs, sandbox.Failf(sandbox.KindInternal, "stop", "the sandbox init (pid %d) did not exit after SIGKILL", a.pid))...)
+			return errors.Join(append(errs, failure.Failf(failure.KindInternal, "stop", "the sandbox init (pid %d) did not exit after SIGKILL", a.pid))...)
 		}
 	}
 }

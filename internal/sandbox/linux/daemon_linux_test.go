@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
@@ -600,7 +601,7 @@ func TestDaemonAttach(t *testing.T) {
 	}
 	runRec := rec
 	runRec.Kind = store.KindRun
-	if _, err := pB.Attach(ctx, runRec, pid, start); sandbox.KindOf(err) != sandbox.KindUsage {
+	if _, err := pB.Attach(ctx, runRec, pid, start); failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("Attach of a run record = %v, want a usage error", err)
 	}
 
@@ -626,7 +627,7 @@ func TestDaemonAttach(t *testing.T) {
 	if r := run(t, ds, "", "/bin/echo", "attached"); r.out != "attached\n" {
 		t.Errorf("exec through the attached handle = %+v", r)
 	}
-	if _, err := h.Start(ctx); sandbox.KindOf(err) != sandbox.KindUsage {
+	if _, err := h.Start(ctx); failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("Start of an attached sandbox = %v", err)
 	}
 	if _, err := pA.Attach(ctx, rec, pid, start); !errors.Is(err, ErrLeaseHeld) {
@@ -854,11 +855,11 @@ func TestReclaimKeepsDaemonRecords(t *testing.T) {
 
 func TestExecProcessNeedsDaemonMode(t *testing.T) {
 	sb := &linuxSandbox{p: &Provider{}, spec: sandbox.Spec{ID: "x"}, done: make(chan struct{})}
-	if _, err := sb.ExecProcess(context.Background(), []string{"/bin/true"}, nil, "", [3]*os.File{}); sandbox.KindOf(err) != sandbox.KindUsage {
+	if _, err := sb.ExecProcess(context.Background(), []string{"/bin/true"}, nil, "", [3]*os.File{}); failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("ExecProcess outside daemon mode = %v", err)
 	}
 	sb.p.opts.Daemon = true
-	if _, err := sb.ExecProcess(context.Background(), []string{"/bin/true"}, nil, "", [3]*os.File{}); sandbox.KindOf(err) != sandbox.KindUsage {
+	if _, err := sb.ExecProcess(context.Background(), []string{"/bin/true"}, nil, "", [3]*os.File{}); failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("ExecProcess before Exec = %v", err)
 	}
 	for _, c := range []struct {
@@ -866,15 +867,15 @@ func TestExecProcessNeedsDaemonMode(t *testing.T) {
 		env  []string
 		dir  string
 	}{{nil, nil, ""}, {[]string{""}, nil, ""}, {[]string{"a\x00b"}, nil, ""}, {[]string{"a"}, []string{"K=\x00"}, ""}, {[]string{"a"}, nil, "relative"}} {
-		if _, err := execProcess(context.Background(), "/nonexistent.sock", c.argv, c.env, c.dir, [3]*os.File{}); sandbox.KindOf(err) != sandbox.KindUsage {
+		if _, err := execProcess(context.Background(), "/nonexistent.sock", c.argv, c.env, c.dir, [3]*os.File{}); failure.KindOf(err) != failure.KindUsage {
 			t.Errorf("execProcess(%q, %q, %q) = %v, want a usage error", c.argv, c.env, c.dir, err)
 		}
 	}
 	big := []string{"/bin/true", strings.Repeat("x", sbinit.MaxExecMessage)}
-	if _, err := execProcess(context.Background(), "/nonexistent.sock", big, nil, "", [3]*os.File{}); sandbox.KindOf(err) != sandbox.KindUsage {
+	if _, err := execProcess(context.Background(), "/nonexistent.sock", big, nil, "", [3]*os.File{}); failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("oversized exec = %v, want a usage error", err)
 	}
-	if _, err := execProcess(context.Background(), "/nonexistent.sock", []string{"/bin/true"}, nil, "", [3]*os.File{}); sandbox.KindOf(err) != sandbox.KindExec {
+	if _, err := execProcess(context.Background(), "/nonexistent.sock", []string{"/bin/true"}, nil, "", [3]*os.File{}); failure.KindOf(err) != failure.KindExec {
 		t.Errorf("exec without a listener = %v, want an exec error", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 )
@@ -50,7 +51,7 @@ func gatewayLimits(l sandbox.Limits) cgroup.Limits {
 // valid name or that names another sandbox's gateway group.
 func checkGatewayID(id string) error {
 	if strings.HasSuffix(id, gatewaySuffix) || !validID(GatewayGroup(id)) {
-		return sandbox.Failf(sandbox.KindUsage, "provision", "invalid sandbox id %q: at most %d characters, not ending in %q", id, 64-len(gatewaySuffix), gatewaySuffix)
+		return failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q: at most %d characters, not ending in %q", id, 64-len(gatewaySuffix), gatewaySuffix)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/store"
@@ -69,7 +70,7 @@ func New(opts Options) (*Provider, error) {
 	}
 	l, err := cgroup.Detect()
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindUnsupported, "detect cgroups", err)
+		return nil, failure.Fail(failure.KindUnsupported, "detect cgroups", err)
 	}
 	return &Provider{opts: opts, layout: l}, nil
 }
@@ -138,10 +139,10 @@ func newID() string {
 func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
 	if (len(spec.Argv) == 0 && !p.opts.Daemon) || (len(spec.Argv) > 0 && spec.Argv[0] == "") {
 		// A daemon-mode sandbox may be idle: no main program, only execs.
-		return nil, sandbox.Failf(sandbox.KindUsage, "provision", "no program given")
+		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
 	}
 	if spec.Level == sandbox.DedicatedVM {
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+		return nil, failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
 	}
 	if spec.ID == "" {
 		spec.ID = newID()
@@ -150,10 +151,10 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	lim := cgroup.Limits{MemoryBytes: spec.Limits.MemoryBytes, Pids: spec.Limits.Pids, CPUs: spec.Limits.CPUs,
 		TCPBytes: tcpLimit(spec.Limits.MemoryBytes, readHostTCPMem)}
 	if err := lim.Validate(); err != nil {
-		return nil, sandbox.Fail(sandbox.KindUsage, "limits", err)
+		return nil, failure.Fail(failure.KindUsage, "limits", err)
 	}
 	if m := p.layout.Missing(); len(m) > 0 {
-		return nil, sandbox.Failf(sandbox.KindUnsupported, "provision", "cgroup controllers missing on this host: %v", m)
+		return nil, failure.Failf(failure.KindUnsupported, "provision", "cgroup controllers missing on this host: %v", m)
 	}
 	sb := &linuxSandbox{p: p, spec: spec, events: make(chan event, 8), done: make(chan struct{}), mainDone: make(chan struct{}), tcpBytes: lim.TCPBytes}
 	defer func() {
@@ -167,7 +168,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	}
 	owner, err := store.Self()
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindStore, "owner", err)
+		return nil, failure.Fail(failure.KindStore, "owner", err)
 	}
 	var lockErr error
 	claim := func(l store.Lease) bool {
@@ -190,7 +191,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if p.opts.Daemon {
 		if !validID(spec.ID) {
 			// The id names the exec socket too: never a path.
-			return nil, sandbox.Failf(sandbox.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
+			return nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
 		}
 		kind, resources = store.KindDaemon, append(resources, p.runSockPath(spec.ID))
 	}
@@ -199,13 +200,13 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		Resources: resources,
 	}, claim)
 	if lockErr != nil && sb.lock == nil {
-		return nil, sandbox.Fail(sandbox.KindProvision, "lease lock", lockErr)
+		return nil, failure.Fail(failure.KindProvision, "lease lock", lockErr)
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrPoolExhausted) {
-			return nil, sandbox.Fail(sandbox.KindLeaseExhausted, "lease", err)
+			return nil, failure.Fail(failure.KindLeaseExhausted, "lease", err)
 		}
-		return nil, sandbox.Fail(sandbox.KindStore, "write-ahead record", err)
+		return nil, failure.Fail(failure.KindStore, "write-ahead record", err)
 	}
 	sb.rec = rec
 	sb.recorded = true
@@ -216,7 +217,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	}
 	sb.cg, err = cgroup.Create(p.layout, spec.ID, lim)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindProvision, "cgroups", err)
+		return nil, failure.Fail(failure.KindProvision, "cgroups", err)
 	}
 	if sb.skip("kmem-tcp") {
 		// Positive control (test builds): socket buffers still charged,
@@ -226,7 +227,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		}
 	}
 	if sb.gwcg, err = cgroup.Create(p.layout, GatewayGroup(spec.ID), gatewayLimits(spec.Limits)); err != nil {
-		return nil, sandbox.Fail(sandbox.KindProvision, "gateway cgroups", err)
+		return nil, failure.Fail(failure.KindProvision, "gateway cgroups", err)
 	}
 	if err := sb.prepareTrees(); err != nil {
 		return nil, err
@@ -257,7 +258,7 @@ func (sb *linuxSandbox) openBinds() error {
 	state := filepath.Clean(sb.p.opts.StateDir)
 	if spec.WorkspaceFile != nil {
 		if spec.Workspace != "" {
-			return sandbox.Failf(sandbox.KindUsage, "workspace", "a workspace path and a workspace descriptor were both given")
+			return failure.Failf(failure.KindUsage, "workspace", "a workspace path and a workspace descriptor were both given")
 		}
 		h, err := openWorkspaceFile(spec.WorkspaceFile, state, spec.UnsafeRootWorkspace)
 		if err != nil {
@@ -267,7 +268,7 @@ func (sb *linuxSandbox) openBinds() error {
 	}
 	if spec.Workspace != "" {
 		if !filepath.IsAbs(spec.Workspace) {
-			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s: the workspace path must be absolute", spec.Workspace)
+			return failure.Failf(failure.KindUsage, "workspace", "%s: the workspace path must be absolute", spec.Workspace)
 		}
 		h, err := openBind(sandbox.Bind{Source: spec.Workspace, Target: "/workspace", Writable: true}, state, spec.UnsafeRootWorkspace)
 		if err != nil {
@@ -275,12 +276,12 @@ func (sb *linuxSandbox) openBinds() error {
 		}
 		sb.binds = append(sb.binds, h)
 		if h.st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return sandbox.Failf(sandbox.KindUsage, "workspace", "%s is not a directory", spec.Workspace)
+			return failure.Failf(failure.KindUsage, "workspace", "%s is not a directory", spec.Workspace)
 		}
 	}
 	for _, b := range spec.Binds {
 		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {
-			return sandbox.Failf(sandbox.KindUsage, "bind", "target %s is bound twice", b.Target)
+			return failure.Failf(failure.KindUsage, "bind", "target %s is bound twice", b.Target)
 		}
 		h, err := openBind(b, state, spec.UnsafeRootWorkspace)
 		if err != nil {
@@ -290,19 +291,19 @@ func (sb *linuxSandbox) openBinds() error {
 	}
 	if spec.Rootfs != "" {
 		if !filepath.IsAbs(spec.Rootfs) {
-			return sandbox.Failf(sandbox.KindUsage, "rootfs", "%s: the rootfs path must be absolute", spec.Rootfs)
+			return failure.Failf(failure.KindUsage, "rootfs", "%s: the rootfs path must be absolute", spec.Rootfs)
 		}
 		r := filepath.Clean(spec.Rootfs)
 		if r == "/" || under(state, r) {
-			return sandbox.Failf(sandbox.KindPolicyRejected, "rootfs", "%s may not be a sandbox root", r)
+			return failure.Failf(failure.KindPolicyRejected, "rootfs", "%s may not be a sandbox root", r)
 		}
 		fd, err := openNoFollow(r)
 		if err != nil {
-			return sandbox.Fail(sandbox.KindUsage, "rootfs", err)
+			return failure.Fail(failure.KindUsage, "rootfs", err)
 		}
 		sb.rootfs = &hostPath{fd: fd, path: r, target: "/"}
 		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return sandbox.Failf(sandbox.KindUsage, "rootfs", "%s is not a directory", r)
+			return failure.Failf(failure.KindUsage, "rootfs", "%s is not a directory", r)
 		}
 	}
 	return nil
@@ -319,14 +320,14 @@ func (sb *linuxSandbox) prepareTrees() error {
 		idmap := h.writable || (h.st.Uid >= minUserUID && h.st.Gid >= minUserUID)
 		fd, err := detachedTree(h, sb.idm, idmap)
 		if err != nil {
-			return sandbox.Fail(sandbox.KindProvision, "bind "+h.path, err)
+			return failure.Fail(failure.KindProvision, "bind "+h.path, err)
 		}
 		sb.trees = append(sb.trees, tree{fd: fd, target: h.target, writable: h.writable})
 	}
 	if sb.rootfs != nil {
 		fd, err := detachedTree(sb.rootfs, sb.idm, false)
 		if err != nil {
-			return sandbox.Fail(sandbox.KindProvision, "rootfs", err)
+			return failure.Fail(failure.KindProvision, "rootfs", err)
 		}
 		sb.rootTree = fd
 	}

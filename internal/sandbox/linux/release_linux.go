@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -29,10 +29,10 @@ func NewID() string { return newID() }
 func ReleaseRecord(ctx context.Context, st *store.Store, p *Provider, id string) error {
 	h, free, err := p.tryHandle(id)
 	if err != nil {
-		return sandbox.Fail(sandbox.KindProvision, "release", err)
+		return failure.Fail(failure.KindProvision, "release", err)
 	}
 	if !free {
-		return sandbox.Fail(sandbox.KindProvision, "release", fmt.Errorf("%w: sandbox %s: another process has a handle on it", ErrLeaseHeld, id))
+		return failure.Fail(failure.KindProvision, "release", fmt.Errorf("%w: sandbox %s: another process has a handle on it", ErrLeaseHeld, id))
 	}
 	defer p.releaseHandle(id, h)
 	var errs []error
@@ -62,31 +62,31 @@ func ReleaseRecord(ctx context.Context, st *store.Store, p *Provider, id string)
 func openWorkspaceFile(f *os.File, stateDir string, unsafeRoot bool) (*hostPath, error) {
 	fd, err := unix.Openat(int(f.Fd()), ".", unix.O_PATH|unix.O_CLOEXEC|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, sandbox.Failf(sandbox.KindUsage, "workspace", "the workspace descriptor is not a directory: %v", err)
+		return nil, failure.Failf(failure.KindUsage, "workspace", "the workspace descriptor is not a directory: %v", err)
 	}
 	path, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
 	h := &hostPath{fd: fd, path: path, writable: true, target: "/workspace"}
 	if err := unix.Fstat(fd, &h.st); err != nil {
 		h.close()
-		return nil, sandbox.Fail(sandbox.KindUsage, "workspace", err)
+		return nil, failure.Fail(failure.KindUsage, "workspace", err)
 	}
 	for _, r := range refusedSources {
 		if path == r || (r != "/" && under(path, r)) {
 			h.close()
-			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "%s may not be bound into a sandbox", path)
+			return nil, failure.Failf(failure.KindPolicyRejected, "workspace", "%s may not be bound into a sandbox", path)
 		}
 	}
 	if under(path, stateDir) || under(stateDir, path) {
 		h.close()
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "%s holds or is inside cordon's state directory", path)
+		return nil, failure.Failf(failure.KindPolicyRejected, "workspace", "%s holds or is inside cordon's state directory", path)
 	}
 	if (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
 		h.close()
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "workspace", "%s is owned by %d:%d (root or a system account or group); a writable workspace needs a user's uid and gid >= %d", path, h.st.Uid, h.st.Gid, minUserUID)
+		return nil, failure.Failf(failure.KindPolicyRejected, "workspace", "%s is owned by %d:%d (root or a system account or group); a writable workspace needs a user's uid and gid >= %d", path, h.st.Uid, h.st.Gid, minUserUID)
 	}
 	if sock, err := findSocketFD(h.fd, 200000); err != nil {
 		h.close()
-		return nil, sandbox.Fail(sandbox.KindPolicyRejected, "workspace", err)
+		return nil, failure.Fail(failure.KindPolicyRejected, "workspace", err)
 	} else if sock != "" {
 		h.close()
 		return nil, socketRefusal("workspace", path, sock)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/filter"
@@ -118,7 +119,7 @@ func (sb *linuxSandbox) hostname() string { return "cordon-" + sb.spec.ID[:8] }
 func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	prog, err := seccompFor(sb.p.opts.StateDir, sb.p.opts.CordonSHA256)
 	if err != nil {
-		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindUnsupported, "seccomp", err)
+		return sbinit.Config{}, evidence.Inputs{}, failure.Fail(failure.KindUnsupported, "seccomp", err)
 	}
 	sb.prog = prog
 	// The init builds the new root on this empty directory, in its own
@@ -127,10 +128,10 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	// files stay 0600) and this dir is empty.
 	mountDir := filepath.Join(sb.p.opts.StateDir, "mnt")
 	if err := os.MkdirAll(mountDir, 0o755); err != nil {
-		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindProvision, "mount dir", err)
+		return sbinit.Config{}, evidence.Inputs{}, failure.Fail(failure.KindProvision, "mount dir", err)
 	}
 	if err := os.Chmod(sb.p.opts.StateDir, 0o711); err != nil {
-		return sbinit.Config{}, evidence.Inputs{}, sandbox.Fail(sandbox.KindProvision, "state dir mode", err)
+		return sbinit.Config{}, evidence.Inputs{}, failure.Fail(failure.KindProvision, "state dir mode", err)
 	}
 	// Lowering a hard limit is allowed; raising it is not (the init holds
 	// no capability in the host's user namespace).
@@ -256,11 +257,11 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	sb.phases = append(sb.phases, sb.spawnSteps...)
 	b, _ := json.Marshal(cfg)
 	if _, err := sb.ctl.Write(b); err != nil {
-		return sandbox.Admission{}, sandbox.Fail(sandbox.KindStart, "send config", err)
+		return sandbox.Admission{}, failure.Fail(failure.KindStart, "send config", err)
 	}
 	m, err := sb.next(ctx, readyTimeout)
 	if err != nil {
-		return sandbox.Admission{}, sandbox.Fail(sandbox.KindStart, "wait for init", err)
+		return sandbox.Admission{}, failure.Fail(failure.KindStart, "wait for init", err)
 	}
 	if m.Type != "ready" {
 		return sandbox.Admission{}, initFailure(m)
@@ -281,9 +282,9 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 func initFailure(m sbinit.Message) error {
 	switch m.Type {
 	case "error":
-		return sandbox.Failf(sandbox.KindStart, "sandbox init", "%s: %s", m.Step, m.Error)
+		return failure.Failf(failure.KindStart, "sandbox init", "%s: %s", m.Step, m.Error)
 	default:
-		return sandbox.Failf(sandbox.KindStart, "sandbox init", "unexpected message %q", m.Type)
+		return failure.Failf(failure.KindStart, "sandbox init", "unexpected message %q", m.Type)
 	}
 }
 
@@ -329,12 +330,12 @@ func (sb *linuxSandbox) spawn() error {
 	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
 	if daemon {
 		if sb.lock == nil {
-			return sandbox.Failf(sandbox.KindInternal, "spawn", "daemon mode without a lease lock")
+			return failure.Failf(failure.KindInternal, "spawn", "daemon mode without a lease lock")
 		}
 		// The same open file description, so the init holds the very lock.
 		lfd, err := unix.FcntlInt(uintptr(sb.lock.fd), unix.F_DUPFD_CLOEXEC, 3)
 		if err != nil {
-			return sandbox.Fail(sandbox.KindStart, "lease lock", err)
+			return failure.Fail(failure.KindStart, "lease lock", err)
 		}
 		leaseFile = os.NewFile(uintptr(lfd), "lease-lock")
 		if ln, err = sb.listenExec(); err != nil {
@@ -348,7 +349,7 @@ func (sb *linuxSandbox) spawn() error {
 			ln.Close()
 			leaseFile.Close()
 		}
-		return sandbox.Fail(sandbox.KindStart, "socketpair", err)
+		return failure.Fail(failure.KindStart, "socketpair", err)
 	}
 	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
 	child := os.NewFile(uintptr(fds[1]), "cordon-ctl-child")
@@ -454,12 +455,12 @@ func (sb *linuxSandbox) spawn() error {
 	}
 	sb.trees, sb.rootTree = nil, 0
 	if err != nil {
-		return sandbox.Fail(sandbox.KindStart, "spawn sandbox init", err)
+		return failure.Fail(failure.KindStart, "spawn sandbox init", err)
 	}
 	if daemon {
 		// The init is our unreaped child: its pid cannot have been reused.
 		if sb.initStart, err = procStartTime(sb.cmd.Process.Pid); err != nil {
-			return sandbox.Fail(sandbox.KindStart, "read the init's start time", err)
+			return failure.Fail(failure.KindStart, "read the init's start time", err)
 		}
 	}
 	return nil
@@ -550,11 +551,11 @@ func (sb *linuxSandbox) readControl() {
 func (sb *linuxSandbox) Exec(ctx context.Context) error {
 	b, _ := json.Marshal(sbinit.Message{Type: "go"})
 	if _, err := sb.ctl.Write(b); err != nil {
-		return sandbox.Fail(sandbox.KindStart, "start program", err)
+		return failure.Fail(failure.KindStart, "start program", err)
 	}
 	m, err := sb.next(ctx, readyTimeout)
 	if err != nil {
-		return sandbox.Fail(sandbox.KindStart, "start program", err)
+		return failure.Fail(failure.KindStart, "start program", err)
 	}
 	switch m.Type {
 	case "started":
@@ -683,7 +684,7 @@ func (sb *linuxSandbox) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(10 * time.Second):
-		return sandbox.Failf(sandbox.KindInternal, "stop", "the sandbox init did not exit after SIGKILL")
+		return failure.Failf(failure.KindInternal, "stop", "the sandbox init did not exit after SIGKILL")
 	}
 }
 

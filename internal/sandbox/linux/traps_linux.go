@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/textsafe"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
@@ -41,7 +41,7 @@ func (sb *linuxSandbox) ScanTraps() []trapscan.Report {
 // command does not hold it (removeCommand).
 func socketRefusal(op, dir, sock string) error {
 	p := path.Join(dir, strings.TrimPrefix(sock, "./"))
-	return sandbox.Failf(sandbox.KindPolicyRejected, op,
+	return failure.Failf(failure.KindPolicyRejected, op,
 		"%s holds a Unix socket, %s; a directory holding a socket is never bound (it would be a way to whatever listens on it). A program run there earlier may have left it (cordon run reports these after each run): remove it, and any other socket there, and run again: %s",
 		textsafe.Line(dir), textsafe.Line(p), removeCommand(dir))
 }

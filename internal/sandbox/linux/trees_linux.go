@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 )
@@ -54,37 +55,37 @@ func (h *hostPath) close() {
 func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, error) {
 	src, dst := filepath.Clean(b.Source), filepath.Clean(b.Target)
 	if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
-		return nil, sandbox.Failf(sandbox.KindUsage, "bind", "%s:%s: both paths must be absolute", b.Source, b.Target)
+		return nil, failure.Failf(failure.KindUsage, "bind", "%s:%s: both paths must be absolute", b.Source, b.Target)
 	}
 	for _, r := range refusedSources {
 		if src == r || (r != "/" && under(src, r)) {
-			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s may not be bound into a sandbox", src)
+			return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s may not be bound into a sandbox", src)
 		}
 	}
 	if under(src, stateDir) || under(stateDir, src) {
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s holds or is inside cordon's state directory %s", src, stateDir)
+		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s holds or is inside cordon's state directory %s", src, stateDir)
 	}
 	for _, r := range refusedTargets {
 		if dst == r || (r != "/" && under(dst, r)) {
-			return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
+			return nil, failure.Failf(failure.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
 		}
 	}
 	if under(dst, "/dev") || under(dst, "/proc") || under(dst, "/sys") {
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
+		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
 	}
 	fd, err := openNoFollow(src)
 	if err != nil {
-		return nil, sandbox.Fail(sandbox.KindUsage, "bind", err)
+		return nil, failure.Fail(failure.KindUsage, "bind", err)
 	}
 	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst}
 	if err := unix.Fstat(fd, &h.st); err != nil {
 		h.close()
-		return nil, sandbox.Fail(sandbox.KindUsage, "bind", err)
+		return nil, failure.Fail(failure.KindUsage, "bind", err)
 	}
 	mode := h.st.Mode & unix.S_IFMT
 	if mode != unix.S_IFDIR && mode != unix.S_IFREG {
 		h.close()
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is neither a directory nor a regular file", src)
+		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is neither a directory nor a regular file", src)
 	}
 	// A writable bind maps the directory's owner AND group to the program:
 	// a system group (e.g. a "chown alice" directory left as alice:root)
@@ -92,12 +93,12 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, erro
 	// it on the host.
 	if b.Writable && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
 		h.close()
-		return nil, sandbox.Failf(sandbox.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, h.st.Uid, h.st.Gid, minUserUID, src)
+		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, h.st.Uid, h.st.Gid, minUserUID, src)
 	}
 	if mode == unix.S_IFDIR {
 		if sock, err := findSocketFD(h.fd, 200000); err != nil {
 			h.close()
-			return nil, sandbox.Fail(sandbox.KindPolicyRejected, "bind", err)
+			return nil, failure.Fail(failure.KindPolicyRejected, "bind", err)
 		} else if sock != "" {
 			h.close()
 			return nil, socketRefusal("bind", src, sock)
@@ -247,7 +248,7 @@ func detachedTree(h *hostPath, m *idmapper, idmap bool) (int, error) {
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
 		unix.Close(tree)
 		if idmap && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
-			return -1, sandbox.Failf(sandbox.KindUnsupported, "idmapped mount", "the filesystem of %s does not support idmapped mounts (%v)", h.path, err)
+			return -1, failure.Failf(failure.KindUnsupported, "idmapped mount", "the filesystem of %s does not support idmapped mounts (%v)", h.path, err)
 		}
 		return -1, fmt.Errorf("mount_setattr %s: %w", h.path, err)
 	}

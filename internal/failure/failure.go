@@ -1,4 +1,4 @@
-package sandbox
+package failure
 
 import (
 	"errors"
@@ -68,11 +68,42 @@ func Failf(kind Kind, op, format string, args ...any) error {
 	return &Error{Kind: kind, Op: op, Err: fmt.Errorf(format, args...)}
 }
 
+// Carrier is an error that carries a kind without being an *Error: an
+// error decoded from the host protocol, for instance. KindOf honours it, so
+// a kind is kept across a hop.
+type Carrier interface {
+	error
+	FailureKind() Kind
+}
+
 // KindOf returns the kind of err, or KindInternal when it carries none.
 func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Kind
 	}
+	var c Carrier
+	if errors.As(err, &c) && Known(c.FailureKind()) {
+		return c.FailureKind()
+	}
 	return KindInternal
 }
+
+// kinds is the closed set.
+var kinds = map[Kind]bool{
+	KindUsage: true, KindPrivilege: true, KindUnsupported: true, KindPolicyRejected: true,
+	KindLeaseExhausted: true, KindProvision: true, KindStart: true, KindEvidence: true,
+	KindExec: true, KindTimeout: true, KindStore: true, KindCustody: true, KindInternal: true,
+}
+
+// Known reports whether k is one of the kinds above.
+func Known(k Kind) bool { return kinds[k] }
+
+// Exit statuses of the command line (documented in the README). A
+// program's own status passes through unchanged; these are cordon's.
+const (
+	ExitTimeout  = 124 // the run exceeded its timeout
+	ExitRefused  = 125 // cordon refused or failed; the kind is printed on stderr
+	ExitNoExec   = 126 // the program could not be executed
+	ExitNotFound = 127 // the program was not found
+)
