@@ -57,4 +57,4 @@ echo
 go test -run '^$' -bench 'BenchmarkUpstreamDirect|BenchmarkBrokerMCPLayers' -benchtime 2000x ./internal/broker/tool/ | grep Benchmark
 go test -run '^$' -bench 'BenchmarkToolLedger' -benchtime 2000x ./internal/gateway/ | grep Benchmark
 go test -run '^$' -bench 'BenchmarkDecide' -benchtime 1s ./internal/policy/ | grep Benchmark
-go test -run '^$' -bench 'BenchmarkAppend' -benchtime 5000x ./internal/ledger/ | grep Benchmark
+go test -run '^$' -bench 'BenchmarkAppend' -benchtime 5000x ./internal/evlog/ | grep Benchmark

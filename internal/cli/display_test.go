@@ -14,7 +14,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
-	"github.com/cordon-project/cordon/internal/ledger"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -185,7 +185,7 @@ func TestSandboxInfoAndErrorsEscaped(t *testing.T) {
 	// evidence verify --receipt prints the stored receipt (leaf data).
 	out.Reset()
 	leaf, _ := json.Marshal(crossing.Receipt{Target: hostile})
-	printVerify(&out, verifyOutput{Proof: &ledger.Proof{Receipt: string(leaf), Checkpoint: "origin\n"}}, true, 1)
+	printVerify(&out, verifyOutput{Proof: &evlog.Proof{Receipt: string(leaf), Checkpoint: "origin\n"}}, true, 1)
 	assertSafe(t, "evidence verify", out.String())
 }
 

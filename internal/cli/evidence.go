@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/failure"
-	"github.com/cordon-project/cordon/internal/ledger"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -54,8 +54,8 @@ Examples:
 // verifyOutput is the --json output of cordon evidence verify.
 type verifyOutput struct {
 	OK         bool          `json:"ok"`
-	Report     ledger.Report `json:"report"`
-	Proof      *ledger.Proof `json:"proof,omitempty"`
+	Report     evlog.Report `json:"report"`
+	Proof      *evlog.Proof `json:"proof,omitempty"`
 	ProofError string        `json:"proof_error,omitempty"`
 }
 
@@ -108,9 +108,9 @@ Examples:
 				return err
 			}
 			if pubkey == "" {
-				pubkey = filepath.Join(ledger.KeyDir(g.stateDir), ledger.PubFile)
+				pubkey = filepath.Join(evlog.KeyDir(g.stateDir), evlog.PubFile)
 			}
-			v, err := ledger.LoadVerifier(pubkey)
+			v, err := evlog.LoadVerifier(pubkey)
 			if errors.Is(err, fs.ErrNotExist) {
 				return failure.Failf(failure.KindUsage, "evidence verify", "no public key at %s: the log's key is made by the first checkpoint or by 'cordon evidence keygen'; pass --pubkey FILE to use another", pubkey)
 			}
@@ -131,15 +131,15 @@ Examples:
 			}
 			defer st.Close()
 			ctx := cmd.Context()
-			rep, err := ledger.Verify(ctx, st, v, external...)
+			rep, err := evlog.Verify(ctx, st, v, external...)
 			if err != nil {
 				return failure.Fail(failure.KindStore, "evidence verify", err)
 			}
 			out := verifyOutput{OK: rep.OK(), Report: rep}
 			if cmd.Flags().Changed("receipt") {
-				p, err := ledger.Prove(ctx, st, receipt)
+				p, err := evlog.Prove(ctx, st, receipt)
 				switch {
-				case errors.Is(err, store.ErrNotInLog), errors.Is(err, ledger.ErrNotCheckpointed):
+				case errors.Is(err, store.ErrNotInLog), errors.Is(err, evlog.ErrNotCheckpointed):
 					out.ProofError = err.Error()
 				case err != nil:
 					return failure.Fail(failure.KindStore, "evidence verify --receipt", err)
@@ -246,7 +246,7 @@ Examples:
 				return err
 			}
 			defer st.Close()
-			l, err := ledger.Open(st, g.stateDir)
+			l, err := evlog.Open(st, g.stateDir)
 			if err != nil {
 				return failure.Fail(failure.KindStore, "evidence checkpoint", err)
 			}
@@ -296,33 +296,33 @@ Examples:
 			if err != nil {
 				return err
 			}
-			dir := ledger.KeyDir(g.stateDir)
+			dir := evlog.KeyDir(g.stateDir)
 			exists := func() error {
-				return failure.Failf(failure.KindUsage, "evidence keygen", "%s already exists; keygen never replaces a key", filepath.Join(dir, ledger.KeyFile))
+				return failure.Failf(failure.KindUsage, "evidence keygen", "%s already exists; keygen never replaces a key", filepath.Join(dir, evlog.KeyFile))
 			}
-			if _, err := os.Lstat(filepath.Join(dir, ledger.KeyFile)); err == nil {
+			if _, err := os.Lstat(filepath.Join(dir, evlog.KeyFile)); err == nil {
 				st.Close()
 				return exists()
 			}
-			err = ledger.CheckNoCheckpoints(cmd.Context(), st)
+			err = evlog.CheckNoCheckpoints(cmd.Context(), st)
 			st.Close()
-			if errors.Is(err, ledger.ErrKeyMissing) {
+			if errors.Is(err, evlog.ErrKeyMissing) {
 				return failure.Fail(failure.KindUsage, "evidence keygen", err)
 			}
 			if err != nil {
 				return failure.Fail(failure.KindStore, "evidence keygen", err)
 			}
 			if name == "" {
-				name = ledger.DefaultKeyName()
+				name = evlog.DefaultKeyName()
 			}
-			vkey, err := ledger.GenerateKey(dir, name)
-			if errors.Is(err, ledger.ErrKeyExists) {
+			vkey, err := evlog.GenerateKey(dir, name)
+			if errors.Is(err, evlog.ErrKeyExists) {
 				return exists()
 			}
 			if err != nil {
 				return failure.Fail(failure.KindUsage, "evidence keygen", err)
 			}
-			fmt.Fprintf(g.stderr, "cordon: wrote %s (private, 0600) and %s\n", filepath.Join(dir, ledger.KeyFile), filepath.Join(dir, ledger.PubFile))
+			fmt.Fprintf(g.stderr, "cordon: wrote %s (private, 0600) and %s\n", filepath.Join(dir, evlog.KeyFile), filepath.Join(dir, evlog.PubFile))
 			fmt.Fprintln(g.stdout, vkey)
 			return nil
 		},
@@ -344,8 +344,8 @@ Example:
   sudo cordon evidence pubkey > cordon-log.pub`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path := filepath.Join(ledger.KeyDir(g.stateDir), ledger.PubFile)
-			_, err := ledger.LoadVerifier(path) // only a valid key is printed
+			path := filepath.Join(evlog.KeyDir(g.stateDir), evlog.PubFile)
+			_, err := evlog.LoadVerifier(path) // only a valid key is printed
 			if errors.Is(err, fs.ErrNotExist) {
 				return failure.Failf(failure.KindUsage, "evidence pubkey", "no public key at %s: the first checkpoint or 'cordon evidence keygen' makes the key", path)
 			}

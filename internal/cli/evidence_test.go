@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
-	"github.com/cordon-project/cordon/internal/ledger"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -113,7 +113,7 @@ func TestEvidenceVerifyAndProve(t *testing.T) {
 	if err := os.WriteFile(pub, []byte(et.mustRun("pubkey")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	v, err := ledger.LoadVerifier(pub)
+	v, err := evlog.LoadVerifier(pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestEvidenceKeygen(t *testing.T) {
 func TestEvidenceKeyLost(t *testing.T) {
 	et := newEvidenceTest(t, 3)
 	et.mustRun("checkpoint")
-	if err := os.Remove(filepath.Join(ledger.KeyDir(et.dir), ledger.KeyFile)); err != nil {
+	if err := os.Remove(filepath.Join(evlog.KeyDir(et.dir), evlog.KeyFile)); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"keygen"}, {"checkpoint"}} {

@@ -20,7 +20,7 @@ import (
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
-	"github.com/cordon-project/cordon/internal/ledger"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
@@ -351,7 +351,7 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 		// Receipts are leaves of the evidence log; it signs a checkpoint
 		// every few seconds and once more after the gateway has stopped
 		// (this defer runs after the gateway's). No log, no crossings.
-		evlog, err := ledger.Open(st, g.stateDir)
+		evlog, err := evlog.Open(st, g.stateDir)
 		if err != nil {
 			return finish(failure.ExitRefused, failure.Fail(failure.KindStore, "evidence log", err))
 		}

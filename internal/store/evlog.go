@@ -18,7 +18,7 @@ import (
 // of the receipt log_leaves names at seq i+1. recordTx appends the leaf in the
 // receipt's own transaction, so a receipt is never committed without its leaf
 // and stored hashes. Checkpoints (signed tree heads) are made and checked by
-// internal/ledger; the store only keeps them.
+// internal/evlog; the store only keeps them.
 
 // logSchema holds the evidence log: the Merkle tree's stored hashes and
 // the signed checkpoints (version 3).
@@ -385,7 +385,7 @@ func (s *Store) LogStats(ctx context.Context) (LogStats, error) {
 }
 
 // Checkpoint is a signed tree head as stored. The store does not check
-// it: internal/ledger makes and verifies checkpoints.
+// it: internal/evlog makes and verifies checkpoints.
 type Checkpoint struct {
 	Size int64     // leaves it covers
 	Time time.Time // when it was signed

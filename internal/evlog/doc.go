@@ -1,4 +1,4 @@
-// Package ledger owns cordon's evidence log: an append-only Merkle log
+// Package evlog owns cordon's evidence log: an append-only Merkle log
 // (golang.org/x/mod/sumdb/tlog) whose leaves are the receipts of crossings,
 // with checkpoints (signed tree heads) signed by an ed25519 key in
 // golang.org/x/mod/sumdb/note format. See docs/evidence-log.md.
@@ -49,4 +49,4 @@
 //     a log line or anything the agent can see.
 //   - Never panic on stored data: receipt bodies and checkpoint notes are
 //     parsed as untrusted input (fuzzed).
-package ledger
+package evlog
