@@ -16,3 +16,8 @@ func Build() (*Program, error) {
 
 // Denied returns nil: no filter exists for this platform.
 func Denied() []string { return nil }
+
+// BuildBroker fails closed like Build.
+func BuildBroker() (*Program, error) {
+	return nil, fmt.Errorf("broker seccomp filter for %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
+}

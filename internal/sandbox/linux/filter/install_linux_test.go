@@ -39,6 +39,9 @@ func child(mode, path string) int {
 	if mode == "exit" {
 		return 0
 	}
+	if mode == "broker" || mode == "nobroker" {
+		return brokerChild(mode == "broker", path)
+	}
 	runtime.LockOSThread()
 	if mode == "filter" {
 		p, err := Build()

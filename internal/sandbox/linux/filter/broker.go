@@ -1,0 +1,82 @@
+//go:build linux && (amd64 || arm64)
+
+package filter
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/seccomp"
+)
+
+// brokerSocketSyscalls are refused to a broker process (the unprivileged
+// gateway processes that parse agent traffic): it holds only descriptors
+// handed to it — its listener, its channel to the privileged side, and
+// connected sockets the privileged side's checked dialer opened — and must
+// create no socket of its own. An empty network namespace alone does not
+// stop it: pathname Unix sockets (the D-Bus system bus, cordon's own daemon
+// socket) are reached through the filesystem, not the network namespace.
+var brokerSocketSyscalls = []string{"socket", "socketpair"}
+
+var (
+	brokerOnce  sync.Once
+	brokerBuilt *Program
+	errBroker   error
+)
+
+// BuildBroker compiles the broker processes' filter for runtime.GOARCH:
+// everything the sandbox filter denies outright (deniedGroups: mounts,
+// namespaces, cross-process access, kernel code, keyrings, …), plus every
+// call that creates a socket, fails with EPERM; anything else is allowed
+// (the process is Go code cordon ships, not an agent). A call through a
+// foreign ABI kills the process. Compiled once per process.
+func BuildBroker() (*Program, error) {
+	brokerOnce.Do(func() { brokerBuilt, errBroker = buildBroker() })
+	if errBroker != nil {
+		return nil, errBroker
+	}
+	return &Program{Arch: brokerBuilt.Arch, Raw: slices.Clone(brokerBuilt.Raw), SHA256: brokerBuilt.SHA256}, nil
+}
+
+// BrokerDenied lists (sorted) the calls the broker filter refuses.
+func BrokerDenied() []string {
+	names := slices.Concat(append(slices.Clone(deniedGroups), brokerSocketSyscalls)...)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func buildBroker() (*Program, error) {
+	if runtime.GOARCH != archName {
+		return nil, fmt.Errorf("broker seccomp filter for %s: tables are for %s", runtime.GOARCH, archName)
+	}
+	deny := seccomp.NewSyscallRules()
+	for _, name := range BrokerDenied() {
+		nr, ok := sysnums[name]
+		if !ok {
+			return nil, fmt.Errorf("broker seccomp policy: syscall %q unknown on %s", name, archName)
+		}
+		deny.Set(nr, seccomp.MatchAll{})
+	}
+	prog := &seccomp.Program{
+		RuleSets: []seccomp.RuleSet{{Rules: deny, Action: seccomp.ReturnError.Code(uint16(unix.EPERM))}},
+		Options: seccomp.ProgramOptions{
+			DefaultAction: seccomp.Allow,
+			BadArchAction: seccomp.KillProcess,
+		},
+	}
+	insns, _, err := prog.Build()
+	if err != nil {
+		return nil, fmt.Errorf("compile broker seccomp filter for %s: %w", archName, err)
+	}
+	if len(insns) == 0 || len(insns) > maxInstructions {
+		return nil, fmt.Errorf("compile broker seccomp filter for %s: %d instructions, limit %d", archName, len(insns), maxInstructions)
+	}
+	raw := encode(insns)
+	sum := sha256.Sum256(raw)
+	return &Program{Arch: archName, Raw: raw, SHA256: hex.EncodeToString(sum[:])}, nil
+}

@@ -1,0 +1,127 @@
+//go:build linux && (amd64 || arm64)
+
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// brokerChild installs the broker filter (or not, the control) and tries
+// to create sockets: a TCP socket, a Unix socket connecting to the
+// listener at path, and a socketpair. One "name errno" line per probe.
+func brokerChild(install bool, path string) int {
+	runtime.LockOSThread()
+	if install {
+		p, err := BuildBroker()
+		if err == nil {
+			err = Install(p)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	report := func(name string, err error) {
+		var errno syscall.Errno
+		if err != nil && !errors.As(err, &errno) {
+			errno = ^syscall.Errno(0)
+		}
+		fmt.Printf("%s %d\n", name, int(errno))
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	report("socket-inet", err)
+	c, err := net.Dial("unix", path)
+	if err == nil {
+		c.Close()
+	}
+	report("connect-unix", err)
+	_, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	report("socketpair", err)
+	// The process keeps working: files and pipes are not sockets.
+	r, w, err := os.Pipe()
+	if err == nil {
+		r.Close()
+		w.Close()
+	}
+	report("pipe", err)
+	return 0
+}
+
+// TestBrokerFilterLive: a child with the broker filter cannot create a
+// socket of any family, so it cannot reach a pathname Unix socket on the
+// host (which a network namespace would not isolate); the listener, on
+// the host side, accepted nothing. The child without the filter is the
+// positive control: the same listener accepts its connection.
+func TestBrokerFilterLive(t *testing.T) {
+	for _, tc := range []struct {
+		mode       string
+		want       map[string]syscall.Errno
+		wantAccept int64
+	}{
+		{mode: "nobroker", want: map[string]syscall.Errno{"socket-inet": 0, "connect-unix": 0, "socketpair": 0, "pipe": 0}, wantAccept: 1},
+		{mode: "broker", want: map[string]syscall.Errno{"socket-inet": unix.EPERM, "connect-unix": unix.EPERM, "socketpair": unix.EPERM, "pipe": 0}, wantAccept: 0},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "host.sock")
+			ln, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			var accepted atomic.Int64
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					accepted.Add(1)
+					c.Close()
+				}
+			}()
+			got := runChild(t, tc.mode, path)
+			for name, want := range tc.want {
+				if g, ok := got[name]; !ok || g != want {
+					t.Errorf("f(%q) = %v (reported %t), want %v", tc.mode+" "+name, g, ok, want)
+				}
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for accepted.Load() < tc.wantAccept && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if n := accepted.Load(); n != tc.wantAccept {
+				t.Errorf("f(%q) = %d, want %d", tc.mode+" connections the host listener accepted", n, tc.wantAccept)
+			}
+		})
+	}
+}
+
+// TestBrokerDenied: the broker filter refuses everything the sandbox
+// filter refuses outright, plus socket creation.
+func TestBrokerDenied(t *testing.T) {
+	got := BrokerDenied()
+	for _, name := range []string{"socket", "socketpair", "ptrace", "process_vm_readv", "setns", "unshare", "mount", "bpf"} {
+		if !slices.Contains(got, name) {
+			t.Errorf("BrokerDenied() lacks %q", name)
+		}
+	}
+	if _, err := BuildBroker(); err != nil {
+		t.Fatalf("BuildBroker() = %v", err)
+	}
+}
