@@ -350,31 +350,11 @@ const maxDialAddrs = 8
 // address denies the name: a mixed answer is either a misconfiguration
 // or an attack, and picking the "good" half would hide it.
 func (b *Broker) lookup(ctx context.Context, name string) ([]netip.Addr, string) {
-	as, ok := b.resolve[name]
-	if !ok {
-		rctx, cancel := context.WithTimeout(ctx, b.connect)
-		var err error
-		as, err = b.resolver.LookupNetIP(rctx, "ip", name)
-		cancel()
-		if err != nil {
-			b.log.Debug("egress resolve", slog.String("host", name), slog.String("error", err.Error()))
-			return nil, ReasonResolveFailed
-		}
+	out, why, err := lookupChecked(ctx, b.resolve, b.resolver, b.addrs, b.connect, name)
+	if err != nil {
+		b.log.Debug("egress resolve", slog.String("host", name), slog.String("error", err.Error()))
 	}
-	if len(as) == 0 {
-		return nil, ReasonResolveFailed
-	}
-	out := make([]netip.Addr, 0, min(len(as), maxDialAddrs))
-	for _, a := range as {
-		c, ok := b.addrs.check(a)
-		if !ok {
-			return nil, ReasonAddressDenied
-		}
-		if len(out) < maxDialAddrs && !containsAddr(out, c) {
-			out = append(out, c)
-		}
-	}
-	return out, ""
+	return out, why
 }
 
 func containsAddr(as []netip.Addr, a netip.Addr) bool {
