@@ -240,7 +240,9 @@ func (b *blocking) Plan(ctx context.Context, host string, port int) ([]netip.Add
 	return nil, &Refused{Why: ReasonNotDeclared}
 }
 
-func (b *blocking) Resolve(context.Context, string) ([]netip.Addr, error) { return nil, &Refused{Why: ReasonNotDeclared} }
+func (b *blocking) Resolve(context.Context, string) ([]netip.Addr, error) {
+	return nil, &Refused{Why: ReasonNotDeclared}
+}
 
 // TestBounded: at most MaxConcurrent requests are under way; more are
 // refused at once with ReasonBusy, and the privileged side never works on

@@ -19,12 +19,12 @@ const (
 // Reason codes of a refusal that are the dialer's own; a Policy may use
 // others (the egress broker's Reason… codes).
 const (
-	ReasonNotDeclared = "not-declared" // the configuration declares no such destination for this broker
-	ReasonBadRequest  = "bad-request"  // the request does not parse
-	ReasonBusy        = "busy"         // MaxConcurrent dials of this broker are under way
-	ReasonDialFailed  = "dial-failed"  // no checked address answered within the timeout
+	ReasonNotDeclared = "not-declared"  // the configuration declares no such destination for this broker
+	ReasonBadRequest  = "bad-request"   // the request does not parse
+	ReasonBusy        = "busy"          // MaxConcurrent dials of this broker are under way
+	ReasonDialFailed  = "dial-failed"   // no checked address answered within the timeout
 	ReasonPeer        = "peer-mismatch" // the connected peer is not the checked address
-	ReasonUnavailable = "unavailable"  // the channel to the privileged side is gone
+	ReasonUnavailable = "unavailable"   // the channel to the privileged side is gone
 )
 
 // Bounds of the wire format.
