@@ -1,0 +1,112 @@
+//go:build cordon_testhooks
+
+package proc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/gateway/dial"
+)
+
+// Compromise is what the "compromised gateway" test hook (test builds
+// only) makes a broker process try, from inside itself once it is fully
+// hardened and before it serves: what an attacker who took the process
+// over with agent traffic would try. The e2e test judges each attempt
+// from outside (its listeners, the other upstream, the secret's absence
+// from what the process could read and report).
+type Compromise struct {
+	Broker string   `json:"broker"`          // which broker process runs it
+	TCP    []string `json:"tcp,omitempty"`   // host:port to connect to directly
+	Unix   []string `json:"unix,omitempty"`  // pathname Unix sockets to connect to
+	Dial   []string `json:"dial,omitempty"`  // host:port to ask the checked dialer for
+	Files  []string `json:"files,omitempty"` // files to read
+	// Peers are the other broker processes' pids (the privileged side
+	// fills them in): their environ, mem, cmdline and config descriptor
+	// are read.
+	Peers map[string]int `json:"peers,omitempty"`
+}
+
+// Attempt is one try and what came of it.
+type Attempt struct {
+	Probe string `json:"probe"`
+	Err   string `json:"err,omitempty"` // empty: it worked
+	Read  []byte `json:"read,omitempty"`
+}
+
+// CompromiseMarker starts the hook's report line on the process's stderr.
+const CompromiseMarker = "CORDON-TEST-COMPROMISE "
+
+func compromise(broker string, raw json.RawMessage, dc *dial.Client, _ *slog.Logger) {
+	if len(raw) == 0 {
+		return
+	}
+	var c Compromise
+	if err := json.Unmarshal(raw, &c); err != nil || c.Broker != broker {
+		return
+	}
+	var out []Attempt
+	add := func(probe string, read []byte, err error) {
+		a := Attempt{Probe: probe, Read: read}
+		if err != nil {
+			a.Err = err.Error()
+		}
+		out = append(out, a)
+	}
+	for _, t := range c.TCP {
+		conn, err := net.DialTimeout("tcp", t, 2*time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		add("tcp "+t, nil, err)
+	}
+	for _, p := range c.Unix {
+		conn, err := net.DialTimeout("unix", p, 2*time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		add("unix "+p, nil, err)
+	}
+	for _, t := range c.Dial {
+		var err error
+		if dc == nil {
+			err = fmt.Errorf("no dialer")
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			var conn net.Conn
+			conn, err = dc.DialContext(ctx, "tcp", t)
+			cancel()
+			if err == nil {
+				conn.Close()
+			}
+		}
+		add("dial "+t, nil, err)
+	}
+	read := func(path string) {
+		f, err := os.Open(path)
+		if err != nil {
+			add("read "+path, nil, err)
+			return
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+		add("read "+path, b, err)
+	}
+	for _, p := range c.Files {
+		read(p)
+	}
+	for _, pid := range c.Peers {
+		for _, f := range []string{"environ", "cmdline", "mem", "fd/3", "fd/4", "fdinfo/3", "maps"} {
+			read("/proc/" + strconv.Itoa(pid) + "/" + f)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"broker": broker, "attempts": out})
+	fmt.Fprintf(os.Stderr, "%s%s\n", CompromiseMarker, b)
+}
