@@ -1,5 +1,3 @@
-// Command cordon runs untrusted programs and AI agents inside an evidenced
-// Linux boundary. See README.md.
 package main
 
 import (

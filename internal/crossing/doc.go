@@ -3,6 +3,10 @@
 // the Ledger interface brokers use to reserve budget before a crossing and
 // to record its receipt after.
 //
+// Plane: any (the brokers' agent-facing halves in the unprivileged gateway
+// process and the trusted halves on the root side both speak it). It is
+// vocabulary: it holds no secret, opens nothing and decides nothing.
+//
 // It must never take identity from anything the agent sends: Identity is
 // set by the gateway from the listener that accepted the connection.
 package crossing
