@@ -12,6 +12,7 @@ import (
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -29,31 +30,13 @@ import (
 // approves it with `cordon approvals` or the console. Tool calls keep
 // their own flow (toolledger.go), with the same store and guarantees.
 
-// Wire kinds of approval refusals of model, egress and state crossings.
-const (
-	kindApprovalPending        = "approval_pending"
-	kindCrossingApprovalDenied = "crossing_approval_denied"
-)
-
-// approvalError maps an approval refusal kind back to its error on the
-// gateway's side; nil for other kinds.
-func approvalError(resp ledgerResp) error {
-	switch resp.Kind {
-	case kindApprovalPending:
-		return fmt.Errorf("%w: %s", crossing.ErrApprovalPending, resp.Err)
-	case kindCrossingApprovalDenied:
-		return fmt.Errorf("%w: %s", crossing.ErrApprovalDenied, resp.Err)
-	}
-	return nil
-}
-
 // skipApprovals: FULL_CONTROL_LAB — approval-required permits do not
 // wait (the receipt's policy decision still says approval_required).
-func (s *LedgerServer) skipApprovals() bool { return s.Tools != nil && s.Tools.SkipApprovals }
+func (s *Authority) skipApprovals() bool { return s.Tools != nil && s.Tools.SkipApprovals }
 
 // approvalTTL is how long an approval request stays open, and how long
 // an approval can be used once given.
-func (s *LedgerServer) approvalTTL() time.Duration {
+func (s *Authority) approvalTTL() time.Duration {
 	if s.Tools != nil && s.Tools.ApprovalTTL > 0 {
 		return s.Tools.ApprovalTTL
 	}
@@ -83,7 +66,7 @@ func crossingDigest(id crossing.Identity, action, target string, request any) st
 
 // needsApproval reports whether a ledger request opens a crossing policy
 // holds for an approval: such a reserve is served by reserveApproved.
-func (s *LedgerServer) needsApproval(req ledgerReq) bool {
+func (s *Authority) needsApproval(req call) bool {
 	if req.Op != "reserve" || req.Ask == nil || s.skipApprovals() {
 		return false
 	}
@@ -94,11 +77,11 @@ func (s *LedgerServer) needsApproval(req ledgerReq) bool {
 // reserveApproved serves a reserve whose crossing needs an approval:
 // reserve the budget, then use the approval of the exact crossing; when
 // there is none, release the budget and refuse.
-func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
+func (s *Authority) reserveApproved(req call) reply {
+	resp := reply{ID: req.ID}
 	ctx := context.Background()
-	fail := func(err error) ledgerResp {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
+	fail := func(err error) reply {
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 		return resp
 	}
 	// It opens a crossing like any reserve (its own transaction, outside
@@ -187,7 +170,7 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 // the sandbox's life). Without one it requests one (shown to the
 // operator as shown) and fails with crossing.ErrApprovalPending; a
 // denial fails with crossing.ErrApprovalDenied.
-func (s *LedgerServer) useApproval(ctx context.Context, d *crossing.PolicyDecision, action, target, digest string, shown any) (*crossing.ApprovalRef, error) {
+func (s *Authority) useApproval(ctx context.Context, d *crossing.PolicyDecision, action, target, digest string, shown any) (*crossing.ApprovalRef, error) {
 	use := s.Store.ConsumeApproval
 	if d.ApprovalScope == policy.ApprovalScopeSandbox && action == policy.ActionEgressConnect {
 		use = s.Store.HoldApproval
@@ -238,7 +221,7 @@ type grants struct {
 // approval (the approval still records its use).
 const maxGrants = 4096
 
-func (s *LedgerServer) grant(res int64, id string) {
+func (s *Authority) grant(res int64, id string) {
 	g := &s.approvals
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -254,7 +237,7 @@ func (s *LedgerServer) grant(res int64, id string) {
 
 // settledGrant returns and drops the approval of a reservation being
 // settled with its receipt.
-func (s *LedgerServer) settledGrant(res int64) string {
+func (s *Authority) settledGrant(res int64) string {
 	g := &s.approvals
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -270,7 +253,7 @@ func (s *LedgerServer) settledGrant(res int64) string {
 // unbindGrant drops the reservation's side of a grant when it is settled
 // without its receipt (egress): its record finds the grant by approval
 // id, and a later reservation reusing the id must not name it.
-func (s *LedgerServer) unbindGrant(res int64) {
+func (s *Authority) unbindGrant(res int64) {
 	g := &s.approvals
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,7 +262,7 @@ func (s *LedgerServer) unbindGrant(res int64) {
 
 // recordedGrant reports whether a receipt the gateway records may name
 // approval id: this side used it for a crossing not yet receipted.
-func (s *LedgerServer) recordedGrant(id string) bool {
+func (s *Authority) recordedGrant(id string) bool {
 	if id == "" {
 		return false
 	}

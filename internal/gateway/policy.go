@@ -20,7 +20,7 @@ var brokerAsks = map[string]struct{ action, resource string }{
 // DefaultTenant is the principal's tenant when the config names none.
 const DefaultTenant = "default"
 
-func (s *LedgerServer) policy() *policy.Set {
+func (s *Authority) policy() *policy.Set {
 	if s.Policy == nil {
 		return policy.Default()
 	}
@@ -35,7 +35,7 @@ type budgetReader func(workload string, b store.Budget) (crossing.BudgetState, e
 // the principal and, when a policy reads context.budget, the workload's
 // budget now (every sandbox of the workload, every action), read from
 // the store: never a state this sandbox saw earlier.
-func (s *LedgerServer) request(ask crossing.Ask, read budgetReader) (policy.Request, error) {
+func (s *Authority) request(ask crossing.Ask, read budgetReader) (policy.Request, error) {
 	var budget crossing.BudgetState
 	if s.policy().ReadsBudget() {
 		if read == nil {
@@ -62,7 +62,7 @@ func (s *LedgerServer) request(ask crossing.Ask, read budgetReader) (policy.Requ
 
 // budgetOnce reads the budget from the store at most once: for many
 // questions asked together.
-func (s *LedgerServer) budgetOnce() budgetReader {
+func (s *Authority) budgetOnce() budgetReader {
 	var (
 		done bool
 		st   crossing.BudgetState
@@ -80,11 +80,11 @@ func (s *LedgerServer) budgetOnce() budgetReader {
 // decide asks policy; a deny (or an evaluation error) is
 // crossing.ErrPolicyDenied with the decision. A budget that cannot be
 // read is crossing.ErrUnavailable: refused, never decided without it.
-func (s *LedgerServer) decide(ask crossing.Ask) (*crossing.PolicyDecision, error) {
+func (s *Authority) decide(ask crossing.Ask) (*crossing.PolicyDecision, error) {
 	return s.decideIn(ask, nil)
 }
 
-func (s *LedgerServer) decideIn(ask crossing.Ask, read budgetReader) (*crossing.PolicyDecision, error) {
+func (s *Authority) decideIn(ask crossing.Ask, read budgetReader) (*crossing.PolicyDecision, error) {
 	r, err := s.request(ask, read)
 	if err != nil {
 		return &crossing.PolicyDecision{Digest: s.policy().Digest(), Errors: []string{err.Error()}}, err
@@ -99,11 +99,11 @@ func (s *LedgerServer) decideIn(ask crossing.Ask, read budgetReader) (*crossing.
 // askPolicy decides a reserve's crossing. Reservations that open a
 // crossing (every model request, every egress connection) must ask; the
 // byte chunks of an open egress tunnel need not.
-func (s *LedgerServer) askPolicy(req ledgerReq) (*crossing.PolicyDecision, error) {
+func (s *Authority) askPolicy(req call) (*crossing.PolicyDecision, error) {
 	return s.askPolicyIn(req, nil)
 }
 
-func (s *LedgerServer) askPolicyIn(req ledgerReq, read budgetReader) (*crossing.PolicyDecision, error) {
+func (s *Authority) askPolicyIn(req call, read budgetReader) (*crossing.PolicyDecision, error) {
 	opens := req.Broker == "model" || req.Want.Connections > 0
 	if req.Ask == nil {
 		if opens {
@@ -131,7 +131,7 @@ func explainDeny(d crossing.PolicyDecision) string {
 }
 
 // remember keeps an open reservation's decision.
-func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
+func (s *Authority) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
 	// Under the lock in every case: remember runs in the batch goroutine
 	// and in reserveApproved's at once (TestRememberConcurrentWithoutDecision).
 	s.mu.Lock()
@@ -147,7 +147,7 @@ func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing
 }
 
 // forget returns and drops the decision of a reservation being settled.
-func (s *LedgerServer) forget(id int64) *crossing.PolicyDecision {
+func (s *Authority) forget(id int64) *crossing.PolicyDecision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.decided[id]

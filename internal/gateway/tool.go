@@ -10,6 +10,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -41,16 +42,8 @@ type ToolPolicy struct {
 	SkipApprovals bool
 }
 
-// Kinds of tool refusals on the wire.
-const (
-	kindKeyReused      = "key_reused"
-	kindInProgress     = "in_progress"
-	kindQuarantined    = "quarantined"
-	kindApprovalDenied = "approval_denied"
-)
-
-func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
+func (s *Authority) handleTool(req call) reply {
+	resp := reply{ID: req.ID}
 	if s.Tools == nil {
 		resp.Err, resp.Kind = "no tool servers are configured", "unavailable"
 		return resp
@@ -98,7 +91,7 @@ func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}
 	if err != nil {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 	}
 	return resp
 }
@@ -139,7 +132,7 @@ const MaxPendingApprovals = 16
 // first when policy requires one), and a call is recorded as started
 // before anything is sent. Without an approval, the replay check and the
 // record are one transaction.
-func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began, error) {
+func (s *Authority) beginTool(ctx context.Context, in tool.Begin) (tool.Began, error) {
 	if !s.Tools.offered(in.Server, in.Tool) {
 		return tool.Began{}, fmt.Errorf("%w: the configuration offers no tool %q of server %q", crossing.ErrPolicyDenied, clipID(in.Tool), clipID(in.Server))
 	}
@@ -227,7 +220,7 @@ func replayOf(old store.ToolCall, in tool.Begin, argDigest string) (tool.Began, 
 
 // awaitApproval waits (bounded) for this workload's approval id to be
 // decided and returns its state.
-func (s *LedgerServer) awaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
+func (s *Authority) awaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
 	wait = min(max(wait, 0), 10*time.Second)
 	deadline := time.Now().Add(wait)
 	for {
@@ -251,7 +244,7 @@ func clipID(id string) string {
 
 // endTool records the outcome and the receipt, with the identity, key,
 // policy decision and approval this side stored at begin.
-func (s *LedgerServer) endTool(ctx context.Context, e tool.End) (int64, error) {
+func (s *Authority) endTool(ctx context.Context, e tool.End) (int64, error) {
 	rc := e.Receipt
 	rc.Identity = s.ID
 	rc.Broker, rc.Action = tool.Name, "tools/call"
@@ -276,54 +269,9 @@ func (s *LedgerServer) endTool(ctx context.Context, e tool.End) (int64, error) {
 	return id, nil
 }
 
-func (s *LedgerServer) log() *slog.Logger {
+func (s *Authority) log() *slog.Logger {
 	if s.Logger == nil {
 		return slog.New(slog.DiscardHandler)
 	}
 	return s.Logger
-}
-
-// toolError maps a tool refusal kind back to its error on the gateway's
-// side; nil for other kinds.
-func toolError(resp ledgerResp) error {
-	var base error
-	switch resp.Kind {
-	case kindKeyReused:
-		base = tool.ErrKeyReused
-	case kindInProgress:
-		base = tool.ErrInProgress
-	case kindQuarantined:
-		base = tool.ErrQuarantined
-	case kindApprovalDenied:
-		base = tool.ErrDenied
-	default:
-		return nil
-	}
-	return fmt.Errorf("%w: %s", base, resp.Err)
-}
-
-var _ tool.Ledger = (*ledgerClient)(nil)
-
-func (c *ledgerClient) Filter(ctx context.Context, refs []tool.Ref) ([]bool, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_filter", Tools: refs})
-	return resp.Allowed, err
-}
-
-func (c *ledgerClient) Begin(ctx context.Context, b tool.Begin) (tool.Began, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_begin", Begin: &b})
-	var out tool.Began
-	if resp.Began != nil {
-		out = *resp.Began
-	}
-	return out, err
-}
-
-func (c *ledgerClient) AwaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_await", Approval: id, Wait: wait})
-	return resp.ApprovalState, err
-}
-
-func (c *ledgerClient) End(ctx context.Context, e tool.End) (int64, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_end", End: &e})
-	return resp.ReceiptID, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -27,36 +28,6 @@ type StatePolicy struct {
 	Retention time.Duration
 }
 
-// Wire kinds of state refusals.
-const (
-	kindStateNotFound     = "state_not_found"
-	kindStatePrecondition = "state_precondition"
-	kindStateQuota        = "state_quota"
-	kindStateTooLarge     = "state_too_large"
-	kindStateInvalid      = "state_invalid"
-)
-
-// stateKinds maps each typed state refusal to its wire kind and back.
-var stateKinds = []struct {
-	err  error
-	kind string
-}{
-	{state.ErrNotFound, kindStateNotFound},
-	{state.ErrPrecondition, kindStatePrecondition},
-	{state.ErrQuota, kindStateQuota},
-	{state.ErrTooLarge, kindStateTooLarge},
-	{state.ErrInvalid, kindStateInvalid},
-}
-
-func stateErrKind(err error) string {
-	for _, k := range stateKinds {
-		if errors.Is(err, k.err) {
-			return k.kind
-		}
-	}
-	return errKind(err)
-}
-
 // StateScope is the store scope of a sandbox's identity: the scope is
 // always the identity's, never anything the gateway sends.
 func StateScope(id crossing.Identity) store.StateScope {
@@ -67,12 +38,12 @@ func StateScope(id crossing.Identity) store.StateScope {
 	return store.StateScope{Tenant: tenant, Workload: id.Workload, Purpose: id.Purpose}
 }
 
-func (s *LedgerServer) handleState(req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
+func (s *Authority) handleState(req call) reply {
+	resp := reply{ID: req.ID}
 	// Every state operation writes one receipt (or a rate-limited
 	// denial): it needs a slot of the receipt budget (crossbudget.go).
 	if err := s.admitCrossing(true, s.recordNow); err != nil {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 		return resp
 	}
 	defer s.receipts.end(true) // a denial the bucket dropped still counts: conservative
@@ -84,7 +55,7 @@ func (s *LedgerServer) handleState(req ledgerReq) ledgerResp {
 	out, err := s.stateOp(context.Background(), r)
 	resp.StateResp = &out
 	if err != nil {
-		resp.Err, resp.Kind = err.Error(), stateErrKind(err)
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 	}
 	return resp
 }
@@ -147,7 +118,7 @@ func (sp *StatePolicy) stateAsk(r state.Request) (string, string, error) {
 // stateOp runs one state operation: checks, policy, then the store, which
 // records the receipt in the operation's own transaction. A refusal is
 // recorded as a denial (rate-limited like every denial).
-func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Response, error) {
+func (s *Authority) stateOp(ctx context.Context, r state.Request) (state.Response, error) {
 	start := time.Now()
 	rc := crossing.Receipt{Time: start.UTC(), Identity: s.ID, Broker: state.Name, Action: r.Op, Target: state.ScopeTarget}
 	var out state.Response
@@ -265,7 +236,7 @@ func staleText(current int64) string {
 
 // recordStateDenial records a refused state operation, rate-limited like
 // every denial; a store that cannot record it is logged.
-func (s *LedgerServer) recordStateDenial(ctx context.Context, rc crossing.Receipt, start time.Time, why error) {
+func (s *Authority) recordStateDenial(ctx context.Context, rc crossing.Receipt, start time.Time, why error) {
 	rc.Decision, rc.Reason, rc.Duration = crossing.Deny, why.Error(), time.Since(start)
 	rc.RequestDigest, rc.ResultDigest, rc.BytesIn, rc.BytesOut = "", "", 0, 0
 	dropped, ok := s.denials.admit(time.Now())
@@ -284,22 +255,4 @@ func entryOf(e store.StateEntry) *state.Entry {
 	return &state.Entry{Key: e.Key, Version: e.Version, Size: e.Size, Created: e.Created, Updated: e.Updated, Expires: e.Expires,
 		Value:      e.Value,
 		Provenance: state.Provenance{SandboxID: e.SandboxID, Written: e.Updated, Receipt: e.ReceiptID, Trust: state.TrustAgent}}
-}
-
-var _ state.Ledger = (*ledgerClient)(nil)
-
-// State sends one state operation to the privileged side and maps its
-// refusal kind back to the typed error.
-func (c *ledgerClient) State(ctx context.Context, r state.Request) (state.Response, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "state_" + r.Op, State: &r})
-	var out state.Response
-	if resp.StateResp != nil {
-		out = *resp.StateResp
-	}
-	for _, k := range stateKinds {
-		if resp.Kind == k.kind {
-			return out, fmt.Errorf("%w: %s", k.err, resp.Err)
-		}
-	}
-	return out, err
 }
