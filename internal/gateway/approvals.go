@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/cordon-project/cordon/internal/broker/state"
-	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
@@ -41,27 +38,6 @@ func (s *Authority) approvalTTL() time.Duration {
 		return s.Tools.ApprovalTTL
 	}
 	return DefaultApprovalTTL
-}
-
-// crossingDigest binds an approval to one exact crossing: the tenant,
-// the workload and the sandbox that asked, the action, the resource and
-// the request (each action's exact request: a model request's operation
-// and body digest, an egress connection's port, a state operation's key, value
-// digest and preconditions).
-func crossingDigest(id crossing.Identity, action, target string, request any) string {
-	tenant := id.Tenant
-	if tenant == "" {
-		tenant = DefaultTenant
-	}
-	b, _ := json.Marshal(struct {
-		Action   string `json:"action"`
-		Request  any    `json:"request"`
-		Sandbox  string `json:"sandbox"`
-		Target   string `json:"target"`
-		Tenant   string `json:"tenant"`
-		Workload string `json:"workload"`
-	}{action, request, id.SandboxID, target, tenant, id.Workload})
-	return tool.Digest(b)
 }
 
 // needsApproval reports whether a ledger request opens a crossing policy
@@ -104,40 +80,13 @@ func (s *Authority) reserveApproved(req call) reply {
 		return fail(err)
 	}
 	ask := *req.Ask
-	var digest string
-	var shown any
-	switch ask.Action {
-	case policy.ActionModelInvoke:
-		if !store.ValidDigest(ask.RequestDigest) || ask.Operation == "" || clipID(ask.Operation) != ask.Operation {
-			return fail(fmt.Errorf("%w: a model call that needs approval must name its request digest and operation", crossing.ErrPolicyDenied))
-		}
-		// The operation is part of the exact request: the same body
-		// approved for a token count must not open a messages call.
-		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
-			Operation string `json:"operation"`
-			Digest    string `json:"request_digest"`
-		}{ask.Operation, ask.RequestDigest})
-		shown = struct {
-			Model     string `json:"model"`
-			Operation string `json:"operation"`
-			Digest    string `json:"request_digest"`
-			Bytes     int64  `json:"request_bytes"`
-		}{ask.Target, ask.Operation, ask.RequestDigest, ask.RequestBytes}
-	case policy.ActionEgressConnect:
-		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
-			Port int `json:"port"`
-		}{ask.Port})
-		scope := "one connection"
-		if d.ApprovalScope == policy.ApprovalScopeSandbox {
-			scope = "every connection to this host and port from this sandbox until it stops or the approval is revoked"
-		}
-		shown = struct {
-			Host  string `json:"host"`
-			Port  int    `json:"port"`
-			Scope string `json:"covers"`
-		}{ask.Target, ask.Port, scope}
-	default:
+	half, ok := meteredHalves[req.Broker]
+	if !ok {
 		return fail(fmt.Errorf("%w: %s cannot wait for approval here", crossing.ErrPolicyDenied, ask.Action))
+	}
+	digest, shown, err := half.Approval(s.ID, ask, d)
+	if err != nil {
+		return fail(err)
 	}
 	res, st, err := s.Store.Reserve(ctx, s.ID, req.Broker, req.Want, req.Streams, s.Budget)
 	resp.State = st
@@ -286,50 +235,4 @@ func (g *grants) drop(id string) {
 	if g.byID[id]--; g.byID[id] <= 0 {
 		delete(g.byID, id)
 	}
-}
-
-// stateDigest binds a state operation's approval to the exact operation:
-// its key (or the scope), the operation, the digest of the value written
-// and every precondition and listing bound.
-func stateDigest(id crossing.Identity, action, target string, r state.Request) string {
-	return crossingDigest(id, action, target, stateExact(r))
-}
-
-type stateRequest struct {
-	Op          string `json:"operation"`
-	Key         string `json:"key,omitempty"`
-	ValueDigest string `json:"value_digest,omitempty"`
-	ValueBytes  int    `json:"value_bytes,omitempty"`
-	IfMatch     int64  `json:"if_match,omitempty"`
-	IfExists    bool   `json:"if_exists,omitempty"`
-	IfAbsent    bool   `json:"if_absent,omitempty"`
-	Prefix      string `json:"prefix,omitempty"`
-	After       string `json:"after,omitempty"`
-	Limit       int    `json:"limit,omitempty"`
-}
-
-func stateExact(r state.Request) stateRequest {
-	x := stateRequest{Op: r.Op, Key: r.Key, IfMatch: r.IfMatch, IfExists: r.IfExists, IfAbsent: r.IfAbsent,
-		Prefix: r.Prefix, After: r.After, Limit: r.Limit}
-	if r.Op == state.OpPut {
-		x.ValueDigest, x.ValueBytes = tool.Digest(r.Value), len(r.Value)
-	}
-	return x
-}
-
-// maxShownValue bounds the value of a put shown to an approver as text.
-const maxShownValue = 4 << 10
-
-// stateShown is what the approver reads: the exact operation, and a put's
-// value when it is short UTF-8 text.
-func stateShown(r state.Request) any {
-	x := struct {
-		stateRequest
-		Value *string `json:"value,omitempty"`
-	}{stateRequest: stateExact(r)}
-	if r.Op == state.OpPut && len(r.Value) <= maxShownValue && utf8.Valid(r.Value) {
-		v := string(r.Value)
-		x.Value = &v
-	}
-	return x
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/cordon-project/cordon/internal/broker/egress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
+	stateauthority "github.com/cordon-project/cordon/internal/broker/state/authority"
 	"github.com/cordon-project/cordon/internal/broker/tool"
+	toolauthority "github.com/cordon-project/cordon/internal/broker/tool/authority"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
@@ -108,6 +110,10 @@ type Authority struct {
 	// batch, over every channel of the sandbox.
 	limitsOnce        sync.Once
 	toolOps, stateOps *semaphore.Weighted
+	// The brokers' trusted halves (halves.go).
+	halvesOnce sync.Once
+	stateAuth  *stateauthority.Authority
+	toolAuth   *toolauthority.Authority
 	// decided keeps the policy decision of each open reservation, so the
 	// receipt carries what this side decided, not what the gateway says.
 	decided map[int64]*crossing.PolicyDecision

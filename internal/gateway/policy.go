@@ -1,6 +1,11 @@
 package gateway
 
 import (
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	egressauthority "github.com/cordon-project/cordon/internal/broker/egress/authority"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	modelauthority "github.com/cordon-project/cordon/internal/broker/model/authority"
+
 	"context"
 	"fmt"
 	"strings"
@@ -10,15 +15,22 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// brokerAsks is the only policy question each budgeted broker may ask
-// when it opens a crossing: a gateway cannot ask an easier one.
-var brokerAsks = map[string]struct{ action, resource string }{
-	"model":  {policy.ActionModelInvoke, "Model"},
-	"egress": {policy.ActionEgressConnect, "Host"},
+// meteredHalf is the trusted half of a metered broker (model, egress):
+// the one policy question it may ask, and what an approval of one of its
+// crossings is bound to and shows.
+type meteredHalf interface {
+	Check(ask crossing.Ask) error
+	Approval(id crossing.Identity, ask crossing.Ask, d *crossing.PolicyDecision) (digest string, shown any, err error)
+}
+
+// meteredHalves are the metered brokers' trusted halves, by broker.
+var meteredHalves = map[string]meteredHalf{
+	model.Name:  modelauthority.Half{},
+	egress.Name: egressauthority.Half{},
 }
 
 // DefaultTenant is the principal's tenant when the config names none.
-const DefaultTenant = "default"
+const DefaultTenant = crossing.DefaultTenant
 
 func (s *Authority) policy() *policy.Set {
 	if s.Policy == nil {
@@ -111,9 +123,12 @@ func (s *Authority) askPolicyIn(req call, read budgetReader) (*crossing.PolicyDe
 		}
 		return nil, nil
 	}
-	want := brokerAsks[req.Broker]
-	if req.Ask.Action != want.action || req.Ask.Resource != want.resource {
-		return nil, fmt.Errorf("%w: broker %s cannot ask about %s on %s", crossing.ErrPolicyDenied, req.Broker, req.Ask.Action, req.Ask.Resource)
+	half, ok := meteredHalves[req.Broker]
+	if !ok {
+		return nil, fmt.Errorf("%w: broker %s asks no policy question here", crossing.ErrPolicyDenied, clipID(req.Broker))
+	}
+	if err := half.Check(*req.Ask); err != nil {
+		return nil, err
 	}
 	return s.decideIn(*req.Ask, read)
 }
