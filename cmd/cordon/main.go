@@ -1,5 +1,3 @@
-// Command cordon runs untrusted programs and AI agents inside an evidenced
-// Linux boundary. See README.md.
 package main
 
 import (
@@ -8,6 +6,7 @@ import (
 	"github.com/cordon-project/cordon/internal/cli"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/gateway/proc"
 
 	// The sandbox init dispatches from this package's init when the binary
 	// is started as the init; see package sbinit.
@@ -24,7 +23,7 @@ func main() {
 		os.Exit(failure.ExitRefused)
 	}
 	if len(os.Args) > 0 && os.Args[0] == gateway.Argv0 {
-		os.Exit(gateway.ChildMain())
+		os.Exit(proc.ChildMain())
 	}
 	os.Exit(cli.Main(os.Args[1:]))
 }

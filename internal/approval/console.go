@@ -95,10 +95,27 @@ type ConsoleOptions struct {
 	Logger *slog.Logger
 }
 
+// ConsoleStore is the slice of the store the console uses; *store.Store
+// implements it. Approvals lists approvals oldest first (the newest Limit
+// when set), reporting expired ones as store.ApprovalExpired.
+// DecideApproval approves or denies one pending, unexpired approval,
+// recording who decided, in one transaction; an unknown id fails with
+// store.ErrApprovalNotFound and an approval in any other state with
+// store.ErrApprovalDecided (errors.Is). Receipts lists receipts oldest
+// first (the newest Limit when set). The console never requests,
+// consumes or revokes an approval, and writes nothing else.
+type ConsoleStore interface {
+	Approvals(ctx context.Context, f store.ApprovalFilter) ([]store.Approval, error)
+	DecideApproval(ctx context.Context, id string, approve bool, by string) (store.Approval, error)
+	Receipts(ctx context.Context, f store.ReceiptFilter) ([]crossing.Receipt, error)
+}
+
+var _ ConsoleStore = (*store.Store)(nil)
+
 // Console is the approval web console. Create it with NewConsole, run it
 // with Serve, and give the operator LoginURL.
 type Console struct {
-	st       *store.Store
+	st       ConsoleStore
 	ln       net.Listener
 	host     string // the only Host header accepted: the listener's ip:port
 	origin   string // "http://" + host
@@ -122,7 +139,7 @@ type session struct {
 
 // NewConsole listens on opts.Listen (loopback only) and generates the
 // login token. Nothing is served until Serve.
-func NewConsole(st *store.Store, opts ConsoleOptions) (*Console, error) {
+func NewConsole(st ConsoleStore, opts ConsoleOptions) (*Console, error) {
 	if st == nil {
 		return nil, errors.New("console: no store")
 	}

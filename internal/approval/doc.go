@@ -2,7 +2,11 @@
 // console that lists pending approvals with their exact arguments, takes
 // the approve and deny decisions, and shows the recent receipts. The
 // approvals themselves (request, decide, consume once, expire, revoke) live
-// in the store, bound to the exact request digest.
+// in the store, bound to the exact request digest; the console declares
+// the slice of the store it uses (ConsoleStore, in console.go).
+//
+// Plane: root (the operator's `cordon approvals console`, on the host; it
+// opens the store).
 //
 // The console is a trusted-side, host-only surface. It listens on a
 // loopback address of the host's network namespace, which no sandbox can

@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
-	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )

@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
-	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"

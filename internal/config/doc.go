@@ -9,6 +9,12 @@
 // are errors that name the line. Parse and Load are the only constructors,
 // and they return a Config only when every field is valid.
 //
+// Plane: root and CLI (`cordon run --config` parses the file as root;
+// `cordon sandbox create --config` parses it as the calling user, and the
+// daemon parses the bytes it is sent again). The unprivileged gateway
+// process never reads a configuration file: it is handed what each broker
+// needs.
+//
 // It must never resolve a secret value: a Config names where each secret
 // lives (an environment variable or a file of the trusted side) and package
 // custody reads it. Errors quote the file's contents except under secrets:

@@ -182,20 +182,20 @@ var ErrApprovalDenied = errors.New("approval denied")
 // must be refused, never let through.
 var ErrUnavailable = errors.New("ledger unavailable")
 
-// Ledger reserves budget before a crossing, settles it after, and records
+// Authority reserves budget before a crossing, settles it after, and records
 // receipts. Implementations are safe for concurrent use. Reserve must be
 // atomic across every process sharing the workload's budget: concurrent
 // reservations can never together exceed a limit. streams > 0 also holds
 // that many concurrent-stream slots until Settle.
-type Ledger interface {
+type Authority interface {
 	Reserve(ctx context.Context, id Identity, broker string, want Amount, streams int64) (Reservation, BudgetState, error)
 	Settle(ctx context.Context, r Reservation, used Amount) (BudgetState, error)
 	Record(ctx context.Context, rc Receipt) error
 }
 
-// SettleRecorder is a Ledger that can settle a reservation and record the
+// SettleRecorder is an Authority that can settle a reservation and record the
 // crossing's receipt in one step (one round trip, one commit). Brokers use
-// it when the ledger offers it; the receipt's Budget is filled from the
+// it when the authority offers it; the receipt's Budget is filled from the
 // settlement.
 type SettleRecorder interface {
 	SettleRecord(ctx context.Context, r Reservation, used Amount, rc Receipt) (BudgetState, error)

@@ -7,6 +7,11 @@
 // "[REDACTED]" in whole buffers and in streams, including a value split
 // across writes (an SSE stream cut anywhere).
 //
+// Plane: root, CLI and unprivileged (the custodian resolves values on the
+// trusted side — in `cordon run`, or in `cordon sandbox create` as the
+// calling user, who sends them to the daemon; the redactor also runs in
+// the gateway process, over the values its brokers were handed).
+//
 // It must never put a value in an error, a String, GoString or Format
 // result, a log record or JSON: Value and Custodian print as "[REDACTED]"
 // or by name only, and errors name the secret and its source, never the

@@ -3,6 +3,9 @@
 // with checkpoints (signed tree heads) signed by an ed25519 key in
 // golang.org/x/mod/sumdb/note format. See docs/evidence-log.md.
 //
+// Plane: root (`cordon run`, the daemon and `cordon evidence`, with the
+// store open; it declares the store slices it reads in store.go).
+//
 // # How a receipt becomes evidence
 //
 // The store appends a receipt's leaf in the very transaction that inserts

@@ -25,7 +25,7 @@ const chunk = 1024
 // when the store records them (in the same transaction); a Log only signs
 // what is already there, after checking it.
 type Log struct {
-	st       *store.Store
+	st       LogStore
 	signer   note.Signer
 	verifier note.Verifier
 	vkey     string
@@ -43,7 +43,7 @@ type Log struct {
 // caller, or open to group or others, and refuses (ErrKeyMissing) to
 // replace a key that signed the stored checkpoints. PubFile is rewritten
 // from the private key if it is missing or differs.
-func Open(st *store.Store, stateDir string) (*Log, error) {
+func Open(st LogStore, stateDir string) (*Log, error) {
 	dir := KeyDir(stateDir)
 	if err := prepareKeyDir(dir); err != nil {
 		return nil, fmt.Errorf("open evidence log: %w", err)
@@ -77,7 +77,7 @@ func Open(st *store.Store, stateDir string) (*Log, error) {
 // new key could not extend them (Checkpoint checks the latest one's
 // signature before signing the next), so one is made only for a log that
 // has none.
-func CheckNoCheckpoints(ctx context.Context, st *store.Store) error {
+func CheckNoCheckpoints(ctx context.Context, st CheckpointReader) error {
 	c, ok, err := st.LatestCheckpoint(ctx)
 	if err != nil {
 		return err
@@ -162,7 +162,7 @@ func (l *Log) Checkpoint(ctx context.Context) (Checkpoint, error) {
 // extend checks leaves [old.Size, n) against their receipts and returns
 // the tree hash of the first n leaves, computed from the old tree's
 // frontier (checked against old's root) and the new receipt bodies.
-func extend(ctx context.Context, st *store.Store, old Checkpoint, n int64) (tlog.Hash, error) {
+func extend(ctx context.Context, st LeafReader, old Checkpoint, n int64) (tlog.Hash, error) {
 	t := newTree()
 	if old.Size > 0 {
 		rec := &recorder{r: st.LogHashReader(ctx)}

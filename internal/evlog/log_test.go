@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/cordon-project/cordon/internal/store"
 )
 
 func TestCheckpointOnlyWhenGrown(t *testing.T) {
@@ -46,7 +48,7 @@ func TestCheckpointRefusesInconsistentLog(t *testing.T) {
 	}{{
 		name: "new receipt changed after it was appended",
 		tamper: func(t *testing.T, dir string, l *Log) {
-			exec(t, rawDB(t, dir), `UPDATE receipts SET body = json_set(body, '$.reason', 'x') WHERE id = ?`, receiptAt(t, l.st, 12))
+			exec(t, rawDB(t, dir), `UPDATE receipts SET body = json_set(body, '$.reason', 'x') WHERE id = ?`, receiptAt(t, l.st.(*store.Store), 12))
 		},
 	}, {
 		name: "new stored hash changed",
@@ -72,7 +74,7 @@ func TestCheckpointRefusesInconsistentLog(t *testing.T) {
 	}, {
 		name: "new receipt deleted",
 		tamper: func(t *testing.T, dir string, l *Log) {
-			exec(t, rawDB(t, dir), `DELETE FROM receipts WHERE id = ?`, receiptAt(t, l.st, 15))
+			exec(t, rawDB(t, dir), `DELETE FROM receipts WHERE id = ?`, receiptAt(t, l.st.(*store.Store), 15))
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

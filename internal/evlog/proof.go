@@ -6,8 +6,6 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-
-	"github.com/cordon-project/cordon/internal/store"
 )
 
 // Proof shows that a receipt is leaf Leaf of the tree a signed checkpoint
@@ -27,7 +25,7 @@ type Proof struct {
 // stored checkpoint. It fails with ErrNotCheckpointed when no checkpoint
 // covers the receipt yet, and with store.ErrNotInLog when the receipt is
 // not a leaf. Prove checks no signature: Check does.
-func Prove(ctx context.Context, st *store.Store, receiptID int64) (Proof, error) {
+func Prove(ctx context.Context, st ProofReader, receiptID int64) (Proof, error) {
 	idx, err := st.LogIndex(ctx, receiptID)
 	if err != nil {
 		return Proof{}, err

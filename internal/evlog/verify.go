@@ -135,7 +135,7 @@ type pendingCheck struct {
 // Each problem names its position. The log is read in chunks, in O(log n)
 // memory, without a long transaction; leaves appended while Verify runs
 // are left for the next run. The error is for failing to read the store.
-func Verify(ctx context.Context, st *store.Store, v note.Verifier, external ...[]byte) (Report, error) {
+func Verify(ctx context.Context, st VerifyReader, v note.Verifier, external ...[]byte) (Report, error) {
 	var rep Report
 	if v != nil {
 		rep.Verifier = fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
@@ -250,7 +250,7 @@ func checkpointProblem(err error, size *int64, source string) Problem {
 // checkpointCursor yields stored checkpoints (in pages, by size, up to
 // limit) merged with external ones, smallest size first.
 type checkpointCursor struct {
-	st    *store.Store
+	st    CheckpointReader
 	after int64 // last stored size read
 	limit int64 // stored sizes above it are not read
 	page  []store.Checkpoint

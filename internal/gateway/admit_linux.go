@@ -125,7 +125,7 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 		switch {
 		case tools == nil || !tools.Servers[server]:
 			a.Reason = fmt.Sprintf("no tools[] server is named %q", server)
-		case !tools.offered(server, name):
+		case !tools.Offered(server, name):
 			a.Reason = fmt.Sprintf("tools[%s].allow does not offer tool %q", server, name)
 		default:
 			a.Allow = true
@@ -148,7 +148,7 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 		if r.Resource != state.ScopeTarget {
 			sr.Key = r.Resource
 		}
-		action, target, err := sp.stateAsk(sr)
+		action, target, err := sp.Ask(sr)
 		switch {
 		case err != nil:
 			a.Reason = err.Error()

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
-	"github.com/cordon-project/cordon/internal/broker/state"
-	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -29,61 +27,22 @@ import (
 // approves it with `cordon approvals` or the console. Tool calls keep
 // their own flow (toolledger.go), with the same store and guarantees.
 
-// Wire kinds of approval refusals of model, egress and state crossings.
-const (
-	kindApprovalPending        = "approval_pending"
-	kindCrossingApprovalDenied = "crossing_approval_denied"
-)
-
-// approvalError maps an approval refusal kind back to its error on the
-// gateway's side; nil for other kinds.
-func approvalError(resp ledgerResp) error {
-	switch resp.Kind {
-	case kindApprovalPending:
-		return fmt.Errorf("%w: %s", crossing.ErrApprovalPending, resp.Err)
-	case kindCrossingApprovalDenied:
-		return fmt.Errorf("%w: %s", crossing.ErrApprovalDenied, resp.Err)
-	}
-	return nil
-}
-
 // skipApprovals: FULL_CONTROL_LAB — approval-required permits do not
 // wait (the receipt's policy decision still says approval_required).
-func (s *LedgerServer) skipApprovals() bool { return s.Tools != nil && s.Tools.SkipApprovals }
+func (s *Authority) skipApprovals() bool { return s.Tools != nil && s.Tools.SkipApprovals }
 
 // approvalTTL is how long an approval request stays open, and how long
 // an approval can be used once given.
-func (s *LedgerServer) approvalTTL() time.Duration {
+func (s *Authority) approvalTTL() time.Duration {
 	if s.Tools != nil && s.Tools.ApprovalTTL > 0 {
 		return s.Tools.ApprovalTTL
 	}
 	return DefaultApprovalTTL
 }
 
-// crossingDigest binds an approval to one exact crossing: the tenant,
-// the workload and the sandbox that asked, the action, the resource and
-// the request (each action's exact request: a model request's operation
-// and body digest, an egress connection's port, a state operation's key, value
-// digest and preconditions).
-func crossingDigest(id crossing.Identity, action, target string, request any) string {
-	tenant := id.Tenant
-	if tenant == "" {
-		tenant = DefaultTenant
-	}
-	b, _ := json.Marshal(struct {
-		Action   string `json:"action"`
-		Request  any    `json:"request"`
-		Sandbox  string `json:"sandbox"`
-		Target   string `json:"target"`
-		Tenant   string `json:"tenant"`
-		Workload string `json:"workload"`
-	}{action, request, id.SandboxID, target, tenant, id.Workload})
-	return tool.Digest(b)
-}
-
 // needsApproval reports whether a ledger request opens a crossing policy
 // holds for an approval: such a reserve is served by reserveApproved.
-func (s *LedgerServer) needsApproval(req ledgerReq) bool {
+func (s *Authority) needsApproval(req call) bool {
 	if req.Op != "reserve" || req.Ask == nil || s.skipApprovals() {
 		return false
 	}
@@ -94,11 +53,11 @@ func (s *LedgerServer) needsApproval(req ledgerReq) bool {
 // reserveApproved serves a reserve whose crossing needs an approval:
 // reserve the budget, then use the approval of the exact crossing; when
 // there is none, release the budget and refuse.
-func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
+func (s *Authority) reserveApproved(req call) reply {
+	resp := reply{ID: req.ID}
 	ctx := context.Background()
-	fail := func(err error) ledgerResp {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
+	fail := func(err error) reply {
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 		return resp
 	}
 	// It opens a crossing like any reserve (its own transaction, outside
@@ -121,40 +80,13 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 		return fail(err)
 	}
 	ask := *req.Ask
-	var digest string
-	var shown any
-	switch ask.Action {
-	case policy.ActionModelInvoke:
-		if !store.ValidDigest(ask.RequestDigest) || ask.Operation == "" || clipID(ask.Operation) != ask.Operation {
-			return fail(fmt.Errorf("%w: a model call that needs approval must name its request digest and operation", crossing.ErrPolicyDenied))
-		}
-		// The operation is part of the exact request: the same body
-		// approved for a token count must not open a messages call.
-		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
-			Operation string `json:"operation"`
-			Digest    string `json:"request_digest"`
-		}{ask.Operation, ask.RequestDigest})
-		shown = struct {
-			Model     string `json:"model"`
-			Operation string `json:"operation"`
-			Digest    string `json:"request_digest"`
-			Bytes     int64  `json:"request_bytes"`
-		}{ask.Target, ask.Operation, ask.RequestDigest, ask.RequestBytes}
-	case policy.ActionEgressConnect:
-		digest = crossingDigest(s.ID, ask.Action, ask.Target, struct {
-			Port int `json:"port"`
-		}{ask.Port})
-		scope := "one connection"
-		if d.ApprovalScope == policy.ApprovalScopeSandbox {
-			scope = "every connection to this host and port from this sandbox until it stops or the approval is revoked"
-		}
-		shown = struct {
-			Host  string `json:"host"`
-			Port  int    `json:"port"`
-			Scope string `json:"covers"`
-		}{ask.Target, ask.Port, scope}
-	default:
+	half, ok := meteredHalves[req.Broker]
+	if !ok {
 		return fail(fmt.Errorf("%w: %s cannot wait for approval here", crossing.ErrPolicyDenied, ask.Action))
+	}
+	digest, shown, err := half.Approval(s.ID, ask, d)
+	if err != nil {
+		return fail(err)
 	}
 	res, st, err := s.Store.Reserve(ctx, s.ID, req.Broker, req.Want, req.Streams, s.Budget)
 	resp.State = st
@@ -187,7 +119,7 @@ func (s *LedgerServer) reserveApproved(req ledgerReq) ledgerResp {
 // the sandbox's life). Without one it requests one (shown to the
 // operator as shown) and fails with crossing.ErrApprovalPending; a
 // denial fails with crossing.ErrApprovalDenied.
-func (s *LedgerServer) useApproval(ctx context.Context, d *crossing.PolicyDecision, action, target, digest string, shown any) (*crossing.ApprovalRef, error) {
+func (s *Authority) useApproval(ctx context.Context, d *crossing.PolicyDecision, action, target, digest string, shown any) (*crossing.ApprovalRef, error) {
 	use := s.Store.ConsumeApproval
 	if d.ApprovalScope == policy.ApprovalScopeSandbox && action == policy.ActionEgressConnect {
 		use = s.Store.HoldApproval
@@ -238,7 +170,7 @@ type grants struct {
 // approval (the approval still records its use).
 const maxGrants = 4096
 
-func (s *LedgerServer) grant(res int64, id string) {
+func (s *Authority) grant(res int64, id string) {
 	g := &s.approvals
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -254,7 +186,7 @@ func (s *LedgerServer) grant(res int64, id string) {
 
 // settledGrant returns and drops the approval of a reservation being
 // settled with its receipt.
-func (s *LedgerServer) settledGrant(res int64) string {
+func (s *Authority) settledGrant(res int64) string {
 	g := &s.approvals
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -270,7 +202,7 @@ func (s *LedgerServer) settledGrant(res int64) string {
 // unbindGrant drops the reservation's side of a grant when it is settled
 // without its receipt (egress): its record finds the grant by approval
 // id, and a later reservation reusing the id must not name it.
-func (s *LedgerServer) unbindGrant(res int64) {
+func (s *Authority) unbindGrant(res int64) {
 	g := &s.approvals
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,7 +211,7 @@ func (s *LedgerServer) unbindGrant(res int64) {
 
 // recordedGrant reports whether a receipt the gateway records may name
 // approval id: this side used it for a crossing not yet receipted.
-func (s *LedgerServer) recordedGrant(id string) bool {
+func (s *Authority) recordedGrant(id string) bool {
 	if id == "" {
 		return false
 	}
@@ -303,50 +235,4 @@ func (g *grants) drop(id string) {
 	if g.byID[id]--; g.byID[id] <= 0 {
 		delete(g.byID, id)
 	}
-}
-
-// stateDigest binds a state operation's approval to the exact operation:
-// its key (or the scope), the operation, the digest of the value written
-// and every precondition and listing bound.
-func stateDigest(id crossing.Identity, action, target string, r state.Request) string {
-	return crossingDigest(id, action, target, stateExact(r))
-}
-
-type stateRequest struct {
-	Op          string `json:"operation"`
-	Key         string `json:"key,omitempty"`
-	ValueDigest string `json:"value_digest,omitempty"`
-	ValueBytes  int    `json:"value_bytes,omitempty"`
-	IfMatch     int64  `json:"if_match,omitempty"`
-	IfExists    bool   `json:"if_exists,omitempty"`
-	IfAbsent    bool   `json:"if_absent,omitempty"`
-	Prefix      string `json:"prefix,omitempty"`
-	After       string `json:"after,omitempty"`
-	Limit       int    `json:"limit,omitempty"`
-}
-
-func stateExact(r state.Request) stateRequest {
-	x := stateRequest{Op: r.Op, Key: r.Key, IfMatch: r.IfMatch, IfExists: r.IfExists, IfAbsent: r.IfAbsent,
-		Prefix: r.Prefix, After: r.After, Limit: r.Limit}
-	if r.Op == state.OpPut {
-		x.ValueDigest, x.ValueBytes = tool.Digest(r.Value), len(r.Value)
-	}
-	return x
-}
-
-// maxShownValue bounds the value of a put shown to an approver as text.
-const maxShownValue = 4 << 10
-
-// stateShown is what the approver reads: the exact operation, and a put's
-// value when it is short UTF-8 text.
-func stateShown(r state.Request) any {
-	x := struct {
-		stateRequest
-		Value *string `json:"value,omitempty"`
-	}{stateRequest: stateExact(r)}
-	if r.Op == state.OpPut && len(r.Value) <= maxShownValue && utf8.Valid(r.Value) {
-		v := string(r.Value)
-		x.Value = &v
-	}
-	return x
 }

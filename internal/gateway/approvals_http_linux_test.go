@@ -19,6 +19,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -43,7 +44,7 @@ func approvalHandlers(t *testing.T, text string, cfg ChildConfig) (map[string]ht
 	st := testStore(t)
 	_, c := approvalServer(t, st, text, time.Minute)
 	cfg.Identity = apprID
-	h, err := buildHandlers(cfg, c, slog.New(slog.DiscardHandler))
+	h, err := proc.BuildHandlers(cfg, c.callers(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +40,7 @@ var controlPolicy = strings.NewReplacer(`@approval("required")`, "", `@approval_
 
 var apprID = crossing.Identity{Workload: "w", Tenant: "t", Purpose: "p", SandboxID: "sb-appr"}
 
-func approvalServer(t *testing.T, st *store.Store, text string, ttl time.Duration) (*LedgerServer, *ledgerClient) {
+func approvalServer(t *testing.T, st *store.Store, text string, ttl time.Duration) (*Authority, *testClient) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "approvals.cedar")
 	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
@@ -51,12 +50,9 @@ func approvalServer(t *testing.T, st *store.Store, text string, ttl time.Duratio
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close() })
-	srv := &LedgerServer{Store: st, ID: apprID, Policy: set, State: testState,
+	srv := &Authority{Store: st, ID: apprID, Policy: set, State: testState,
 		Tools: &ToolPolicy{Servers: map[string]bool{}, ApprovalTTL: ttl}}
-	go srv.Serve(b)
-	return srv, newLedgerClient(a)
+	return srv, connect(t, srv)
 }
 
 // crosser makes one crossing of an action, as the gateway process does:
@@ -64,7 +60,7 @@ func approvalServer(t *testing.T, st *store.Store, text string, ttl time.Duratio
 // the same action: another body, another port, another value). It
 // returns the approval the crossing named, and the receipt the store
 // holds for it when it went through.
-type crosser func(t *testing.T, c *ledgerClient, st *store.Store, variant int) (ref *crossing.ApprovalRef, rc *crossing.Receipt, err error)
+type crosser func(t *testing.T, c *testClient, st *store.Store, variant int) (ref *crossing.ApprovalRef, rc *crossing.Receipt, err error)
 
 func lastReceipt(t *testing.T, st *store.Store) *crossing.Receipt {
 	t.Helper()
@@ -75,7 +71,7 @@ func lastReceipt(t *testing.T, st *store.Store) *crossing.Receipt {
 	return &rcs[len(rcs)-1]
 }
 
-func modelCrossing(t *testing.T, c *ledgerClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
+func modelCrossing(t *testing.T, c *testClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
 	ctx := context.Background()
 	body := fmt.Sprintf(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hello %d"}]}`, variant)
 	dg := digestOf(body)
@@ -93,7 +89,7 @@ func modelCrossing(t *testing.T, c *ledgerClient, st *store.Store, variant int) 
 }
 
 func egressCrossing(host string) crosser {
-	return func(t *testing.T, c *ledgerClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
+	return func(t *testing.T, c *testClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
 		ctx := context.Background()
 		port := 443 + variant
 		ask := crossing.Ask{Action: "egress.connect", Resource: "Host", Target: host, Port: port}
@@ -116,7 +112,7 @@ func egressCrossing(host string) crosser {
 }
 
 func stateCrossing(op string) crosser {
-	return func(t *testing.T, c *ledgerClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
+	return func(t *testing.T, c *testClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
 		ctx := context.Background()
 		if op == state.OpGet {
 			// The entry exists: the read goes through when allowed.
@@ -374,9 +370,9 @@ func FuzzApprovalReserve(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv := &LedgerServer{Store: st, ID: apprID, Policy: set, Tools: &ToolPolicy{ApprovalTTL: time.Minute}}
+	srv := &Authority{Store: st, ID: apprID, Policy: set, Tools: &ToolPolicy{ApprovalTTL: time.Minute}}
 	f.Fuzz(func(t *testing.T, broker, action, resource, target string, port int, digest string, bytes, conns int64, operation string) {
-		req := ledgerReq{ID: 1, Op: "reserve", Broker: broker, Want: crossing.Amount{Requests: 1, Connections: conns},
+		req := call{ID: 1, Op: "reserve", Broker: broker, Want: crossing.Amount{Requests: 1, Connections: conns},
 			Ask: &crossing.Ask{Action: action, Resource: resource, Target: target, Port: port, RequestDigest: digest, RequestBytes: bytes, Operation: operation}}
 		if !srv.needsApproval(req) {
 			return

@@ -181,7 +181,7 @@ func (b *receiptBudget) takeRefused() int64 {
 // initReceipts sets the limits and counts what the sandbox already has in
 // the store (a daemon sandbox whose gateway was restarted keeps its
 // count).
-func (s *LedgerServer) initReceipts(ctx context.Context) error {
+func (s *Authority) initReceipts(ctx context.Context) error {
 	lim := s.Crossings
 	n := int64(0)
 	if lim.MaxReceipts > 0 {
@@ -200,7 +200,7 @@ func (s *LedgerServer) initReceipts(ctx context.Context) error {
 
 // admitCrossing admits a crossing, or refuses it; rec records the marker
 // when this is the first refusal past the bound.
-func (s *LedgerServer) admitCrossing(rate bool, rec func(crossing.Receipt) (int64, error)) error {
+func (s *Authority) admitCrossing(rate bool, rec func(crossing.Receipt) (int64, error)) error {
 	marker, err := s.receipts.admit(time.Now(), rate)
 	if marker != nil {
 		marker.Identity = s.ID
@@ -213,7 +213,7 @@ func (s *LedgerServer) admitCrossing(rate bool, rec func(crossing.Receipt) (int6
 
 // finishReceipts records how many crossings were refused past the bound
 // without a receipt of their own: once, when the gateway stops.
-func (s *LedgerServer) finishReceipts(ctx context.Context) {
+func (s *Authority) finishReceipts(ctx context.Context) {
 	n := s.receipts.takeRefused()
 	if n == 0 {
 		return
@@ -226,13 +226,13 @@ func (s *LedgerServer) finishReceipts(ctx context.Context) {
 }
 
 // recordNow records one receipt in its own transaction (outside a batch).
-func (s *LedgerServer) recordNow(rc crossing.Receipt) (int64, error) {
+func (s *Authority) recordNow(rc crossing.Receipt) (int64, error) {
 	return s.Store.RecordReceipt(context.Background(), rc)
 }
 
 // toolBegun keeps the slot of a call that goes ahead until its tool_end;
 // any other answer (approval pending, a replay, a refusal) gives it back.
-func (s *LedgerServer) toolBegun(b tool.Began, err error) {
+func (s *Authority) toolBegun(b tool.Began, err error) {
 	if err != nil || b.Status != tool.StatusGo {
 		s.receipts.end(false)
 		return
@@ -247,7 +247,7 @@ func (s *LedgerServer) toolBegun(b tool.Began, err error) {
 
 // toolEnded closes a call's slot; a call begun by an earlier gateway of
 // the sandbox had none, and its receipt is counted all the same.
-func (s *LedgerServer) toolEnded(call int64, wrote bool) {
+func (s *Authority) toolEnded(call int64, wrote bool) {
 	s.mu.Lock()
 	slot := s.toolSlots[call]
 	delete(s.toolSlots, call)

@@ -107,12 +107,12 @@ func TestReceiptBudgetHoldsAgainstTheGateway(t *testing.T) {
 	const bound = 20
 	attacks := []struct {
 		name string
-		one  func(c *ledgerClient, i int) error
+		one  func(c *testClient, i int) error
 	}{
-		{"allowed record without a crossing", func(c *ledgerClient, i int) error {
+		{"allowed record without a crossing", func(c *testClient, i int) error {
 			return c.Record(context.Background(), crossing.Receipt{Broker: "egress", Action: "connect", Target: "x:443", Decision: crossing.Allow})
 		}},
-		{"settle_record of a byte chunk", func(c *ledgerClient, i int) error {
+		{"settle_record of a byte chunk", func(c *testClient, i int) error {
 			ctx := context.Background()
 			r, _, err := c.Reserve(ctx, crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 1}, 0)
 			if err != nil {
@@ -121,7 +121,7 @@ func TestReceiptBudgetHoldsAgainstTheGateway(t *testing.T) {
 			_, err = c.SettleRecord(ctx, r, crossing.Amount{EgressBytes: 1}, crossing.Receipt{Broker: "egress", Action: "connect", Decision: crossing.Allow})
 			return err
 		}},
-		{"byte chunks left open", func(c *ledgerClient, i int) error {
+		{"byte chunks left open", func(c *testClient, i int) error {
 			_, _, err := c.Reserve(context.Background(), crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 1}, 0)
 			return err
 		}},

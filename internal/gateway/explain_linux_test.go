@@ -18,6 +18,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
+	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -72,12 +73,9 @@ func TestExplainIsTheRuntime(t *testing.T) {
 	sp := &StatePolicy{QuotaBytes: 1 << 20, QuotaEntries: 100, MaxValueBytes: 1 << 10}
 
 	st := testStore(t)
-	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close() })
-	srv := &LedgerServer{Store: st, ID: apprID, Policy: set, Tools: tools, State: sp}
-	go srv.Serve(b)
-	c := newLedgerClient(a)
-	h, err := buildHandlers(cfg, c, slog.New(slog.DiscardHandler))
+	srv := &Authority{Store: st, ID: apprID, Policy: set, Tools: tools, State: sp}
+	c := connect(t, srv)
+	h, err := proc.BuildHandlers(cfg, c.callers(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"runtime"
 
@@ -91,10 +90,4 @@ func listenTCP(port int) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), fmt.Sprintf("sandbox-127.0.0.1:%d", port)), nil
-}
-
-// FileListener turns a listener file into a net.Listener.
-func FileListener(f *os.File) (net.Listener, error) {
-	defer f.Close()
-	return net.FileListener(f)
 }

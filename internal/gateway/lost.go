@@ -32,7 +32,7 @@ type openCrossing struct {
 
 // opened notes an open reservation (a reserve that succeeded); it holds
 // the receipt slot admitCrossing took for it.
-func (s *LedgerServer) opened(id int64, broker string, ask *crossing.Ask, main bool) {
+func (s *Authority) opened(id int64, broker string, ask *crossing.Ask, main bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open == nil {
@@ -43,7 +43,7 @@ func (s *LedgerServer) opened(id int64, broker string, ask *crossing.Ask, main b
 
 // closed forgets a reservation being settled; held: it held a receipt
 // slot (a reservation of this gateway's), main: as in openCrossing.
-func (s *LedgerServer) closed(id int64) (held, main bool) {
+func (s *Authority) closed(id int64) (held, main bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	oc, ok := s.open[id]
@@ -55,7 +55,7 @@ func (s *LedgerServer) closed(id int64) (held, main bool) {
 // each with a gateway_lost receipt carrying what this side knew of it.
 // Call it only once the gateway process has ended and its ledger
 // connection has been read to the end: then nothing can settle them.
-func (s *LedgerServer) chargeLost(ctx context.Context) ([]store.LostCrossing, error) {
+func (s *Authority) chargeLost(ctx context.Context) ([]store.LostCrossing, error) {
 	lost, err := s.Store.ChargeReservations(ctx, s.ID.SandboxID, s.Budget, func(rc *crossing.Receipt, r crossing.Reservation) {
 		rc.Identity = s.ID
 		s.mu.Lock()

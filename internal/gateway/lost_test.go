@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -17,12 +16,9 @@ import (
 // crossing that settled is not charged again.
 func TestChargeLostCrossings(t *testing.T) {
 	st := testStore(t)
-	a, b := net.Pipe()
 	id := crossing.Identity{Workload: "w", Tenant: "t", Purpose: "p", SandboxID: "sb-lost"}
-	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 1000}}}
-	served := make(chan struct{})
-	go func() { srv.Serve(b); close(served) }()
-	c := newLedgerClient(a)
+	srv := &Authority{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 1000}}}
+	c := connect(t, srv)
 	ctx := modelAsk(context.Background())
 	done, _, err := c.Reserve(ctx, id, "model", crossing.Amount{Requests: 1, OutputTokens: 300}, 1)
 	if err != nil {
@@ -35,8 +31,8 @@ func TestChargeLostCrossings(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The gateway dies: its end of the ledger closes.
-	a.Close()
-	<-served
+	c.Close()
+	<-c.served
 	lost, err := srv.chargeLost(context.Background())
 	if err != nil || len(lost) != 1 {
 		t.Fatalf("chargeLost = %+v, %v, want the one open reservation", lost, err)

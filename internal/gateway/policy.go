@@ -1,6 +1,11 @@
 package gateway
 
 import (
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	egressauthority "github.com/cordon-project/cordon/internal/broker/egress/authority"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	modelauthority "github.com/cordon-project/cordon/internal/broker/model/authority"
+
 	"context"
 	"fmt"
 	"strings"
@@ -10,17 +15,24 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// brokerAsks is the only policy question each budgeted broker may ask
-// when it opens a crossing: a gateway cannot ask an easier one.
-var brokerAsks = map[string]struct{ action, resource string }{
-	"model":  {policy.ActionModelInvoke, "Model"},
-	"egress": {policy.ActionEgressConnect, "Host"},
+// meteredHalf is the trusted half of a metered broker (model, egress):
+// the one policy question it may ask, and what an approval of one of its
+// crossings is bound to and shows.
+type meteredHalf interface {
+	Check(ask crossing.Ask) error
+	Approval(id crossing.Identity, ask crossing.Ask, d *crossing.PolicyDecision) (digest string, shown any, err error)
+}
+
+// meteredHalves are the metered brokers' trusted halves, by broker.
+var meteredHalves = map[string]meteredHalf{
+	model.Name:  modelauthority.Half{},
+	egress.Name: egressauthority.Half{},
 }
 
 // DefaultTenant is the principal's tenant when the config names none.
-const DefaultTenant = "default"
+const DefaultTenant = crossing.DefaultTenant
 
-func (s *LedgerServer) policy() *policy.Set {
+func (s *Authority) policy() *policy.Set {
 	if s.Policy == nil {
 		return policy.Default()
 	}
@@ -35,7 +47,7 @@ type budgetReader func(workload string, b store.Budget) (crossing.BudgetState, e
 // the principal and, when a policy reads context.budget, the workload's
 // budget now (every sandbox of the workload, every action), read from
 // the store: never a state this sandbox saw earlier.
-func (s *LedgerServer) request(ask crossing.Ask, read budgetReader) (policy.Request, error) {
+func (s *Authority) request(ask crossing.Ask, read budgetReader) (policy.Request, error) {
 	var budget crossing.BudgetState
 	if s.policy().ReadsBudget() {
 		if read == nil {
@@ -62,7 +74,7 @@ func (s *LedgerServer) request(ask crossing.Ask, read budgetReader) (policy.Requ
 
 // budgetOnce reads the budget from the store at most once: for many
 // questions asked together.
-func (s *LedgerServer) budgetOnce() budgetReader {
+func (s *Authority) budgetOnce() budgetReader {
 	var (
 		done bool
 		st   crossing.BudgetState
@@ -80,11 +92,11 @@ func (s *LedgerServer) budgetOnce() budgetReader {
 // decide asks policy; a deny (or an evaluation error) is
 // crossing.ErrPolicyDenied with the decision. A budget that cannot be
 // read is crossing.ErrUnavailable: refused, never decided without it.
-func (s *LedgerServer) decide(ask crossing.Ask) (*crossing.PolicyDecision, error) {
+func (s *Authority) decide(ask crossing.Ask) (*crossing.PolicyDecision, error) {
 	return s.decideIn(ask, nil)
 }
 
-func (s *LedgerServer) decideIn(ask crossing.Ask, read budgetReader) (*crossing.PolicyDecision, error) {
+func (s *Authority) decideIn(ask crossing.Ask, read budgetReader) (*crossing.PolicyDecision, error) {
 	r, err := s.request(ask, read)
 	if err != nil {
 		return &crossing.PolicyDecision{Digest: s.policy().Digest(), Errors: []string{err.Error()}}, err
@@ -99,11 +111,11 @@ func (s *LedgerServer) decideIn(ask crossing.Ask, read budgetReader) (*crossing.
 // askPolicy decides a reserve's crossing. Reservations that open a
 // crossing (every model request, every egress connection) must ask; the
 // byte chunks of an open egress tunnel need not.
-func (s *LedgerServer) askPolicy(req ledgerReq) (*crossing.PolicyDecision, error) {
+func (s *Authority) askPolicy(req call) (*crossing.PolicyDecision, error) {
 	return s.askPolicyIn(req, nil)
 }
 
-func (s *LedgerServer) askPolicyIn(req ledgerReq, read budgetReader) (*crossing.PolicyDecision, error) {
+func (s *Authority) askPolicyIn(req call, read budgetReader) (*crossing.PolicyDecision, error) {
 	opens := req.Broker == "model" || req.Want.Connections > 0
 	if req.Ask == nil {
 		if opens {
@@ -111,9 +123,12 @@ func (s *LedgerServer) askPolicyIn(req ledgerReq, read budgetReader) (*crossing.
 		}
 		return nil, nil
 	}
-	want := brokerAsks[req.Broker]
-	if req.Ask.Action != want.action || req.Ask.Resource != want.resource {
-		return nil, fmt.Errorf("%w: broker %s cannot ask about %s on %s", crossing.ErrPolicyDenied, req.Broker, req.Ask.Action, req.Ask.Resource)
+	half, ok := meteredHalves[req.Broker]
+	if !ok {
+		return nil, fmt.Errorf("%w: broker %s asks no policy question here", crossing.ErrPolicyDenied, clipID(req.Broker))
+	}
+	if err := half.Check(*req.Ask); err != nil {
+		return nil, err
 	}
 	return s.decideIn(*req.Ask, read)
 }
@@ -131,7 +146,7 @@ func explainDeny(d crossing.PolicyDecision) string {
 }
 
 // remember keeps an open reservation's decision.
-func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
+func (s *Authority) remember(id int64, d *crossing.PolicyDecision, _ crossing.BudgetState) {
 	// Under the lock in every case: remember runs in the batch goroutine
 	// and in reserveApproved's at once (TestRememberConcurrentWithoutDecision).
 	s.mu.Lock()
@@ -147,7 +162,7 @@ func (s *LedgerServer) remember(id int64, d *crossing.PolicyDecision, _ crossing
 }
 
 // forget returns and drops the decision of a reservation being settled.
-func (s *LedgerServer) forget(id int64) *crossing.PolicyDecision {
+func (s *Authority) forget(id int64) *crossing.PolicyDecision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := s.decided[id]

@@ -19,12 +19,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
 // Argv0 makes the cordon binary act as the gateway process.
-const Argv0 = "cordon-gateway"
+const Argv0 = proc.Argv0
 
 // DefaultUID is the gateway's uid when no per-sandbox one is given:
 // nobody. A per-sandbox uid (the top of the sandbox's leased range, which
@@ -32,80 +33,16 @@ const Argv0 = "cordon-gateway"
 // signalling each other.
 const DefaultUID = 65534
 
-// Fixed descriptors in the gateway process.
-const (
-	configFD    = 3 // pipe: one JSON ChildConfig, then EOF
-	ledgerFD    = 4 // SOCK_SEQPACKET to the ledger server
-	firstListen = 5 // the listeners, in ChildConfig.Listeners order
+// The gateway process's configuration (proc.Config and its parts).
+type (
+	ChildConfig = proc.Config
+	Route       = proc.Route
+	ModelLimits = proc.ModelLimits
+	EgressRule  = proc.EgressRule
+	Egress      = proc.Egress
+	ToolServer  = proc.ToolServer
+	ToolLimits  = proc.ToolLimits
 )
-
-// Route is a model route as the gateway process receives it.
-type Route struct {
-	Name       string   `json:"name"`
-	API        string   `json:"api"`
-	Upstream   string   `json:"upstream"`
-	Credential string   `json:"credential"`
-	Models     []string `json:"models"`
-}
-
-// ModelLimits bound model requests and responses.
-type ModelLimits struct {
-	MaxRequestBytes      int64    `json:"max_request_bytes"`
-	MaxResponseBytes     int64    `json:"max_response_bytes"`
-	MaxAttachments       int      `json:"max_attachments"`
-	MaxAttachmentBytes   int64    `json:"max_attachment_bytes"`
-	AllowedMIME          []string `json:"allowed_mime"`
-	MaxConcurrentStreams int64    `json:"max_concurrent_streams"`
-}
-
-// EgressRule is one allowed host with its ports.
-type EgressRule struct {
-	Host  string `json:"host"`
-	Ports []int  `json:"ports"`
-}
-
-// Egress is the egress broker's configuration.
-type Egress struct {
-	Allow             []EgressRule        `json:"allow"`
-	UnsafeAllowRanges []string            `json:"unsafe_allow_ranges"`
-	Resolve           map[string][]string `json:"resolve"`
-}
-
-// ToolServer is one upstream MCP server as the gateway process gets it.
-type ToolServer struct {
-	Name    string        `json:"name"`
-	Allow   []string      `json:"allow,omitempty"`
-	Timeout time.Duration `json:"timeout,omitempty"`
-	// Stdio: the server runs in its own sandbox; the gateway speaks to it
-	// over two pipes (StartOptions.ToolPipes).
-	Stdio bool `json:"stdio,omitempty"`
-	// URL of a remote streamable-HTTP server; Credential names the secret
-	// sent to it as a bearer token.
-	URL        string `json:"url,omitempty"`
-	Credential string `json:"credential,omitempty"`
-}
-
-// ToolLimits bound MCP traffic.
-type ToolLimits struct {
-	MaxFrameBytes    int           `json:"max_frame_bytes,omitempty"`
-	MaxArgumentBytes int           `json:"max_argument_bytes,omitempty"`
-	MaxResultBytes   int           `json:"max_result_bytes,omitempty"`
-	ApprovalWait     time.Duration `json:"approval_wait,omitempty"`
-}
-
-// ChildConfig is everything the gateway process needs, sent on a pipe
-// (never argv or the environment: it carries the custodied secrets).
-type ChildConfig struct {
-	Identity   crossing.Identity `json:"identity"`
-	Routes     []Route           `json:"routes"`
-	Limits     ModelLimits       `json:"limits"`
-	Egress     Egress            `json:"egress"`
-	Tools      []ToolServer      `json:"tools,omitempty"`
-	ToolLimits ToolLimits        `json:"tool_limits"`
-	Secrets    map[string][]byte `json:"secrets"`
-	Listeners  []string          `json:"listeners"` // "model", "egress", "tools", "state"
-	Version    string            `json:"version,omitempty"`
-}
 
 // ToolPipe is the gateway's end of a stdio tool server: it writes
 // requests to In and reads responses from Out.
@@ -143,22 +80,22 @@ type StartOptions struct {
 
 // readyTimeout bounds the gateway's start, including listing every tool
 // server's tools.
-const readyTimeout = 30 * time.Second
+const readyTimeout = proc.ReadyTimeout
 
 // DefaultApprovalTTL is how long an approval request stays open.
 const DefaultApprovalTTL = 15 * time.Minute
 
 // Process is a running gateway.
 type Process struct {
-	cmd    *exec.Cmd
-	ledger net.Conn
-	done   chan struct{}
-	store  *store.Store
-	id     crossing.Identity
-	log    *slog.Logger
+	cmd      *exec.Cmd
+	channels []net.Conn // the authority channels, one per broker
+	done     chan struct{}
+	store    *store.Store
+	id       crossing.Identity
+	log      *slog.Logger
 
-	srv      *LedgerServer
-	served   chan struct{} // closed when the ledger connection was read to its end
+	srv      *Authority
+	served   chan struct{} // closed when every authority channel was read to its end
 	stopping atomic.Bool
 	lostOnce sync.Once
 	lost     atomic.Int64 // crossings charged as gateway_lost
@@ -202,21 +139,25 @@ func Start(o StartOptions) (*Process, error) {
 			f.Close()
 		}
 	}()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	// One authority channel per broker, each served bound to its broker.
+	o.Config.Channels = Brokers
+	conns, childEnds, err := channelPairs(len(o.Config.Channels))
 	if err != nil {
 		return nil, err
 	}
-	parentEnd := os.NewFile(uintptr(pair[0]), "ledger")
-	childEnd := os.NewFile(uintptr(pair[1]), "ledger-child")
-	defer childEnd.Close()
-	ledgerConn, err := net.FileConn(parentEnd)
-	parentEnd.Close()
-	if err != nil {
-		return nil, err
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	closeConns := func() {
+		for _, c := range conns {
+			c.Close()
+		}
 	}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
-		ledgerConn.Close()
+		closeConns()
 		return nil, err
 	}
 	defer cfgR.Close()
@@ -224,8 +165,8 @@ func Start(o StartOptions) (*Process, error) {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	p := &Process{ledger: ledgerConn, done: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger}
-	extra := append([]*os.File{cfgR, childEnd}, lfiles...)
+	p := &Process{channels: conns, done: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger}
+	extra := append(append([]*os.File{cfgR}, childEnds...), lfiles...)
 	for _, tp := range o.ToolPipes {
 		extra = append(extra, tp.In, tp.Out)
 	}
@@ -257,7 +198,7 @@ func Start(o StartOptions) (*Process, error) {
 	}()
 	if err := <-started; err != nil {
 		cfgW.Close()
-		ledgerConn.Close()
+		closeConns()
 		return nil, fmt.Errorf("start the gateway process: %w", err)
 	}
 	if o.Adopt != nil {
@@ -284,15 +225,23 @@ func Start(o StartOptions) (*Process, error) {
 	if tools.ApprovalTTL <= 0 {
 		tools.ApprovalTTL = DefaultApprovalTTL
 	}
-	srv := &LedgerServer{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready,
+	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready,
 		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("count the sandbox's receipts: %w", err)
 	}
 	p.srv, p.served = srv, make(chan struct{})
+	var serving sync.WaitGroup
+	for i, conn := range conns {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			srv.Serve(conn, o.Config.Channels[i])
+		}()
+	}
 	go func() {
-		srv.Serve(ledgerConn)
+		serving.Wait()
 		close(p.served)
 	}()
 	go p.watch()
@@ -334,7 +283,9 @@ func (p *Process) Stop() error {
 		}
 	}
 	p.settleLost()
-	p.ledger.Close()
+	for _, c := range p.channels {
+		c.Close()
+	}
 	var err error
 	if p.store != nil {
 		if p.srv != nil {
@@ -358,8 +309,9 @@ func (p *Process) watch() {
 	p.settleLost()
 }
 
-// settleLost charges, once, what the ended gateway held open; the ledger
-// connection is read to its end first, so every settle it sent counts.
+// settleLost charges, once, what the ended gateway held open; the
+// authority channels are read to their end first, so every settle it
+// sent counts.
 func (p *Process) settleLost() {
 	p.lostOnce.Do(func() {
 		if p.srv == nil || p.store == nil {
@@ -373,7 +325,7 @@ func (p *Process) settleLost() {
 		select {
 		case <-p.served:
 		case <-time.After(5 * time.Second):
-			p.log.Warn("the gateway's ledger connection did not drain; charging what it held")
+			p.log.Warn("the gateway's authority channels did not drain; charging what it held")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), lostTimeout)
 		defer cancel()
@@ -413,4 +365,35 @@ func (p *Process) Lost() int64 {
 		p.settleLost() // waits for the charge if it is under way
 	}
 	return p.lost.Load()
+}
+
+// channelPairs makes n SOCK_SEQPACKET socketpairs: the root side's ends as
+// connections, the gateway process's ends as files to hand over.
+func channelPairs(n int) ([]net.Conn, []*os.File, error) {
+	var conns []net.Conn
+	var files []*os.File
+	fail := func(err error) ([]net.Conn, []*os.File, error) {
+		for _, c := range conns {
+			c.Close()
+		}
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, err
+	}
+	for i := 0; i < n; i++ {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(err)
+		}
+		parentEnd := os.NewFile(uintptr(pair[0]), "authority")
+		files = append(files, os.NewFile(uintptr(pair[1]), "authority-child"))
+		conn, err := net.FileConn(parentEnd)
+		parentEnd.Close()
+		if err != nil {
+			return fail(err)
+		}
+		conns = append(conns, conn)
+	}
+	return conns, files, nil
 }

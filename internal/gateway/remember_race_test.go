@@ -15,7 +15,7 @@ import (
 // the trusted-side process with "concurrent map writes". (A merge of two
 // branches once left the nil case deleting without the lock.)
 func TestRememberConcurrentWithoutDecision(t *testing.T) {
-	s := &LedgerServer{}
+	s := &Authority{}
 	d := &crossing.PolicyDecision{}
 	var wg sync.WaitGroup
 	stop := time.Now().Add(300 * time.Millisecond)

@@ -16,6 +16,11 @@
 // Every decision names the policies that made it and the digest of the
 // set, for the crossing's receipt.
 //
+// Plane: root and CLI (the gateway's root side asks it for every
+// crossing; `cordon policy check|explain|schema` loads it for the
+// operator). The unprivileged gateway process must never import it: an
+// agent's bytes never reach the code that decides.
+//
 // Policy ids are the @id("...") annotation when a policy has one, else
 // "<file base name>:<index>" with index counting the file's policies from
 // 0. A permit annotated @approval("required") requires approval when it is

@@ -1,8 +1,7 @@
-// Command ledger times the gateway's ledger path in isolation: the
-// privileged side's gateway.LedgerServer on a SOCK_SEQPACKET socketpair in
-// front of a fresh SQLite store (as `cordon run --config` wires it), driven
-// by a client speaking the same JSON messages as the gateway's
-// ledgerClient. It reports, per model request (reserve, settle, record)
+// Command ledger times the gateway's authority path in isolation: the
+// root side's gateway.Authority on one SOCK_SEQPACKET socketpair per broker
+// in front of a fresh SQLite store (as `cordon run --config` wires it),
+// driven by the gateway process's own client (internal/gateway/wire). It reports, per model request (reserve, settle, record)
 // and per egress connection of 1 MiB (reserve, 2 chunk reserves, 2 chunk
 // settles, settle, record):
 //
@@ -40,70 +39,56 @@ import (
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// The wire messages of internal/gateway's ledger protocol.
+// req is one metered operation, sent in the envelope of internal/gateway's
+// authority channel on the channel of its broker.
 type req struct {
-	ID      uint64                `json:"id"`
-	Op      string                `json:"op"`
-	Broker  string                `json:"broker,omitempty"`
-	Want    crossing.Amount       `json:"want,omitempty"`
-	Streams int64                 `json:"streams,omitempty"`
-	Ask     *crossing.Ask         `json:"ask,omitempty"`
-	Res     *crossing.Reservation `json:"res,omitempty"`
-	Used    crossing.Amount       `json:"used,omitempty"`
-	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
+	Op      string
+	Broker  string
+	Want    crossing.Amount
+	Streams int64
+	Ask     *crossing.Ask
+	Res     *crossing.Reservation
+	Used    crossing.Amount
+	Receipt *crossing.Receipt
 }
 
 type resp struct {
-	ID  uint64               `json:"id"`
-	Res crossing.Reservation `json:"res"`
-	Err string               `json:"err,omitempty"`
+	Res crossing.Reservation
 }
 
+// client holds one authority channel per broker (model, egress), as the
+// gateway process does.
 type client struct {
-	conn    net.Conn
-	next    atomic.Uint64
-	mu      sync.Mutex
-	pending map[uint64]chan resp
-}
-
-func (c *client) read() {
-	buf := make([]byte, 256<<10)
-	for {
-		n, err := c.conn.Read(buf)
-		if err != nil || n == 0 {
-			return
-		}
-		var r resp
-		if json.Unmarshal(buf[:n], &r) != nil {
-			return
-		}
-		c.mu.Lock()
-		ch := c.pending[r.ID]
-		delete(c.pending, r.ID)
-		c.mu.Unlock()
-		ch <- r
-	}
+	ch map[string]*wire.Client
 }
 
 func (c *client) call(r req) resp {
-	r.ID = c.next.Add(1)
-	ch := make(chan resp, 1)
-	c.mu.Lock()
-	c.pending[r.ID] = ch
-	c.mu.Unlock()
-	b, _ := json.Marshal(r)
-	if _, err := c.conn.Write(b); err != nil {
-		log.Fatal(err)
+	broker := r.Broker
+	if broker == "" && r.Res != nil {
+		broker = r.Res.Broker
 	}
-	out := <-ch
-	if out.Err != "" {
-		log.Fatalf("ledger %s: %s", r.Op, out.Err)
+	if broker == "" && r.Receipt != nil {
+		broker = r.Receipt.Broker
 	}
-	return out
+	var body any
+	switch r.Op {
+	case crossing.OpReserve:
+		body = crossing.ReserveRequest{Want: r.Want, Streams: r.Streams, Ask: r.Ask}
+	case crossing.OpSettle:
+		body = crossing.SettleRequest{Res: *r.Res, Used: r.Used}
+	case crossing.OpRecord:
+		body = crossing.RecordRequest{Receipt: *r.Receipt}
+	}
+	var out crossing.ReserveResponse
+	if err := c.ch[broker].Call(context.Background(), r.Op, body, &out); err != nil {
+		log.Fatalf("authority %s %s: %v", broker, r.Op, err)
+	}
+	return resp{Res: out.Res}
 }
 
 var id = crossing.Identity{Workload: "bench", Tenant: "acme", Purpose: "bench", SandboxID: "ledger-bench"}
@@ -204,12 +189,6 @@ func main() {
 	b := store.Budget{Limits: crossing.Amount{Requests: 1e9, InputTokens: 1e15, OutputTokens: 1e15, EgressBytes: 1 << 50, Connections: 1e9},
 		Streams: 1024, Window: 24 * time.Hour}
 
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	must(err)
-	sconn, err := net.FileConn(os.NewFile(uintptr(pair[0]), "server"))
-	must(err)
-	cconn, err := net.FileConn(os.NewFile(uintptr(pair[1]), "client"))
-	must(err)
 	// Policy on, as in production.
 	polFile := filepath.Join(os.TempDir(), fmt.Sprintf("cordon-bench-ledger-%d.cedar", os.Getpid()))
 	must(os.WriteFile(polFile, []byte(`@id("models") permit(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-*" };
@@ -219,10 +198,18 @@ func main() {
 	pol, err := policy.Load(polFile)
 	os.Remove(polFile)
 	must(err)
-	srv := &gateway.LedgerServer{Store: st, ID: id, Budget: b, Logger: slog.New(slog.DiscardHandler), Policy: pol}
-	go srv.Serve(sconn)
-	c := &client{conn: cconn, pending: map[uint64]chan resp{}}
-	go c.read()
+	srv := &gateway.Authority{Store: st, ID: id, Budget: b, Logger: slog.New(slog.DiscardHandler), Policy: pol}
+	c := &client{ch: map[string]*wire.Client{}}
+	for _, broker := range []string{"model", "egress"} {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		must(err)
+		sconn, err := net.FileConn(os.NewFile(uintptr(pair[0]), "server"))
+		must(err)
+		cconn, err := net.FileConn(os.NewFile(uintptr(pair[1]), "client"))
+		must(err)
+		go srv.Serve(sconn, broker)
+		c.ch[broker] = wire.NewClient(cconn, broker)
+	}
 
 	out := map[string]any{}
 	serial := func(name string, seq func(timings)) {

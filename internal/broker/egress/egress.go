@@ -15,8 +15,8 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
-// brokerName is the broker's name in budgets, receipts and logs.
-const brokerName = "egress"
+// Name is the broker's name in budgets, receipts and logs.
+const Name = "egress"
 
 // Reason codes: the X-Cordon-Reason header of a refusal, the Reason of a
 // receipt, and the reason key of the log line. Stable names; the agent
@@ -87,7 +87,7 @@ type Options struct {
 	Resolve map[string][]netip.Addr
 	// Resolver is used for names not in Resolve; nil is net.DefaultResolver.
 	Resolver Resolver
-	Ledger   crossing.Ledger
+	Ledger   crossing.Authority
 	// Dialer dials "tcp" to an "ip:port" it has checked, never to a name;
 	// nil is a net.Dialer with ConnectTimeout.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -110,7 +110,7 @@ type Broker struct {
 	addrs     *addrPolicy
 	resolve   map[string][]netip.Addr
 	resolver  Resolver
-	ledger    crossing.Ledger
+	ledger    crossing.Authority
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	log       *slog.Logger
 	maxConns  int64
@@ -187,7 +187,7 @@ func New(o Options) (*Broker, error) {
 	}
 	b.transport = b.newTransport()
 	for _, u := range b.addrs.unsafe {
-		b.log.Warn("egress: unsafe address range allowed", slog.String("broker", brokerName), slog.String("range", u.String()))
+		b.log.Warn("egress: unsafe address range allowed", slog.String("broker", Name), slog.String("range", u.String()))
 	}
 	return b, nil
 }
@@ -256,7 +256,7 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 	d := time.Since(at.start)
 	attrs := append([]slog.Attr{
 		slog.String("workload", at.id.Workload),
-		slog.String("broker", brokerName),
+		slog.String("broker", Name),
 		slog.String("decision", decision),
 		slog.String("reason", reason),
 		slog.String("rule", at.rule),
@@ -275,7 +275,7 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 		rc := crossing.Receipt{
 			Time:         at.start,
 			Identity:     at.id,
-			Broker:       brokerName,
+			Broker:       Name,
 			Action:       at.action,
 			Target:       at.target,
 			Decision:     decision,
@@ -429,7 +429,7 @@ func (b *Broker) open(w http.ResponseWriter, r *http.Request, at *attempt, host 
 func (b *Broker) reserve(ctx context.Context, at *attempt, port int) (*meter, int, string) {
 	rctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
 	rctx = crossing.WithAsk(rctx, crossing.Ask{Action: "egress.connect", Resource: "Host", Target: at.host, Port: port})
-	res, st, err := b.ledger.Reserve(rctx, at.id, brokerName, crossing.Amount{Connections: 1}, 0)
+	res, st, err := b.ledger.Reserve(rctx, at.id, Name, crossing.Amount{Connections: 1}, 0)
 	cancel()
 	at.budget, at.policy, at.approval = st, res.Policy, res.Approval
 	switch {

@@ -210,7 +210,7 @@ func (m *meter) reserveLocked() error {
 			break
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, ledgerTimeout)
-		r, st, err := m.b.ledger.Reserve(ctx, m.id, brokerName, crossing.Amount{EgressBytes: size}, 0)
+		r, st, err := m.b.ledger.Reserve(ctx, m.id, Name, crossing.Amount{EgressBytes: size}, 0)
 		cancel()
 		if err == nil {
 			m.chunks = append(m.chunks, r)

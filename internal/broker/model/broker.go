@@ -18,6 +18,10 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
+// Name is the model broker's name in budgets, receipts, logs and on its
+// authority channel.
+const Name = "model"
+
 // Route is one declared model destination.
 type Route struct {
 	Name       string   // config name
@@ -45,7 +49,7 @@ type Limits struct {
 type Options struct {
 	Routes    []Route
 	Limits    Limits
-	Ledger    crossing.Ledger
+	Ledger    crossing.Authority
 	Secrets   crossing.Secrets
 	Transport http.RoundTripper // nil: a tuned http.Transport shared by every route
 	Logger    *slog.Logger      // nil: discard
@@ -123,7 +127,7 @@ type route struct {
 type Broker struct {
 	routes    []route
 	lim       Limits
-	ledger    crossing.Ledger
+	ledger    crossing.Authority
 	secrets   crossing.Secrets
 	transport http.RoundTripper
 	log       *slog.Logger
@@ -374,7 +378,7 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	x.want = b.reservation(x)
 	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
 		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
-	res, st, err := b.ledger.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, "model", x.want, streams)
+	res, st, err := b.ledger.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
 	x.rc.Budget, x.rc.Policy = st, res.Policy
 	switch {
 	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
@@ -537,7 +541,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 		x.rc.Reason += "; " + x.outcome
 	}
 	x.rc.Time = x.start
-	x.rc.Broker = "model"
+	x.rc.Broker = Name
 	x.rc.BytesIn = x.bodyLen
 	x.rc.BytesOut = x.out
 	x.rc.Untrusted = x.untrusted

@@ -4,7 +4,9 @@
 // bounded scratch, idmapped workspace binds, Landlock and seccomp, and
 // admits it at a level only from evidence it reads off the live sandbox.
 //
-// This package runs on the trusted side, as root. It must never parse
+// Plane: root. It runs on the trusted side, as root, for `cordon run` and
+// the daemon. It writes the write-ahead record and the lease through the
+// store before any host resource exists. It must never parse
 // anything the sandbox produces beyond the init's small control messages
 // (bounded, JSON, treated as hints), never follow a symlink in a
 // user-supplied path, and never start the program before admission.

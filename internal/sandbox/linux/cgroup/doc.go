@@ -12,6 +12,9 @@
 // CLONE_INTO_CGROUP target, so a sandbox is never running outside a group that
 // can kill it.
 //
+// Plane: root (the Linux provider, and the daemon looking for residue when
+// it reconciles).
+//
 // Every group lives at <mountpoint>/cordon/<name>, where name matches
 // [a-z0-9-]{1,64}. The package must never:
 //   - create, write or remove anything outside <mountpoint>/cordon/ (apart from

@@ -3,6 +3,10 @@
 // gvisor.dev/gvisor/pkg/seccomp into a classic-BPF program for the host
 // architecture.
 //
+// Plane: root. Build runs on the trusted side, which hands the program's
+// bytes to the sandbox init (package sbinit installs them itself, without
+// importing this package); Install is for this package's tests.
+//
 // The policy is an allowlist modelled on Docker's default profile for a
 // container with no capabilities. Anything not listed fails with EPERM
 // (ERRNO rather than KILL, so runtimes that probe features such as io_uring

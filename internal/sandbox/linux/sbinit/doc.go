@@ -8,6 +8,10 @@
 // root asks for on the exec channel — always from its main thread, the
 // one the hardening was applied to (daemon_linux.go).
 //
+// Plane: sandbox. It is the one package whose code runs inside the
+// boundary (as PID 1 of the sandbox, before and after hardening); the
+// userns holder (HoldArgv0) it also dispatches runs for the trusted side.
+//
 // It is the same binary as cordon, re-executed with argv[0] == Argv0. Its
 // init function dispatches before heavy packages (the SQLite driver, the
 // seccomp compiler) are initialised: Go initialises packages in import-path

@@ -1,4 +1,4 @@
-package gateway
+package authority
 
 import (
 	"context"
@@ -14,12 +14,32 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// maxToolOps bounds the tool operations the privileged side serves at
-// once (each may wait for an approval).
-const maxToolOps = 64
+// Root is what the sandbox's authority (internal/gateway) gives the tool
+// broker's trusted half: the sandbox's identity and policy decided with
+// it as the principal. Implementations are safe for concurrent use.
+type Root interface {
+	Identity() crossing.Identity
+	// Decide asks policy; a refusal is crossing.ErrPolicyDenied with the
+	// decision that refused.
+	Decide(ask crossing.Ask) (*crossing.PolicyDecision, error)
+	// DecideEach returns a Decide for a list of questions that reads the
+	// budget (for policies that read it) once.
+	DecideEach() func(ask crossing.Ask) (*crossing.PolicyDecision, error)
+	Logger() *slog.Logger
+}
 
-// ToolPolicy is the privileged side's configuration of the tool broker.
-type ToolPolicy struct {
+// Authority is the tool broker's trusted half for one sandbox: which
+// tools are offered, policy on each call with its argument digest,
+// replay protection, approvals bound to the exact call, the call limit,
+// and the write-ahead record and receipt of every call in the store.
+type Authority struct {
+	Root   Root
+	Store  *store.Store
+	Policy *Policy
+}
+
+// Policy is the root side's configuration of the tool broker.
+type Policy struct {
 	// Servers are the configured upstream names.
 	Servers map[string]bool
 	// Allow holds each server's tool globs from the config (none: all):
@@ -41,77 +61,31 @@ type ToolPolicy struct {
 	SkipApprovals bool
 }
 
-// Kinds of tool refusals on the wire.
-const (
-	kindKeyReused      = "key_reused"
-	kindInProgress     = "in_progress"
-	kindQuarantined    = "quarantined"
-	kindApprovalDenied = "approval_denied"
-)
-
-func (s *LedgerServer) handleTool(req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
-	if s.Tools == nil {
-		resp.Err, resp.Kind = "no tool servers are configured", "unavailable"
-		return resp
+// Filter reports which of refs the configuration offers and policy lets
+// the workload call (asked with no arguments), reading the budget once.
+func (s *Authority) Filter(refs []tool.Ref) []bool {
+	allowed := make([]bool, len(refs))
+	decide := s.Root.DecideEach()
+	for i, r := range refs {
+		if s.Policy.Offered(r.Server, r.Tool) {
+			_, err := decide(Ask(r.Server, r.Tool, ""))
+			allowed[i] = err == nil
+		}
 	}
-	ctx := context.Background()
-	var err error
-	switch req.Op {
-	case "tool_filter":
-		// Policy work per listed tool, no receipt: rate only.
-		if err = s.receipts.rated(time.Now()); err != nil {
-			break
-		}
-		resp.Allowed = make([]bool, len(req.Tools))
-		read := s.budgetOnce() // one budget read for the whole list
-		for i, r := range req.Tools {
-			if s.Tools.offered(r.Server, r.Tool) {
-				_, derr := s.decideIn(toolAsk(r.Server, r.Tool, ""), read)
-				resp.Allowed[i] = derr == nil
-			}
-		}
-	case "tool_begin":
-		if req.Begin == nil {
-			err = errors.New("tool_begin without a call")
-			break
-		}
-		// A call that goes ahead writes its receipt at tool_end: it
-		// takes a slot of the receipt budget (crossbudget.go).
-		if err = s.admitCrossing(true, s.recordNow); err != nil {
-			break
-		}
-		var b tool.Began
-		b, err = s.beginTool(ctx, *req.Begin)
-		resp.Began = &b
-		s.toolBegun(b, err)
-	case "tool_await":
-		resp.ApprovalState, err = s.awaitApproval(ctx, req.Approval, req.Wait)
-	case "tool_end":
-		if req.End == nil {
-			err = errors.New("tool_end without an outcome")
-			break
-		}
-		resp.ReceiptID, err = s.endTool(ctx, *req.End)
-		s.toolEnded(req.End.Call, err == nil)
-	default:
-		err = fmt.Errorf("unknown ledger op %q", req.Op)
-	}
-	if err != nil {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
-	}
-	return resp
+	return allowed
 }
 
-// offered reports whether the config offers server's tool name.
-func (tp *ToolPolicy) offered(server, name string) bool {
+// Offered reports whether the config offers server's tool name.
+func (tp *Policy) Offered(server, name string) bool {
 	return tp.Servers[server] && tool.Allowed(tp.Allow[server], name)
 }
 
 // maxKeyBytes bounds a replay key ("key:" or "rpc:SESSION:" and the id).
 const maxKeyBytes = 320
 
-func toolAsk(server, name, digest string) crossing.Ask {
+// Ask is the policy question of calling server's tool name with
+// arguments of digest (none: whether it may be called at all).
+func Ask(server, name, digest string) crossing.Ask {
 	return crossing.Ask{Action: policy.ActionToolCall, Resource: "Tool", Target: server + "/" + name, Server: server, ArgumentDigest: digest}
 }
 
@@ -134,16 +108,17 @@ func requestDigest(id crossing.Identity, target string, canon []byte) string {
 // human at once.
 const MaxPendingApprovals = 16
 
-// beginTool: policy, replay check, approval, budget, write-ahead record.
+// Begin: policy, replay check, approval, budget, write-ahead record.
 // A retransmission never consumes an approval (the replay check comes
 // first when policy requires one), and a call is recorded as started
 // before anything is sent. Without an approval, the replay check and the
 // record are one transaction.
-func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began, error) {
-	if !s.Tools.offered(in.Server, in.Tool) {
-		return tool.Began{}, fmt.Errorf("%w: the configuration offers no tool %q of server %q", crossing.ErrPolicyDenied, clipID(in.Tool), clipID(in.Server))
+func (s *Authority) Begin(ctx context.Context, in tool.Begin) (tool.Began, error) {
+	id := s.Root.Identity()
+	if !s.Policy.Offered(in.Server, in.Tool) {
+		return tool.Began{}, fmt.Errorf("%w: the configuration offers no tool %q of server %q", crossing.ErrPolicyDenied, clip(in.Tool), clip(in.Server))
 	}
-	maxArgs := s.Tools.MaxArgumentBytes
+	maxArgs := s.Policy.MaxArgumentBytes
 	if maxArgs <= 0 {
 		maxArgs = tool.DefaultMaxArgumentBytes
 	}
@@ -156,14 +131,14 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 	}
 	argDigest := tool.Digest(canon)
 	target := in.Server + "/" + in.Tool
-	d, err := s.decide(toolAsk(in.Server, in.Tool, argDigest))
+	d, err := s.Root.Decide(Ask(in.Server, in.Tool, argDigest))
 	if err != nil {
 		return tool.Began{Policy: d}, err
 	}
 	var approval string
-	if d.ApprovalRequired && !s.Tools.SkipApprovals {
+	if d.ApprovalRequired && !s.Policy.SkipApprovals {
 		if in.Key != "" {
-			old, err := s.Store.LookupToolCall(ctx, s.ID.Workload, in.Key)
+			old, err := s.Store.LookupToolCall(ctx, id.Workload, in.Key)
 			switch {
 			case err == nil:
 				return replayOf(old, in, argDigest)
@@ -171,8 +146,8 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 				return tool.Began{}, err
 			}
 		}
-		reqDigest := requestDigest(s.ID, target, canon)
-		a, err := s.Store.ConsumeApproval(ctx, s.ID.Workload, reqDigest)
+		reqDigest := requestDigest(id, target, canon)
+		a, err := s.Store.ConsumeApproval(ctx, id.Workload, reqDigest)
 		switch {
 		case err == nil:
 			approval = a.ID
@@ -180,8 +155,8 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 			return tool.Began{Policy: d}, fmt.Errorf("%w: approval %s was denied", tool.ErrDenied, a.ID)
 		case errors.Is(err, store.ErrApprovalNotFound), errors.Is(err, store.ErrApprovalPending):
 			// The cap is counted in the request's own transaction.
-			a, err = s.Store.RequestApprovalLimited(ctx, store.Approval{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID,
-				Action: policy.ActionToolCall, Target: target, Digest: reqDigest, Arguments: canon}, s.Tools.ApprovalTTL, MaxPendingApprovals)
+			a, err = s.Store.RequestApprovalLimited(ctx, store.Approval{Workload: id.Workload, SandboxID: id.SandboxID,
+				Action: policy.ActionToolCall, Target: target, Digest: reqDigest, Arguments: canon}, s.Policy.ApprovalTTL, MaxPendingApprovals)
 			var limit *store.ApprovalLimitError
 			if errors.As(err, &limit) {
 				return tool.Began{Policy: d}, fmt.Errorf("%w: %v", tool.ErrDenied, limit)
@@ -195,13 +170,13 @@ func (s *LedgerServer) beginTool(ctx context.Context, in tool.Begin) (tool.Began
 		}
 	}
 	var since time.Time
-	if w := s.Tools.Window; w > 0 {
+	if w := s.Policy.Window; w > 0 {
 		// The same windows as the other budgets (store.Budget).
 		secs := max(int64(w/time.Second), 1)
 		since = time.Unix(time.Now().Unix()/secs*secs, 0)
 	}
-	c, err := s.Store.BeginToolCall(ctx, store.ToolCall{Workload: s.ID.Workload, SandboxID: s.ID.SandboxID, Key: in.Key,
-		Server: in.Server, Tool: in.Tool, Digest: argDigest, Arguments: canon, Approval: approval, Policy: d}, s.Tools.CallLimit, since)
+	c, err := s.Store.BeginToolCall(ctx, store.ToolCall{Workload: id.Workload, SandboxID: id.SandboxID, Key: in.Key,
+		Server: in.Server, Tool: in.Tool, Digest: argDigest, Arguments: canon, Approval: approval, Policy: d}, s.Policy.CallLimit, since)
 	var exists *store.CallExistsError
 	if errors.As(err, &exists) {
 		return replayOf(exists.Call, in, argDigest)
@@ -225,15 +200,15 @@ func replayOf(old store.ToolCall, in tool.Begin, argDigest string) (tool.Began, 
 	return tool.Began{Status: tool.StatusReplay, Call: old.ID, Policy: old.Policy, Result: old.Result, Receipt: old.ReceiptID}, nil
 }
 
-// awaitApproval waits (bounded) for this workload's approval id to be
+// Await waits (bounded) for this workload's approval id to be
 // decided and returns its state.
-func (s *LedgerServer) awaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
+func (s *Authority) Await(ctx context.Context, id string, wait time.Duration) (string, error) {
 	wait = min(max(wait, 0), 10*time.Second)
 	deadline := time.Now().Add(wait)
 	for {
 		a, err := s.Store.Approval(ctx, id)
-		if err != nil || a.Workload != s.ID.Workload {
-			return "", fmt.Errorf("%w: approval %s not found", tool.ErrDenied, clipID(id))
+		if err != nil || a.Workload != s.Root.Identity().Workload {
+			return "", fmt.Errorf("%w: approval %s not found", tool.ErrDenied, clip(id))
 		}
 		if a.State != store.ApprovalPending || !time.Now().Before(deadline) {
 			return a.State, nil
@@ -242,18 +217,20 @@ func (s *LedgerServer) awaitApproval(ctx context.Context, id string, wait time.D
 	}
 }
 
-func clipID(id string) string {
+// clip bounds an identifier echoed in an error.
+func clip(id string) string {
 	if len(id) > 40 {
 		return id[:40] + "…"
 	}
 	return id
 }
 
-// endTool records the outcome and the receipt, with the identity, key,
+// End records the outcome and the receipt, with the identity, key,
 // policy decision and approval this side stored at begin.
-func (s *LedgerServer) endTool(ctx context.Context, e tool.End) (int64, error) {
+func (s *Authority) End(ctx context.Context, e tool.End) (int64, error) {
+	me := s.Root.Identity()
 	rc := e.Receipt
-	rc.Identity = s.ID
+	rc.Identity = me
 	rc.Broker, rc.Action = tool.Name, "tools/call"
 	rc.Decision = crossing.Allow
 	if e.Result != nil && !json.Valid(e.Result) {
@@ -264,66 +241,14 @@ func (s *LedgerServer) endTool(ctx context.Context, e tool.End) (int64, error) {
 		rc.ResultDigest = tool.Digest(e.Result)
 	}
 	ambiguous := e.Outcome == tool.OutcomeAmbiguous
-	id, call, err := s.Store.EndToolCall(ctx, e.Call, s.ID.SandboxID, e.Outcome, ambiguous, e.Result, rc)
+	id, call, err := s.Store.EndToolCall(ctx, e.Call, me.SandboxID, e.Outcome, ambiguous, e.Result, rc)
 	if err != nil {
 		return 0, err
 	}
 	if call.Approval != "" {
 		if err := s.Store.SetApprovalReceipt(ctx, call.Approval, id); err != nil {
-			s.log().Warn("link approval to its receipt", "approval", call.Approval, "err", err)
+			s.Root.Logger().Warn("link approval to its receipt", "approval", call.Approval, "err", err)
 		}
 	}
 	return id, nil
-}
-
-func (s *LedgerServer) log() *slog.Logger {
-	if s.Logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return s.Logger
-}
-
-// toolError maps a tool refusal kind back to its error on the gateway's
-// side; nil for other kinds.
-func toolError(resp ledgerResp) error {
-	var base error
-	switch resp.Kind {
-	case kindKeyReused:
-		base = tool.ErrKeyReused
-	case kindInProgress:
-		base = tool.ErrInProgress
-	case kindQuarantined:
-		base = tool.ErrQuarantined
-	case kindApprovalDenied:
-		base = tool.ErrDenied
-	default:
-		return nil
-	}
-	return fmt.Errorf("%w: %s", base, resp.Err)
-}
-
-var _ tool.Ledger = (*ledgerClient)(nil)
-
-func (c *ledgerClient) Filter(ctx context.Context, refs []tool.Ref) ([]bool, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_filter", Tools: refs})
-	return resp.Allowed, err
-}
-
-func (c *ledgerClient) Begin(ctx context.Context, b tool.Begin) (tool.Began, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_begin", Begin: &b})
-	var out tool.Began
-	if resp.Began != nil {
-		out = *resp.Began
-	}
-	return out, err
-}
-
-func (c *ledgerClient) AwaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_await", Approval: id, Wait: wait})
-	return resp.ApprovalState, err
-}
-
-func (c *ledgerClient) End(ctx context.Context, e tool.End) (int64, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "tool_end", End: &e})
-	return resp.ReceiptID, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,7 +32,7 @@ permit(principal, action == Action::"tool.call", resource == Tool::"fs/write");
 forbid(principal, action == Action::"tool.call", resource == Tool::"fs/delete");
 `
 
-func policyServer(t *testing.T) (*LedgerServer, *ledgerClient, *store.Store) {
+func policyServer(t *testing.T) (*Authority, *testClient, *store.Store) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "p.cedar")
 	if err := os.WriteFile(f, []byte(testPolicy), 0o644); err != nil {
@@ -44,12 +43,9 @@ func policyServer(t *testing.T) (*LedgerServer, *ledgerClient, *store.Store) {
 		t.Fatal(err)
 	}
 	st := testStore(t)
-	a, b := net.Pipe()
-	t.Cleanup(func() { a.Close() })
-	srv := &LedgerServer{Store: st, ID: crossing.Identity{Workload: "w", Tenant: "t", Purpose: "p", SandboxID: "sb1"}, Policy: set,
+	srv := &Authority{Store: st, ID: crossing.Identity{Workload: "w", Tenant: "t", Purpose: "p", SandboxID: "sb1"}, Policy: set,
 		Tools: &ToolPolicy{Servers: map[string]bool{"fs": true, "other": true}, ApprovalTTL: time.Minute}}
-	go srv.Serve(b)
-	return srv, newLedgerClient(a), st
+	return srv, connect(t, srv), st
 }
 
 // Policy decides on the privileged side, with the sandbox's identity; a
@@ -222,7 +218,7 @@ func FuzzToolLedgerRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req ledgerReq
+		var req call
 		if json.Unmarshal(b, &req) != nil || !strings.HasPrefix(req.Op, "tool_") {
 			return
 		}
@@ -290,11 +286,8 @@ func TestToolLedgerApprovalBoundToSandbox(t *testing.T) {
 	if _, err := st.DecideApproval(ctx, b.Approval.ID, true, "test"); err != nil {
 		t.Fatal(err)
 	}
-	a2, b2 := net.Pipe()
-	defer a2.Close()
-	other := &LedgerServer{Store: st, ID: crossing.Identity{Workload: srv.ID.Workload, Tenant: srv.ID.Tenant, SandboxID: "sb2"}, Policy: srv.Policy, Tools: srv.Tools}
-	go other.Serve(b2)
-	oc := newLedgerClient(a2)
+	other := &Authority{Store: st, ID: crossing.Identity{Workload: srv.ID.Workload, Tenant: srv.ID.Tenant, SandboxID: "sb2"}, Policy: srv.Policy, Tools: srv.Tools}
+	oc := connect(t, other)
 	if ob, err := oc.Begin(ctx, tool.Begin{Server: "fs", Tool: "write", Arguments: args}); err != nil || ob.Status != tool.StatusApprovalPending {
 		t.Fatalf("another sandbox used the approval: %+v %v", ob, err)
 	}

@@ -1,10 +1,14 @@
-package gateway
+package authority
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -12,14 +16,43 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// maxStateOps bounds the state operations the privileged side serves at
-// once for one gateway.
-const maxStateOps = 32
+// Root is what the sandbox's authority (internal/gateway) gives the state
+// broker's trusted half: the sandbox's identity, policy decided with it
+// as the principal, approvals, and the sandbox's bound on denial
+// receipts. Implementations are safe for concurrent use.
+type Root interface {
+	Identity() crossing.Identity
+	// Decide asks policy; a refusal is crossing.ErrPolicyDenied with the
+	// decision that refused.
+	Decide(ask crossing.Ask) (*crossing.PolicyDecision, error)
+	// SkipApprovals: FULL_CONTROL_LAB, approval-required permits do not
+	// wait.
+	SkipApprovals() bool
+	// UseApproval consumes the approval of the exact operation (digest),
+	// or requests one showing shown; without a usable approval it
+	// returns crossing.ErrApprovalPending or crossing.ErrApprovalDenied.
+	UseApproval(ctx context.Context, d *crossing.PolicyDecision, action, target, digest string, shown any) (*crossing.ApprovalRef, error)
+	// AdmitDenial takes a token of the denial-receipt rate; dropped is
+	// how many were refused since the last one admitted.
+	AdmitDenial(now time.Time) (dropped int64, ok bool)
+	Logger() *slog.Logger
+}
 
-// StatePolicy is the privileged side's configuration of the state broker:
+// Authority is the state broker's trusted half for one sandbox: it checks
+// each operation again (the gateway process may be compromised), asks
+// policy, applies it to the sandbox's own scope in the store and writes
+// its receipt in the same transaction.
+type Authority struct {
+	Root  Root
+	Store *store.Store
+	// Policy bounds the scope; nil refuses every operation.
+	Policy *Policy
+}
+
+// Policy is the root side's configuration of the state broker:
 // the bounds of the sandbox's scope (its tenant, workload and purpose).
 // A quota or bound that is not positive refuses every write.
-type StatePolicy struct {
+type Policy struct {
 	QuotaBytes    int64 // keys and values the scope holds
 	QuotaEntries  int64 // entries the scope holds
 	MaxValueBytes int64 // one value; at most state.MaxValueBytesLimit
@@ -27,72 +60,20 @@ type StatePolicy struct {
 	Retention time.Duration
 }
 
-// Wire kinds of state refusals.
-const (
-	kindStateNotFound     = "state_not_found"
-	kindStatePrecondition = "state_precondition"
-	kindStateQuota        = "state_quota"
-	kindStateTooLarge     = "state_too_large"
-	kindStateInvalid      = "state_invalid"
-)
-
-// stateKinds maps each typed state refusal to its wire kind and back.
-var stateKinds = []struct {
-	err  error
-	kind string
-}{
-	{state.ErrNotFound, kindStateNotFound},
-	{state.ErrPrecondition, kindStatePrecondition},
-	{state.ErrQuota, kindStateQuota},
-	{state.ErrTooLarge, kindStateTooLarge},
-	{state.ErrInvalid, kindStateInvalid},
-}
-
-func stateErrKind(err error) string {
-	for _, k := range stateKinds {
-		if errors.Is(err, k.err) {
-			return k.kind
-		}
-	}
-	return errKind(err)
-}
-
-// StateScope is the store scope of a sandbox's identity: the scope is
+// Scope is the store scope of a sandbox's identity: the scope is
 // always the identity's, never anything the gateway sends.
-func StateScope(id crossing.Identity) store.StateScope {
+func Scope(id crossing.Identity) store.StateScope {
 	tenant := id.Tenant
 	if tenant == "" {
-		tenant = DefaultTenant
+		tenant = crossing.DefaultTenant
 	}
 	return store.StateScope{Tenant: tenant, Workload: id.Workload, Purpose: id.Purpose}
 }
 
-func (s *LedgerServer) handleState(req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
-	// Every state operation writes one receipt (or a rate-limited
-	// denial): it needs a slot of the receipt budget (crossbudget.go).
-	if err := s.admitCrossing(true, s.recordNow); err != nil {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
-		return resp
-	}
-	defer s.receipts.end(true) // a denial the bucket dropped still counts: conservative
-	var r state.Request
-	if req.State != nil {
-		r = *req.State
-	}
-	r.Op = req.Op[len("state_"):] // the op is the message's, whatever the payload says
-	out, err := s.stateOp(context.Background(), r)
-	resp.StateResp = &out
-	if err != nil {
-		resp.Err, resp.Kind = err.Error(), stateErrKind(err)
-	}
-	return resp
-}
-
-// stateAsk checks r as the broker does (the gateway may be compromised)
+// Ask checks r as the broker does (the gateway may be compromised)
 // and returns its policy question: the action, and the resource id — the
 // key, or state.ScopeTarget for the whole scope.
-func (sp *StatePolicy) stateAsk(r state.Request) (string, string, error) {
+func (sp *Policy) Ask(r state.Request) (string, string, error) {
 	conds := 0
 	for _, c := range []bool{r.IfMatch != 0, r.IfExists, r.IfAbsent} {
 		if c {
@@ -141,36 +122,37 @@ func (sp *StatePolicy) stateAsk(r state.Request) (string, string, error) {
 		}
 		return policy.ActionStateRead, state.ScopeTarget, nil
 	}
-	return "", "", fmt.Errorf("%w: unknown operation %q", state.ErrInvalid, clipID(r.Op))
+	return "", "", fmt.Errorf("%w: unknown operation %q", state.ErrInvalid, clip(r.Op))
 }
 
-// stateOp runs one state operation: checks, policy, then the store, which
+// Do runs one state operation: checks, policy, then the store, which
 // records the receipt in the operation's own transaction. A refusal is
 // recorded as a denial (rate-limited like every denial).
-func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Response, error) {
+func (s *Authority) Do(ctx context.Context, r state.Request) (state.Response, error) {
 	start := time.Now()
-	rc := crossing.Receipt{Time: start.UTC(), Identity: s.ID, Broker: state.Name, Action: r.Op, Target: state.ScopeTarget}
+	id := s.Root.Identity()
+	rc := crossing.Receipt{Time: start.UTC(), Identity: id, Broker: state.Name, Action: r.Op, Target: state.ScopeTarget}
 	var out state.Response
 	deny := func(err error) (state.Response, error) {
-		s.recordStateDenial(ctx, rc, start, err)
+		s.recordDenial(ctx, rc, start, err)
 		return out, err
 	}
-	sp := s.State
+	sp := s.Policy
 	if sp == nil {
 		return deny(fmt.Errorf("%w: this sandbox has no managed state", crossing.ErrPolicyDenied))
 	}
-	action, target, err := sp.stateAsk(r)
+	action, target, err := sp.Ask(r)
 	if err != nil {
 		return deny(err)
 	}
 	rc.Target = target
-	d, err := s.decide(crossing.Ask{Action: action, Resource: "State", Target: target})
+	d, err := s.Root.Decide(crossing.Ask{Action: action, Resource: "State", Target: target})
 	rc.Policy = d
 	if err != nil {
 		return deny(err)
 	}
-	if d.ApprovalRequired && !s.skipApprovals() {
-		ref, err := s.useApproval(ctx, d, action, target, stateDigest(s.ID, action, target, r), stateShown(r))
+	if d.ApprovalRequired && !s.Root.SkipApprovals() {
+		ref, err := s.Root.UseApproval(ctx, d, action, target, digestOf(id, action, target, r), shownOf(r))
 		out.Approval = ref
 		if err != nil {
 			return deny(err)
@@ -179,7 +161,7 @@ func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Resp
 	}
 	rc.Decision, rc.Reason = crossing.Allow, r.Op+" "+target
 	rc.Duration = time.Since(start) // to the store: the receipt is written in the operation's transaction
-	sc := StateScope(s.ID)
+	sc := Scope(id)
 	usage := func(u store.StateUsage) *state.Usage {
 		return &state.Usage{Bytes: u.Bytes, Entries: u.Entries, QuotaBytes: sp.QuotaBytes, QuotaEntries: sp.QuotaEntries,
 			MaxValueBytes: sp.MaxValueBytes, RetentionSeconds: int64(sp.Retention / time.Second)}
@@ -200,7 +182,7 @@ func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Resp
 			return deny(fmt.Errorf("%w: this scope has no quota", state.ErrQuota))
 		}
 		lim := store.StateLimits{QuotaBytes: sp.QuotaBytes, QuotaEntries: sp.QuotaEntries, Retention: sp.Retention}
-		w := store.StateWrite{Key: r.Key, Value: r.Value, SandboxID: s.ID.SandboxID, IfMatch: r.IfMatch, IfExists: r.IfExists, IfAbsent: r.IfAbsent}
+		w := store.StateWrite{Key: r.Key, Value: r.Value, SandboxID: id.SandboxID, IfMatch: r.IfMatch, IfExists: r.IfExists, IfAbsent: r.IfAbsent}
 		var e store.StateEntry
 		e, out.Created, out.Receipt, err = s.Store.PutState(ctx, sc, w, lim, &rc)
 		if err == nil {
@@ -234,7 +216,7 @@ func (s *LedgerServer) stateOp(ctx context.Context, r state.Request) (state.Resp
 	case err == nil:
 		if rc.Approval != "" && out.Receipt != 0 {
 			if err := s.Store.SetApprovalReceipt(ctx, rc.Approval, out.Receipt); err != nil {
-				s.log().Warn("link approval to its receipt", "approval", rc.Approval, "err", err)
+				s.Root.Logger().Warn("link approval to its receipt", "approval", rc.Approval, "err", err)
 			}
 		}
 		return out, nil
@@ -265,10 +247,10 @@ func staleText(current int64) string {
 
 // recordStateDenial records a refused state operation, rate-limited like
 // every denial; a store that cannot record it is logged.
-func (s *LedgerServer) recordStateDenial(ctx context.Context, rc crossing.Receipt, start time.Time, why error) {
+func (s *Authority) recordDenial(ctx context.Context, rc crossing.Receipt, start time.Time, why error) {
 	rc.Decision, rc.Reason, rc.Duration = crossing.Deny, why.Error(), time.Since(start)
 	rc.RequestDigest, rc.ResultDigest, rc.BytesIn, rc.BytesOut = "", "", 0, 0
-	dropped, ok := s.denials.admit(time.Now())
+	dropped, ok := s.Root.AdmitDenial(time.Now())
 	if !ok {
 		return
 	}
@@ -276,7 +258,7 @@ func (s *LedgerServer) recordStateDenial(ctx context.Context, rc crossing.Receip
 		rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 	}
 	if _, err := s.Store.RecordReceipt(ctx, rc); err != nil {
-		s.log().Warn("record state denial", "err", err)
+		s.Root.Logger().Warn("record state denial", "err", err)
 	}
 }
 
@@ -286,20 +268,62 @@ func entryOf(e store.StateEntry) *state.Entry {
 		Provenance: state.Provenance{SandboxID: e.SandboxID, Written: e.Updated, Receipt: e.ReceiptID, Trust: state.TrustAgent}}
 }
 
-var _ state.Ledger = (*ledgerClient)(nil)
+// digestOf binds a state operation's approval to the exact operation:
+// its key (or the scope), the operation, the digest of the value written
+// and every precondition and listing bound.
+func digestOf(id crossing.Identity, action, target string, r state.Request) string {
+	return crossing.ApprovalDigest(id, action, target, exactOf(r))
+}
 
-// State sends one state operation to the privileged side and maps its
-// refusal kind back to the typed error.
-func (c *ledgerClient) State(ctx context.Context, r state.Request) (state.Response, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "state_" + r.Op, State: &r})
-	var out state.Response
-	if resp.StateResp != nil {
-		out = *resp.StateResp
+type exactRequest struct {
+	Op          string `json:"operation"`
+	Key         string `json:"key,omitempty"`
+	ValueDigest string `json:"value_digest,omitempty"`
+	ValueBytes  int    `json:"value_bytes,omitempty"`
+	IfMatch     int64  `json:"if_match,omitempty"`
+	IfExists    bool   `json:"if_exists,omitempty"`
+	IfAbsent    bool   `json:"if_absent,omitempty"`
+	Prefix      string `json:"prefix,omitempty"`
+	After       string `json:"after,omitempty"`
+	Limit       int    `json:"limit,omitempty"`
+}
+
+func exactOf(r state.Request) exactRequest {
+	x := exactRequest{Op: r.Op, Key: r.Key, IfMatch: r.IfMatch, IfExists: r.IfExists, IfAbsent: r.IfAbsent,
+		Prefix: r.Prefix, After: r.After, Limit: r.Limit}
+	if r.Op == state.OpPut {
+		x.ValueDigest, x.ValueBytes = digest(r.Value), len(r.Value)
 	}
-	for _, k := range stateKinds {
-		if resp.Kind == k.kind {
-			return out, fmt.Errorf("%w: %s", k.err, resp.Err)
-		}
+	return x
+}
+
+// maxShownValue bounds the value of a put shown to an approver as text.
+const maxShownValue = 4 << 10
+
+// shownOf is what the approver reads: the exact operation, and a put's
+// value when it is short UTF-8 text.
+func shownOf(r state.Request) any {
+	x := struct {
+		exactRequest
+		Value *string `json:"value,omitempty"`
+	}{exactRequest: exactOf(r)}
+	if r.Op == state.OpPut && len(r.Value) <= maxShownValue && utf8.Valid(r.Value) {
+		v := string(r.Value)
+		x.Value = &v
 	}
-	return out, err
+	return x
+}
+
+// digest is "sha256:<hex>" of b.
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// clip bounds an identifier echoed in an error.
+func clip(id string) string {
+	if len(id) > 40 {
+		return id[:40] + "…"
+	}
+	return id
 }

@@ -9,14 +9,18 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
+	stateauthority "github.com/cordon-project/cordon/internal/broker/state/authority"
 	"github.com/cordon-project/cordon/internal/broker/tool"
+	toolauthority "github.com/cordon-project/cordon/internal/broker/tool/authority"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -35,7 +39,7 @@ const (
 	denyReceiptsBurst     = 200
 )
 
-type ledgerReq struct {
+type call struct {
 	ID      uint64                `json:"id"`
 	Op      string                `json:"op"` // reserve, settle, settle_record, record, tool_*, state_*
 	Broker  string                `json:"broker,omitempty"`
@@ -56,7 +60,7 @@ type ledgerReq struct {
 	State *state.Request `json:"state,omitempty"`
 }
 
-type ledgerResp struct {
+type reply struct {
 	ID    uint64               `json:"id"`
 	Res   crossing.Reservation `json:"res"`
 	State crossing.BudgetState `json:"state"`
@@ -71,10 +75,10 @@ type ledgerResp struct {
 	StateResp *state.Response `json:"state_resp,omitempty"`
 }
 
-// LedgerServer answers the gateway's ledger requests from the store. The
+// Authority answers the gateway's ledger requests from the store. The
 // identity of every request is the sandbox's, set here: the gateway
 // cannot spend or record for another workload.
-type LedgerServer struct {
+type Authority struct {
 	Store  *store.Store
 	ID     crossing.Identity
 	Budget store.Budget
@@ -102,6 +106,14 @@ type LedgerServer struct {
 	// approvals are the approvals used by open crossings (approvals.go).
 	approvals grants
 	mu        sync.Mutex
+	// toolOps and stateOps bound the operations served outside the
+	// batch, over every channel of the sandbox.
+	limitsOnce        sync.Once
+	toolOps, stateOps *semaphore.Weighted
+	// The brokers' trusted halves (halves.go).
+	halvesOnce sync.Once
+	stateAuth  *stateauthority.Authority
+	toolAuth   *toolauthority.Authority
 	// decided keeps the policy decision of each open reservation, so the
 	// receipt carries what this side decided, not what the gateway says.
 	decided map[int64]*crossing.PolicyDecision
@@ -135,94 +147,243 @@ func (b *bucket) admit(now time.Time) (int64, bool) {
 	return d, true
 }
 
-// Serve answers requests on conn until it closes. Requests are answered
-// in batches: whatever arrived while the previous batch was being written
-// is handled in one transaction (group commit), each under its own
-// savepoint.
-func (s *LedgerServer) Serve(conn net.Conn) {
+// Brokers the authority serves, each with the operations its channel may
+// send: the envelope's op and the internal operation it is served as. A
+// channel is bound to one broker; a message for another broker, or an
+// operation not in its broker's list, is refused.
+var brokerOps = map[string]map[string]string{
+	model.Name:  meteredOps,
+	egress.Name: meteredOps,
+	tool.Name: {
+		tool.OpFilter: "tool_filter", tool.OpBegin: "tool_begin", tool.OpAwait: "tool_await", tool.OpEnd: "tool_end",
+		crossing.OpRecord: "record",
+	},
+	// Every op of the state channel is a state operation: its trusted
+	// half refuses (and receipts) one it does not know.
+	state.Name: {},
+}
+
+// meteredOps are the operations of a metered crossing (model, egress).
+var meteredOps = map[string]string{
+	crossing.OpReserve: "reserve", crossing.OpSettle: "settle", crossing.OpSettleRecord: "settle_record", crossing.OpRecord: "record",
+}
+
+// Brokers are the brokers an Authority serves channels for, in the
+// order the gateway process gets their channels.
+var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name}
+
+// Serve answers the requests of one authority channel, bound to broker,
+// until conn closes. One Authority serves every channel of its sandbox
+// at once (one per broker; the budgets, receipt bounds and approvals are
+// the sandbox's, shared); each message must name the channel's broker
+// and one of its operations, or it is refused. Metered requests are
+// answered in batches: whatever arrived while the previous batch was
+// being written is handled in one transaction (group commit), each under
+// its own savepoint.
+func (s *Authority) Serve(conn net.Conn, broker string) {
+	ops, ok := brokerOps[broker]
+	if !ok {
+		s.log().Error("authority: no such broker; the channel is closed", "broker", broker)
+		conn.Close()
+		return
+	}
+	s.initLimits()
 	var wmu sync.Mutex
-	reply := func(resp ledgerResp) {
-		b, _ := json.Marshal(resp)
+	send := func(req call, resp reply) {
+		b, _ := json.Marshal(encodeReply(req, resp))
 		wmu.Lock()
 		_, _ = conn.Write(b)
 		wmu.Unlock()
 	}
-	reqs := make(chan ledgerReq, maxLedgerInFlight)
+	reqs := make(chan call, maxLedgerInFlight)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.batches(reqs, reply)
+		s.batches(reqs, send)
 	}()
 	defer func() {
 		close(reqs)
 		<-done
 	}()
-	tools := semaphore.NewWeighted(maxToolOps)
-	states := semaphore.NewWeighted(maxStateOps)
-	buf := make([]byte, maxLedgerMessage)
+	buf := make([]byte, wire.MaxMessage)
 	for {
 		n, err := conn.Read(buf)
 		if err != nil || n == 0 {
 			return
 		}
-		var req ledgerReq
-		if err := json.Unmarshal(buf[:n], &req); err != nil {
-			s.Logger.Error("ledger: malformed request from the gateway", "err", err)
+		var env wire.Request
+		if err := json.Unmarshal(buf[:n], &env); err != nil {
+			s.log().Error("authority: malformed request from the gateway", "broker", broker, "err", err)
 			return
 		}
-		if req.Op == "ready" {
-			if s.Ready != nil {
-				close(s.Ready)
-				s.Ready = nil
-			}
+		if env.Op == wire.OpReady {
+			s.ready()
 			continue
 		}
-		if strings.HasPrefix(req.Op, "tool_") {
-			// Tool operations may wait (for an approval): never in the batch.
-			if !tools.TryAcquire(1) {
-				reply(ledgerResp{ID: req.ID, Err: "too many tool operations in flight", Kind: "unavailable"})
-				continue
-			}
-			go func() {
-				defer tools.Release(1)
-				reply(s.handleTool(req))
-			}()
+		req, err := decodeCall(env, broker, ops)
+		if err != nil {
+			send(req, reply{ID: env.ID, Err: err.Error(), Kind: wire.Kind(err)})
 			continue
 		}
-		if s.needsApproval(req) {
-			// Using an approval is its own transaction: never in the batch.
-			if !tools.TryAcquire(1) {
-				reply(ledgerResp{ID: req.ID, Err: "too many operations in flight", Kind: "unavailable"})
-				continue
-			}
-			go func() {
-				defer tools.Release(1)
-				reply(s.reserveApproved(req))
-			}()
-			continue
-		}
-		if strings.HasPrefix(req.Op, "state_") {
-			// Each state operation is its own transaction, with its receipt.
-			if !states.TryAcquire(1) {
-				reply(ledgerResp{ID: req.ID, Err: "too many state operations in flight", Kind: "unavailable"})
-				continue
-			}
-			go func() {
-				defer states.Release(1)
-				reply(s.handleState(req))
-			}()
-			continue
-		}
-		reqs <- req
+		s.dispatch(req, reqs, send)
 	}
+}
+
+// ready closes Ready once, when a channel reports the gateway serves.
+func (s *Authority) ready() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Ready != nil {
+		close(s.Ready)
+		s.Ready = nil
+	}
+}
+
+// initLimits makes the bounds of operations in flight, shared by every
+// channel of the sandbox.
+func (s *Authority) initLimits() {
+	s.limitsOnce.Do(func() {
+		s.toolOps = semaphore.NewWeighted(maxToolOps)
+		s.stateOps = semaphore.NewWeighted(maxStateOps)
+	})
+}
+
+// dispatch serves req: tool operations, approvals and state operations
+// each on their own (bounded), metered ones in the batch.
+func (s *Authority) dispatch(req call, batch chan<- call, send func(call, reply)) {
+	alone := func(sem *semaphore.Weighted, what string, serve func(call) reply) {
+		if !sem.TryAcquire(1) {
+			send(req, reply{ID: req.ID, Err: "too many " + what + " in flight", Kind: wire.KindUnavailable})
+			return
+		}
+		go func() {
+			defer sem.Release(1)
+			send(req, serve(req))
+		}()
+	}
+	switch {
+	case strings.HasPrefix(req.Op, "tool_"):
+		// Tool operations may wait (for an approval): never in the batch.
+		alone(s.toolOps, "tool operations", s.handleTool)
+	case s.needsApproval(req):
+		// Using an approval is its own transaction: never in the batch.
+		alone(s.toolOps, "operations", s.reserveApproved)
+	case strings.HasPrefix(req.Op, "state_"):
+		// Each state operation is its own transaction, with its receipt.
+		alone(s.stateOps, "state operations", s.handleState)
+	default:
+		batch <- req
+	}
+}
+
+// decodeCall checks env against the channel's broker and decodes its
+// body. The broker is the channel's, never the message's.
+func decodeCall(env wire.Request, broker string, ops map[string]string) (call, error) {
+	req := call{ID: env.ID, Broker: broker}
+	if env.Broker != broker {
+		return req, fmt.Errorf("%w: this channel serves the %s broker, not %q", crossing.ErrPolicyDenied, broker, clipID(env.Broker))
+	}
+	op, ok := ops[env.Op]
+	if _, metered := meteredOps[env.Op]; broker == state.Name && !metered {
+		// The state broker's trusted half writes every state receipt
+		// itself: the channel has no metered operations.
+		op, ok = "state_"+env.Op, true
+	}
+	if !ok {
+		return req, fmt.Errorf("unknown %s operation %q", broker, clipID(env.Op))
+	}
+	req.Op = op
+	body := env.Body
+	if len(body) == 0 {
+		body = []byte("{}")
+	}
+	var err error
+	switch op {
+	case "reserve":
+		var b crossing.ReserveRequest
+		err = json.Unmarshal(body, &b)
+		req.Want, req.Streams, req.Ask = b.Want, b.Streams, b.Ask
+	case "settle", "settle_record":
+		var b struct {
+			Res     *crossing.Reservation `json:"res"`
+			Used    crossing.Amount       `json:"used"`
+			Receipt *crossing.Receipt     `json:"receipt"`
+		}
+		err = json.Unmarshal(body, &b)
+		req.Res, req.Used, req.Receipt = b.Res, b.Used, b.Receipt
+	case "record":
+		var b struct {
+			Receipt *crossing.Receipt `json:"receipt"`
+		}
+		err = json.Unmarshal(body, &b)
+		req.Receipt = b.Receipt
+	case "tool_filter":
+		var b tool.FilterRequest
+		err = json.Unmarshal(body, &b)
+		req.Tools = b.Tools
+	case "tool_begin":
+		req.Begin = new(tool.Begin)
+		err = json.Unmarshal(body, req.Begin)
+	case "tool_await":
+		var b tool.AwaitRequest
+		err = json.Unmarshal(body, &b)
+		req.Approval, req.Wait = b.Approval, b.Wait
+	case "tool_end":
+		req.End = new(tool.End)
+		err = json.Unmarshal(body, req.End)
+	default: // state_*
+		req.State = new(state.Request)
+		err = json.Unmarshal(body, req.State)
+	}
+	if err != nil {
+		return req, fmt.Errorf("%w: malformed %s %s request: %v", crossing.ErrPolicyDenied, broker, env.Op, err)
+	}
+	return req, nil
+}
+
+// encodeReply is resp in the envelope, its body the answer to req's op.
+func encodeReply(req call, resp reply) wire.Response {
+	out := wire.Response{ID: resp.ID}
+	if resp.Err != "" {
+		kind := resp.Kind
+		if kind == "" {
+			kind = wire.KindUnavailable
+		}
+		out.Error = &wire.Error{Kind: kind, Message: resp.Err}
+	}
+	var body any
+	switch req.Op {
+	case "reserve":
+		body = crossing.ReserveResponse{Res: resp.Res, State: resp.State}
+	case "settle", "settle_record":
+		body = crossing.SettleResponse{State: resp.State}
+	case "tool_filter":
+		body = tool.FilterResponse{Allowed: resp.Allowed}
+	case "tool_begin":
+		if resp.Began != nil {
+			body = resp.Began
+		}
+	case "tool_await":
+		body = tool.AwaitResponse{State: resp.ApprovalState}
+	case "tool_end":
+		body = tool.EndResponse{Receipt: resp.ReceiptID}
+	default:
+		if resp.StateResp != nil {
+			body = resp.StateResp
+		}
+	}
+	if body != nil {
+		out.Body, _ = json.Marshal(body)
+	}
+	return out
 }
 
 // maxLedgerBatch bounds the requests committed together.
 const maxLedgerBatch = 64
 
-func (s *LedgerServer) batches(reqs <-chan ledgerReq, reply func(ledgerResp)) {
+func (s *Authority) batches(reqs <-chan call, send func(call, reply)) {
 	for first := range reqs {
-		batch := []ledgerReq{first}
+		batch := []call{first}
 	drain:
 		for len(batch) < maxLedgerBatch {
 			select {
@@ -235,7 +396,7 @@ func (s *LedgerServer) batches(reqs <-chan ledgerReq, reply func(ledgerResp)) {
 				break drain
 			}
 		}
-		resps := make([]ledgerResp, len(batch))
+		resps := make([]reply, len(batch))
 		err := s.Store.Batch(context.Background(), func(tx *store.Tx) {
 			for i, r := range batch {
 				resps[i] = s.handle(tx, r)
@@ -243,9 +404,9 @@ func (s *LedgerServer) batches(reqs <-chan ledgerReq, reply func(ledgerResp)) {
 		})
 		for i := range resps {
 			if err != nil {
-				resps[i] = ledgerResp{ID: batch[i].ID, Err: err.Error(), Kind: "unavailable"}
+				resps[i] = reply{ID: batch[i].ID, Err: err.Error(), Kind: wire.KindUnavailable}
 			}
-			reply(resps[i])
+			send(batch[i], resps[i])
 		}
 	}
 }
@@ -259,8 +420,8 @@ type ledgerOps interface {
 	Record(rc crossing.Receipt) (int64, error)
 }
 
-func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
-	resp := ledgerResp{ID: req.ID}
+func (s *Authority) handle(ops ledgerOps, req call) reply {
+	resp := reply{ID: req.ID}
 	var err error
 	switch req.Op {
 	case "reserve":
@@ -349,6 +510,11 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		}
 		rc := *req.Receipt
 		rc.Identity = s.ID
+		if rc.Broker != req.Broker {
+			// A channel records its own broker's receipts only.
+			err = fmt.Errorf("%w: record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
+			break
+		}
 		if rc.Broker == state.Name {
 			// The privileged side writes every state receipt itself.
 			err = errors.New("record: state receipts come only from state operations")
@@ -400,154 +566,7 @@ func (s *LedgerServer) handle(ops ledgerOps, req ledgerReq) ledgerResp {
 		err = fmt.Errorf("unknown ledger op %q", req.Op)
 	}
 	if err != nil {
-		resp.Err, resp.Kind = err.Error(), errKind(err)
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 	}
 	return resp
-}
-
-// errKind is the wire kind of a refusal; the client maps it back.
-func errKind(err error) string {
-	switch {
-	case errors.Is(err, crossing.ErrBudgetExceeded):
-		return "budget"
-	case errors.Is(err, crossing.ErrPolicyDenied):
-		return "policy"
-	case errors.Is(err, tool.ErrKeyReused):
-		return kindKeyReused
-	case errors.Is(err, tool.ErrInProgress):
-		return kindInProgress
-	case errors.Is(err, tool.ErrQuarantined):
-		return kindQuarantined
-	case errors.Is(err, tool.ErrDenied):
-		return kindApprovalDenied
-	case errors.Is(err, crossing.ErrApprovalPending):
-		return kindApprovalPending
-	case errors.Is(err, crossing.ErrApprovalDenied):
-		return kindCrossingApprovalDenied
-	}
-	return "unavailable"
-}
-
-// ledgerClient is the gateway's side: a crossing.Ledger over the socket.
-type ledgerClient struct {
-	conn    net.Conn
-	next    atomic.Uint64
-	mu      sync.Mutex
-	pending map[uint64]chan ledgerResp
-	closed  bool
-}
-
-var _ crossing.Ledger = (*ledgerClient)(nil)
-
-func newLedgerClient(conn net.Conn) *ledgerClient {
-	c := &ledgerClient{conn: conn, pending: map[uint64]chan ledgerResp{}}
-	go c.read()
-	return c
-}
-
-func (c *ledgerClient) read() {
-	buf := make([]byte, maxLedgerMessage)
-	for {
-		n, err := c.conn.Read(buf)
-		if err != nil || n == 0 {
-			break
-		}
-		var resp ledgerResp
-		if json.Unmarshal(buf[:n], &resp) != nil {
-			break
-		}
-		c.mu.Lock()
-		ch := c.pending[resp.ID]
-		delete(c.pending, resp.ID)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- resp
-		}
-	}
-	c.mu.Lock()
-	c.closed = true
-	for id, ch := range c.pending {
-		ch <- ledgerResp{ID: id, Err: "ledger connection closed", Kind: "unavailable"}
-		delete(c.pending, id)
-	}
-	c.mu.Unlock()
-}
-
-func (c *ledgerClient) call(ctx context.Context, req ledgerReq) (ledgerResp, error) {
-	req.ID = c.next.Add(1)
-	ch := make(chan ledgerResp, 1)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ledgerResp{}, fmt.Errorf("%w: ledger connection closed", crossing.ErrUnavailable)
-	}
-	c.pending[req.ID] = ch
-	c.mu.Unlock()
-	b, err := json.Marshal(req)
-	if err == nil {
-		_, err = c.conn.Write(b)
-	}
-	if err != nil {
-		c.mu.Lock()
-		delete(c.pending, req.ID)
-		c.mu.Unlock()
-		return ledgerResp{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
-	}
-	select {
-	case resp := <-ch:
-		switch resp.Kind {
-		case "":
-			return resp, nil
-		case "budget":
-			return resp, fmt.Errorf("%w: %s", crossing.ErrBudgetExceeded, resp.Err)
-		case "policy":
-			return resp, fmt.Errorf("%w: %s", crossing.ErrPolicyDenied, resp.Err)
-		default:
-			if err := toolError(resp); err != nil {
-				return resp, err
-			}
-			if err := approvalError(resp); err != nil {
-				return resp, err
-			}
-			return resp, fmt.Errorf("%w: %s", crossing.ErrUnavailable, resp.Err)
-		}
-	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.pending, req.ID)
-		c.mu.Unlock()
-		return ledgerResp{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, ctx.Err())
-	}
-}
-
-func (c *ledgerClient) Reserve(ctx context.Context, _ crossing.Identity, broker string, want crossing.Amount, streams int64) (crossing.Reservation, crossing.BudgetState, error) {
-	req := ledgerReq{Op: "reserve", Broker: broker, Want: want, Streams: streams}
-	if a, ok := crossing.AskFrom(ctx); ok {
-		req.Ask = &a
-	}
-	resp, err := c.call(ctx, req)
-	return resp.Res, resp.State, err
-}
-
-func (c *ledgerClient) Settle(ctx context.Context, r crossing.Reservation, used crossing.Amount) (crossing.BudgetState, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "settle", Res: &r, Used: used})
-	return resp.State, err
-}
-
-func (c *ledgerClient) SettleRecord(ctx context.Context, r crossing.Reservation, used crossing.Amount, rc crossing.Receipt) (crossing.BudgetState, error) {
-	resp, err := c.call(ctx, ledgerReq{Op: "settle_record", Res: &r, Used: used, Receipt: &rc})
-	return resp.State, err
-}
-
-var _ crossing.SettleRecorder = (*ledgerClient)(nil)
-
-func (c *ledgerClient) Record(ctx context.Context, rc crossing.Receipt) error {
-	_, err := c.call(ctx, ledgerReq{Op: "record", Receipt: &rc})
-	return err
-}
-
-// ready tells the ledger server the gateway serves its listeners.
-func (c *ledgerClient) ready() error {
-	b, _ := json.Marshal(ledgerReq{Op: "ready"})
-	_, err := c.conn.Write(b)
-	return err
 }

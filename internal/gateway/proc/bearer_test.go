@@ -1,4 +1,4 @@
-package gateway
+package proc
 
 import (
 	"net/http"

@@ -1,8 +1,9 @@
-package gateway
+package proc
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 )
 
 // secrets is the gateway's copy of the custodied values.
@@ -61,11 +63,11 @@ func ChildMain() int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail("dumpable", err)
 	}
-	b, err := io.ReadAll(io.LimitReader(os.NewFile(configFD, "config"), 16<<20))
+	b, err := io.ReadAll(io.LimitReader(os.NewFile(ConfigFD, "config"), 16<<20))
 	if err != nil {
 		return fail("read config", err)
 	}
-	var cfg ChildConfig
+	var cfg Config
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fail("parse config", err)
 	}
@@ -73,23 +75,36 @@ func ChildMain() int {
 	if err := landlock.V5.BestEffort().RestrictPaths(landlock.RODirs("/")); err != nil {
 		return fail("landlock", err)
 	}
-	lconn, err := net.FileConn(os.NewFile(ledgerFD, "ledger"))
-	if err != nil {
-		return fail("ledger", err)
+	channels := map[string]*wire.Client{}
+	for i, broker := range cfg.Channels {
+		conn, err := net.FileConn(os.NewFile(uintptr(FirstChannelFD+i), "authority-"+broker))
+		if err != nil {
+			return fail("authority channel "+broker, err)
+		}
+		channels[broker] = wire.NewClient(conn, broker)
 	}
-	ledger := newLedgerClient(lconn)
-	handlers, err := buildHandlers(cfg, ledger, log)
+	for _, broker := range []string{model.Name, egress.Name, tool.Name, state.Name} {
+		if channels[broker] == nil {
+			return fail("authority channel "+broker, errors.New("missing"))
+		}
+	}
+	firstListen := FirstChannelFD + len(cfg.Channels)
+	callers := map[string]crossing.Caller{}
+	for b, c := range channels {
+		callers[b] = c
+	}
+	handlers, err := BuildHandlers(cfg, callers, log)
 	if err != nil {
 		return fail("brokers", err)
 	}
-	tctx, tcancel := context.WithTimeout(context.Background(), readyTimeout-time.Second)
-	tb, err := buildTools(tctx, cfg, ledger, log, firstListen+len(cfg.Listeners))
+	tctx, tcancel := context.WithTimeout(context.Background(), ReadyTimeout-time.Second)
+	tb, err := buildTools(tctx, cfg, tool.Remote{C: channels[tool.Name]}, log, firstListen+len(cfg.Listeners))
 	tcancel()
 	if err != nil {
 		return fail("tool broker", err)
 	}
 	handlers["tools"] = tb
-	if handlers["state"], err = state.New(state.Options{Ledger: ledger, Logger: log}); err != nil {
+	if handlers["state"], err = state.New(state.Options{Ledger: state.Remote{C: channels[state.Name]}, Logger: log}); err != nil {
 		return fail("state broker", err)
 	}
 	var servers []*http.Server
@@ -124,7 +139,7 @@ func ChildMain() int {
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	if err := ledger.ready(); err != nil {
+	if err := channels[model.Name].Ready(); err != nil {
 		return fail("report ready", err)
 	}
 	<-sigs
@@ -136,7 +151,9 @@ func ChildMain() int {
 	return 0
 }
 
-func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (map[string]http.Handler, error) {
+// BuildHandlers builds the model and egress brokers, each speaking to the
+// root side over its own authority channel in channels.
+func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Logger) (map[string]http.Handler, error) {
 	var routes []model.Route
 	for _, r := range cfg.Routes {
 		u, err := url.Parse(r.Upstream)
@@ -151,7 +168,7 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 	})
 	if len(routes) > 0 {
 		var err error
-		if mb, err = newModelBroker(routes, l, ledger, cfg, log); err != nil {
+		if mb, err = newModelBroker(routes, l, crossing.Remote{C: channels[model.Name]}, cfg, log); err != nil {
 			return nil, err
 		}
 	}
@@ -177,16 +194,16 @@ func buildHandlers(cfg ChildConfig, ledger crossing.Ledger, log *slog.Logger) (m
 			resolve[h] = append(resolve[h], ip)
 		}
 	}
-	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: ledger, Logger: log})
+	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: crossing.Remote{C: channels[egress.Name]}, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	return map[string]http.Handler{"model": mb, "egress": eb}, nil
 }
 
-func newModelBroker(routes []model.Route, l ModelLimits, ledger crossing.Ledger, cfg ChildConfig, log *slog.Logger) (http.Handler, error) {
+func newModelBroker(routes []model.Route, l ModelLimits, authority crossing.Authority, cfg Config, log *slog.Logger) (http.Handler, error) {
 	return model.New(model.Options{
-		Routes: routes, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log,
+		Routes: routes, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log,
 		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
 			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
 	})
@@ -195,7 +212,7 @@ func newModelBroker(routes []model.Route, l ModelLimits, ledger crossing.Ledger,
 // buildTools connects to every upstream tool server — stdio servers over
 // the pipes starting at descriptor fd, remote ones over streamable HTTP
 // with their credential — and builds the tool broker.
-func buildTools(ctx context.Context, cfg ChildConfig, ledger tool.Ledger, log *slog.Logger, fd int) (*tool.Broker, error) {
+func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, log *slog.Logger, fd int) (*tool.Broker, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
 	var ups []tool.Upstream
 	for _, ts := range cfg.Tools {
@@ -227,7 +244,7 @@ func buildTools(ctx context.Context, cfg ChildConfig, ledger tool.Ledger, log *s
 	}
 	l := cfg.ToolLimits
 	return tool.New(ctx, tool.Options{
-		Identity: cfg.Identity, Upstreams: ups, Ledger: ledger, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
+		Identity: cfg.Identity, Upstreams: ups, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
 		Limits:       tool.Limits{MaxFrameBytes: l.MaxFrameBytes, MaxArgumentBytes: l.MaxArgumentBytes, MaxResultBytes: l.MaxResultBytes},
 		ApprovalWait: l.ApprovalWait,
 	})
@@ -288,4 +305,10 @@ func (l *connLimit) connState(_ net.Conn, st http.ConnState) {
 	if st == http.StateClosed || st == http.StateHijacked {
 		<-l.sem
 	}
+}
+
+// FileListener turns a listener file into a net.Listener.
+func FileListener(f *os.File) (net.Listener, error) {
+	defer f.Close()
+	return net.FileListener(f)
 }

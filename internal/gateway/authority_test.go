@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -31,12 +32,9 @@ func testStore(t *testing.T) *store.Store {
 // gateway cannot spend another workload's budget or record for it.
 func TestLedgerIdentityIsTheSandboxes(t *testing.T) {
 	st := testStore(t)
-	a, b := net.Pipe()
-	defer a.Close()
 	id := crossing.Identity{Workload: "mine", Tenant: "t", Purpose: "p", SandboxID: "sb1"}
-	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{Requests: 1}}}
-	go srv.Serve(b)
-	c := newLedgerClient(a)
+	srv := &Authority{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{Requests: 1}}}
+	c := connect(t, srv)
 	ctx := modelAsk(context.Background())
 	forged := crossing.Identity{Workload: "victim", SandboxID: "other"}
 	r, _, err := c.Reserve(ctx, forged, "model", crossing.Amount{Requests: 1}, 0)
@@ -65,35 +63,46 @@ func TestLedgerIdentityIsTheSandboxes(t *testing.T) {
 // A closed ledger fails crossings as unavailable, never as allowed.
 func TestLedgerUnavailable(t *testing.T) {
 	a, b := net.Pipe()
-	c := newLedgerClient(a)
+	c := wire.NewClient(a, "model")
 	b.Close()
-	if _, _, err := c.Reserve(context.Background(), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0); !errors.Is(err, crossing.ErrUnavailable) {
+	if _, _, err := (crossing.Remote{C: c}).Reserve(context.Background(), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0); !errors.Is(err, crossing.ErrUnavailable) {
 		t.Fatalf("Reserve on a closed ledger = %v, want ErrUnavailable", err)
 	}
 }
 
-// FuzzLedgerRequest feeds the privileged side's decoder arbitrary bytes,
-// as a compromised gateway could.
-func FuzzLedgerRequest(f *testing.F) {
-	f.Add([]byte(`{"id":1,"op":"reserve","broker":"model","want":{"requests":1}}`))
-	f.Add([]byte(`{"id":2,"op":"settle","res":{"id":9}}`))
-	f.Add([]byte(`{"id":3,"op":"record","receipt":{"broker":"x"}}`))
+// FuzzAuthorityRequest feeds the root side's decoder arbitrary envelopes,
+// as a compromised gateway could, on every broker's channel: a message is
+// accepted only on its own broker's channel, and a metered operation
+// without its payload is refused.
+func FuzzAuthorityRequest(f *testing.F) {
+	f.Add([]byte(`{"id":1,"broker":"model","op":"reserve","body":{"want":{"requests":1}}}`))
+	f.Add([]byte(`{"id":2,"broker":"egress","op":"settle","body":{"res":{"id":9}}}`))
+	f.Add([]byte(`{"id":3,"broker":"tool","op":"record","body":{"receipt":{"broker":"x"}}}`))
+	f.Add([]byte(`{"id":4,"broker":"state","op":"put","body":{"key":"k","value":"dg=="}}`))
+	f.Add([]byte(`{"id":5,"broker":"model","op":"begin","body":{}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var req ledgerReq
-		if json.Unmarshal(b, &req) != nil {
+		var env wire.Request
+		if json.Unmarshal(b, &env) != nil {
 			return
 		}
-		srv := &LedgerServer{Store: nil, ID: crossing.Identity{Workload: "w"}}
-		if req.Op == "reserve" || req.Op == "settle" || req.Op == "record" || req.Op == "settle_record" {
-			if req.Op == "settle" && req.Res == nil || req.Op == "record" && req.Receipt == nil {
-				if resp := srv.handle(failingOps{}, req); resp.Err == "" {
-					t.Fatalf("handle(%s) without its payload succeeded", b)
+		for _, bound := range Brokers {
+			req, err := decodeCall(env, bound, brokerOps[bound])
+			_, _ = json.Marshal(encodeReply(req, reply{ID: req.ID, Err: "x"}))
+			if err != nil {
+				continue
+			}
+			if env.Broker != bound || req.Broker != bound {
+				t.Fatalf("decodeCall(%s) on the %s channel = %+v, want refused", b, bound, req)
+			}
+			srv := &Authority{Store: nil, ID: crossing.Identity{Workload: "w"}}
+			switch req.Op {
+			case "settle", "settle_record", "record":
+				if req.Op == "record" && req.Receipt == nil || req.Op != "record" && req.Res == nil {
+					if resp := srv.handle(failingOps{}, req); resp.Err == "" {
+						t.Fatalf("handle(%s) without its payload succeeded", b)
+					}
 				}
 			}
-			return
-		}
-		if resp := srv.handle(failingOps{}, req); resp.Err == "" || resp.Kind != "unavailable" {
-			t.Fatalf("handle(%s) = %+v, want an error", b, resp)
 		}
 	})
 }
@@ -109,11 +118,8 @@ func TestLedgerRefusesForeignSettleAndNegatives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := net.Pipe()
-	defer a.Close()
-	srv := &LedgerServer{Store: st, ID: crossing.Identity{Workload: "mine", SandboxID: "m1"}, Budget: bud}
-	go srv.Serve(b)
-	c := newLedgerClient(a)
+	srv := &Authority{Store: st, ID: crossing.Identity{Workload: "mine", SandboxID: "m1"}, Budget: bud}
+	c := connect(t, srv)
 	if _, err := c.Settle(ctx, crossing.Reservation{ID: vr.ID}, crossing.Amount{}); err == nil {
 		t.Fatal("settling another sandbox's reservation succeeded")
 	}
@@ -152,12 +158,9 @@ func TestDenialReceiptsRateLimited(t *testing.T) {
 // the receipt carrying the budget after the settlement.
 func TestLedgerSettleRecord(t *testing.T) {
 	st := testStore(t)
-	a, b := net.Pipe()
-	defer a.Close()
 	id := crossing.Identity{Workload: "mine", SandboxID: "sb1"}
-	srv := &LedgerServer{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 100}}}
-	go srv.Serve(b)
-	c := newLedgerClient(a)
+	srv := &Authority{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 100}}}
+	c := connect(t, srv)
 	ctx := modelAsk(context.Background())
 	r, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{OutputTokens: 50}, 0)
 	if err != nil {

@@ -1,0 +1,94 @@
+package proc
+
+import (
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// Argv0 makes the cordon binary act as the gateway process.
+const Argv0 = "cordon-gateway"
+
+// Fixed descriptors in the gateway process. After the channels come the
+// listeners (Config.Listeners), then two pipes per stdio tool server.
+const (
+	ConfigFD       = 3 // pipe: one JSON Config, then EOF
+	FirstChannelFD = 4 // SOCK_SEQPACKET authority channels, in Config.Channels order
+)
+
+// ReadyTimeout bounds the gateway's start, including listing every tool
+// server's tools.
+const ReadyTimeout = 30 * time.Second
+
+// Route is a model route as the gateway process receives it.
+type Route struct {
+	Name       string   `json:"name"`
+	API        string   `json:"api"`
+	Upstream   string   `json:"upstream"`
+	Credential string   `json:"credential"`
+	Models     []string `json:"models"`
+}
+
+// ModelLimits bound model requests and responses.
+type ModelLimits struct {
+	MaxRequestBytes      int64    `json:"max_request_bytes"`
+	MaxResponseBytes     int64    `json:"max_response_bytes"`
+	MaxAttachments       int      `json:"max_attachments"`
+	MaxAttachmentBytes   int64    `json:"max_attachment_bytes"`
+	AllowedMIME          []string `json:"allowed_mime"`
+	MaxConcurrentStreams int64    `json:"max_concurrent_streams"`
+}
+
+// EgressRule is one allowed host with its ports.
+type EgressRule struct {
+	Host  string `json:"host"`
+	Ports []int  `json:"ports"`
+}
+
+// Egress is the egress broker's configuration.
+type Egress struct {
+	Allow             []EgressRule        `json:"allow"`
+	UnsafeAllowRanges []string            `json:"unsafe_allow_ranges"`
+	Resolve           map[string][]string `json:"resolve"`
+}
+
+// ToolServer is one upstream MCP server as the gateway process gets it.
+type ToolServer struct {
+	Name    string        `json:"name"`
+	Allow   []string      `json:"allow,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// Stdio: the server runs in its own sandbox; the gateway speaks to it
+	// over two pipes (StartOptions.ToolPipes).
+	Stdio bool `json:"stdio,omitempty"`
+	// URL of a remote streamable-HTTP server; Credential names the secret
+	// sent to it as a bearer token.
+	URL        string `json:"url,omitempty"`
+	Credential string `json:"credential,omitempty"`
+}
+
+// ToolLimits bound MCP traffic.
+type ToolLimits struct {
+	MaxFrameBytes    int           `json:"max_frame_bytes,omitempty"`
+	MaxArgumentBytes int           `json:"max_argument_bytes,omitempty"`
+	MaxResultBytes   int           `json:"max_result_bytes,omitempty"`
+	ApprovalWait     time.Duration `json:"approval_wait,omitempty"`
+}
+
+// Config is everything the gateway process needs, sent on a pipe
+// (never argv or the environment: it carries the custodied secrets).
+type Config struct {
+	Identity   crossing.Identity `json:"identity"`
+	Routes     []Route           `json:"routes"`
+	Limits     ModelLimits       `json:"limits"`
+	Egress     Egress            `json:"egress"`
+	Tools      []ToolServer      `json:"tools,omitempty"`
+	ToolLimits ToolLimits        `json:"tool_limits"`
+	Secrets    map[string][]byte `json:"secrets"`
+	// Channels are the brokers whose authority channels the process
+	// gets, from FirstChannelFD in this order.
+	Channels []string `json:"channels"`
+	// Listeners are the listeners it gets after the channels, in this
+	// order: "model", "egress", "tools", "state".
+	Listeners []string `json:"listeners"`
+	Version   string   `json:"version,omitempty"`
+}

@@ -1,0 +1,51 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/cordon-project/cordon/internal/broker/state"
+	stateauthority "github.com/cordon-project/cordon/internal/broker/state/authority"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// maxStateOps bounds the state operations the privileged side serves at
+// once for one gateway.
+const maxStateOps = 32
+
+// StatePolicy is the root side's configuration of the state broker
+// (internal/broker/state/authority).
+type StatePolicy = stateauthority.Policy
+
+// StateScope is the store scope of a sandbox's identity: the scope is
+// always the identity's, never anything the gateway sends.
+func StateScope(id crossing.Identity) store.StateScope { return stateauthority.Scope(id) }
+
+// stateHalf is the state broker's trusted half of this sandbox.
+func (s *Authority) stateHalf() *stateauthority.Authority {
+	s.halvesOnce.Do(s.initHalves)
+	return s.stateAuth
+}
+
+func (s *Authority) handleState(req call) reply {
+	resp := reply{ID: req.ID}
+	// Every state operation writes one receipt (or a rate-limited
+	// denial): it needs a slot of the receipt budget (crossbudget.go).
+	if err := s.admitCrossing(true, s.recordNow); err != nil {
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
+		return resp
+	}
+	defer s.receipts.end(true) // a denial the bucket dropped still counts: conservative
+	var r state.Request
+	if req.State != nil {
+		r = *req.State
+	}
+	r.Op = req.Op[len("state_"):] // the op is the message's, whatever the payload says
+	out, err := s.stateHalf().Do(context.Background(), r)
+	resp.StateResp = &out
+	if err != nil {
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
+	}
+	return resp
+}

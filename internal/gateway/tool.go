@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/broker/tool"
+	toolauthority "github.com/cordon-project/cordon/internal/broker/tool/authority"
+	"github.com/cordon-project/cordon/internal/gateway/wire"
+)
+
+// maxToolOps bounds the tool operations the privileged side serves at
+// once (each may wait for an approval).
+const maxToolOps = 64
+
+// ToolPolicy is the root side's configuration of the tool broker
+// (internal/broker/tool/authority).
+type ToolPolicy = toolauthority.Policy
+
+// MaxPendingApprovals bounds a sandbox's approval requests waiting for a
+// human at once.
+const MaxPendingApprovals = toolauthority.MaxPendingApprovals
+
+// toolHalf is the tool broker's trusted half of this sandbox.
+func (s *Authority) toolHalf() *toolauthority.Authority {
+	s.halvesOnce.Do(s.initHalves)
+	return s.toolAuth
+}
+
+func (s *Authority) handleTool(req call) reply {
+	resp := reply{ID: req.ID}
+	if s.Tools == nil {
+		resp.Err, resp.Kind = "no tool servers are configured", wire.KindUnavailable
+		return resp
+	}
+	ctx := context.Background()
+	var err error
+	switch req.Op {
+	case "tool_filter":
+		// Policy work per listed tool, no receipt: rate only.
+		if err = s.receipts.rated(time.Now()); err != nil {
+			break
+		}
+		resp.Allowed = s.toolHalf().Filter(req.Tools)
+	case "tool_begin":
+		if req.Begin == nil {
+			err = errors.New("tool_begin without a call")
+			break
+		}
+		// A call that goes ahead writes its receipt at tool_end: it
+		// takes a slot of the receipt budget (crossbudget.go).
+		if err = s.admitCrossing(true, s.recordNow); err != nil {
+			break
+		}
+		var b tool.Began
+		b, err = s.toolHalf().Begin(ctx, *req.Begin)
+		resp.Began = &b
+		s.toolBegun(b, err)
+	case "tool_await":
+		resp.ApprovalState, err = s.toolHalf().Await(ctx, req.Approval, req.Wait)
+	case "tool_end":
+		if req.End == nil {
+			err = errors.New("tool_end without an outcome")
+			break
+		}
+		resp.ReceiptID, err = s.toolHalf().End(ctx, *req.End)
+		s.toolEnded(req.End.Call, err == nil)
+	default:
+		err = fmt.Errorf("unknown ledger op %q", req.Op)
+	}
+	if err != nil {
+		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
+	}
+	return resp
+}
+
+// clipID bounds an identifier echoed in an error.
+func clipID(id string) string {
+	if len(id) > 40 {
+		return id[:40] + "…"
+	}
+	return id
+}
