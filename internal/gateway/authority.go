@@ -90,8 +90,11 @@ type Authority struct {
 	Tools *ToolPolicy
 	// State bounds the sandbox's managed state; nil refuses state ops.
 	State *StatePolicy
-	// Ready is closed when the gateway reports it serves its listeners.
-	Ready chan struct{}
+	// Ready is closed when the gateway reports it serves its listeners:
+	// when ReadyWant channels (at least one) have each reported ready.
+	Ready     chan struct{}
+	ReadyWant int
+	readyFrom map[string]bool
 	// Crossings bound what the sandbox's crossings cost the host
 	// (crossbudget.go); the zero value limits nothing.
 	Crossings CrossingLimits
@@ -217,7 +220,7 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 			return
 		}
 		if env.Op == wire.OpReady {
-			s.ready()
+			s.ready(broker)
 			continue
 		}
 		req, err := decodeCall(env, broker, ops)
@@ -229,10 +232,18 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 	}
 }
 
-// ready closes Ready once, when a channel reports the gateway serves.
-func (s *Authority) ready() {
+// ready records that the channel of broker reports its process serves,
+// and closes Ready once ReadyWant channels have.
+func (s *Authority) ready(broker string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.readyFrom == nil {
+		s.readyFrom = map[string]bool{}
+	}
+	s.readyFrom[broker] = true
+	if len(s.readyFrom) < max(s.ReadyWant, 1) {
+		return
+	}
 	if s.Ready != nil {
 		close(s.Ready)
 		s.Ready = nil

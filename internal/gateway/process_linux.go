@@ -2,15 +2,13 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,16 +22,17 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// Argv0 makes the cordon binary act as the gateway process.
+// Argv0 makes the cordon binary act as a broker process; its first
+// argument names the broker.
 const Argv0 = proc.Argv0
 
-// DefaultUID is the gateway's uid when no per-sandbox one is given:
-// nobody. A per-sandbox uid (the top of the sandbox's leased range, which
-// no sandbox process runs as) keeps gateways of different sandboxes from
-// signalling each other.
+// DefaultUID is the broker processes' uid when no per-sandbox one is
+// given: nobody. A per-sandbox uid (the top of the sandbox's leased
+// range, which no sandbox process runs as) keeps gateways of different
+// sandboxes from signalling each other.
 const DefaultUID = 65534
 
-// The gateway process's configuration (proc.Config and its parts).
+// The broker processes' configuration (proc.Config and its parts).
 type (
 	ChildConfig = proc.Config
 	Route       = proc.Route
@@ -44,8 +43,8 @@ type (
 	ToolLimits  = proc.ToolLimits
 )
 
-// ToolPipe is the gateway's end of a stdio tool server: it writes
-// requests to In and reads responses from Out.
+// ToolPipe is the tool broker process's end of a stdio tool server: it
+// writes requests to In and reads responses from Out.
 type ToolPipe struct{ In, Out *os.File }
 
 // StartOptions configure one sandbox's gateway.
@@ -56,10 +55,10 @@ type StartOptions struct {
 	Budget     store.Budget
 	Logger     *slog.Logger
 	Stderr     io.Writer
-	// UID and GID the gateway process runs as; 0 means DefaultUID. Never
+	// UID and GID the broker processes run as; 0 means DefaultUID. Never
 	// root, never a uid a sandbox process uses.
 	UID, GID uint32
-	// Adopt, when set, places the gateway process in the sandbox's
+	// Adopt, when set, places each broker process in the sandbox's
 	// cgroups before it reads its configuration (so before any agent
 	// traffic): the agent cannot make its gateway exhaust the host.
 	Adopt func(pid int) error
@@ -70,8 +69,9 @@ type StartOptions struct {
 	// State bounds the sandbox's managed state (the state broker); nil
 	// refuses every state operation.
 	State *StatePolicy
-	// ToolPipes are the pipes of the Stdio entries of Config.Tools, in
-	// order; Start closes them in this process once handed over.
+	// ToolPipes are the pipes of the Stdio entries of the tool servers,
+	// in order; Start hands them to the tool broker process alone and
+	// closes them here.
 	ToolPipes []ToolPipe
 	// Crossings bound the host work and store growth of the sandbox's
 	// crossings (crossbudget.go); the zero value limits nothing.
@@ -85,14 +85,17 @@ const readyTimeout = proc.ReadyTimeout
 // DefaultApprovalTTL is how long an approval request stays open.
 const DefaultApprovalTTL = 15 * time.Minute
 
-// Process is a running gateway.
+// Process is a sandbox's running gateway: one unprivileged process per
+// broker (brokerproc_linux.go), each with its own listener, authority
+// channel, dialer channel and secrets.
 type Process struct {
-	cmd      *exec.Cmd
-	channels []net.Conn // the authority channels, one per broker
-	done     chan struct{}
-	store    *store.Store
-	id       crossing.Identity
-	log      *slog.Logger
+	procs   []*brokerProc
+	done    chan struct{} // closed when every broker process has ended
+	anyDone chan struct{} // closed when the first one ended
+	store   *store.Store
+	id      crossing.Identity
+	log     *slog.Logger
+	cancel  context.CancelFunc // ends the dialer servers
 
 	srv      *Authority
 	served   chan struct{} // closed when every authority channel was read to its end
@@ -102,7 +105,9 @@ type Process struct {
 }
 
 // Start opens the listeners in the sandbox's namespace and starts the
-// unprivileged gateway process that serves them.
+// unprivileged broker processes that serve them. The sandbox may start
+// only once Start returns: every broker process then serves; if any fails
+// to start, Start fails (the sandbox gets no partial way out).
 func Start(o StartOptions) (*Process, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -110,113 +115,94 @@ func Start(o StartOptions) (*Process, error) {
 	if o.UID == 0 || o.GID == 0 {
 		o.UID, o.GID = DefaultUID, DefaultUID
 	}
-	// No earlier gateway of this sandbox is alive (one per sandbox, and a
-	// restart stops the old one first): whatever it left open is lost.
-	if o.Store != nil {
-		lctx, cancel := context.WithTimeout(context.Background(), lostTimeout)
-		lost, err := o.Store.ChargeReservations(lctx, o.Config.Identity.SandboxID, o.Budget, nil)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("charge the crossings an earlier gateway left open: %w", err)
-		}
-		if len(lost) > 0 {
-			o.Logger.Warn("an earlier gateway of this sandbox left crossings open: charged in full", "sandbox", o.Config.Identity.SandboxID,
-				"crossings", len(lost), "reason", store.ReasonGatewayLost)
-		}
+	if err := chargeEarlier(o); err != nil {
+		return nil, err
 	}
-	ports := map[string]int{"model": ModelPort, "egress": EgressPort, "tools": ToolsPort, "state": StatePort}
-	o.Config.Listeners = []string{"model", "egress", "tools", "state"}
-	var ps []int
-	for _, n := range o.Config.Listeners {
-		ps = append(ps, ports[n])
-	}
-	lfiles, err := ListenInNetns(o.SandboxPid, ps)
+	specs, err := brokerSpecs(o)
 	if err != nil {
 		return nil, err
+	}
+	ports := make([]int, len(specs))
+	for i, s := range specs {
+		ports[i] = s.port
+	}
+	lfiles, err := ListenInNetns(o.SandboxPid, ports)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		specs[i].lfile = lfiles[i]
 	}
 	defer func() {
 		for _, f := range lfiles {
 			f.Close()
 		}
-	}()
-	// One authority channel per broker, each served bound to its broker.
-	o.Config.Channels = Brokers
-	conns, childEnds, err := channelPairs(len(o.Config.Channels))
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		for _, f := range childEnds {
-			f.Close()
-		}
-	}()
-	closeConns := func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		closeConns()
-		return nil, err
-	}
-	defer cfgR.Close()
-	stderr := o.Stderr
-	if stderr == nil {
-		stderr = os.Stderr
-	}
-	p := &Process{channels: conns, done: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger}
-	extra := append(append([]*os.File{cfgR}, childEnds...), lfiles...)
-	for _, tp := range o.ToolPipes {
-		extra = append(extra, tp.In, tp.Out)
-	}
-	defer func() {
 		for _, tp := range o.ToolPipes {
 			tp.In.Close()
 			tp.Out.Close()
 		}
 	}()
-	p.cmd = &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{Argv0}, Env: []string{},
-		Stderr: stderr, ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: o.UID, Gid: o.GID, Groups: []uint32{}},
-			Pdeathsig:  syscall.SIGKILL,
-			Setsid:     true,
-		},
-	}
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal follows the thread that forked: keep it.
-		runtime.LockOSThread()
-		err := p.cmd.Start()
-		started <- err
-		if err == nil {
-			_ = p.cmd.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Process{done: make(chan struct{}), anyDone: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger, cancel: cancel}
+	for i := range specs {
+		bp, err := spawnBroker(ctx, o, &specs[i])
+		if err != nil {
+			p.abort()
+			return nil, err
 		}
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		cfgW.Close()
-		closeConns()
-		return nil, fmt.Errorf("start the gateway process: %w", err)
+		p.procs = append(p.procs, bp)
 	}
-	if o.Adopt != nil {
-		if err := o.Adopt(p.cmd.Process.Pid); err != nil {
-			cfgW.Close()
-			p.Stop()
-			return nil, fmt.Errorf("place the gateway in the sandbox's cgroups: %w", err)
-		}
-	}
-	b, err := json.Marshal(o.Config)
-	if err == nil {
-		_, err = cfgW.Write(b)
-	}
-	cfgW.Close()
-	if err != nil {
+	go p.collect()
+	if err := p.configure(o, specs); err != nil {
 		p.Stop()
-		return nil, fmt.Errorf("configure the gateway process: %w", err)
+		return nil, err
 	}
+	return p, p.serve(o)
+}
+
+// chargeEarlier charges what an earlier gateway of this sandbox left
+// open: none is alive (one per sandbox, and a restart stops the old one
+// first).
+func chargeEarlier(o StartOptions) error {
+	if o.Store == nil {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(context.Background(), lostTimeout)
+	lost, err := o.Store.ChargeReservations(lctx, o.Config.Identity.SandboxID, o.Budget, nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("charge the crossings an earlier gateway left open: %w", err)
+	}
+	if len(lost) > 0 {
+		o.Logger.Warn("an earlier gateway of this sandbox left crossings open: charged in full", "sandbox", o.Config.Identity.SandboxID,
+			"crossings", len(lost), "reason", store.ReasonGatewayLost)
+	}
+	return nil
+}
+
+// configure places every broker process in the sandbox's cgroups, then
+// writes each its configuration (once all are placed: the test hook's
+// configuration names its siblings' pids).
+func (p *Process) configure(o StartOptions, specs []brokerSpec) error {
+	pids := p.Pids()
+	if o.Adopt != nil {
+		for _, bp := range p.procs {
+			if err := o.Adopt(bp.pid()); err != nil {
+				return fmt.Errorf("place the %s broker process in the sandbox's cgroups: %w", bp.name, err)
+			}
+		}
+	}
+	for i, bp := range p.procs {
+		if err := bp.configure(specs[i], pids); err != nil {
+			return fmt.Errorf("configure the %s broker process: %w", bp.name, err)
+		}
+	}
+	return nil
+}
+
+// serve starts answering every broker process's authority channel and
+// waits until all of them report they serve.
+func (p *Process) serve(o StartOptions) error {
 	ready := make(chan struct{})
 	tools := o.Tools
 	if tools.Servers == nil {
@@ -225,19 +211,19 @@ func Start(o StartOptions) (*Process, error) {
 	if tools.ApprovalTTL <= 0 {
 		tools.ApprovalTTL = DefaultApprovalTTL
 	}
-	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready,
+	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: len(p.procs),
 		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
-		return nil, fmt.Errorf("count the sandbox's receipts: %w", err)
+		return fmt.Errorf("count the sandbox's receipts: %w", err)
 	}
 	p.srv, p.served = srv, make(chan struct{})
 	var serving sync.WaitGroup
-	for i, conn := range conns {
+	for _, bp := range p.procs {
 		serving.Add(1)
 		go func() {
 			defer serving.Done()
-			srv.Serve(conn, o.Config.Channels[i])
+			srv.Serve(bp.channel, bp.name)
 		}()
 	}
 	go func() {
@@ -245,46 +231,77 @@ func Start(o StartOptions) (*Process, error) {
 		close(p.served)
 	}()
 	go p.watch()
-	// The program starts only once its way out is up: a gateway that failed
-	// to start refuses the run rather than leaving it without a broker.
+	// The program starts only once its way out is up: a broker process
+	// that failed to start refuses the run rather than leaving it without
+	// a broker.
 	select {
 	case <-ready:
-		return p, nil
-	case <-p.done:
+		return nil
+	case <-p.anyDone:
 		p.Stop()
-		return nil, errors.New("the gateway process exited before serving (see its error above)")
+		return errors.New("a broker process exited before serving (see its error above)")
 	case <-time.After(readyTimeout):
 		p.Stop()
-		return nil, fmt.Errorf("the gateway process did not become ready within %s (tool servers must answer initialize and tools/list by then)", readyTimeout)
+		return fmt.Errorf("the broker processes did not become ready within %s (tool servers must answer initialize and tools/list by then)", readyTimeout)
 	}
 }
 
-// Kill ends the gateway process at once (emergency stop): its listeners
-// close with it. Stop still has to be called to release what it held.
+// collect closes anyDone when the first broker process ends and done
+// when the last one has.
+func (p *Process) collect() {
+	var once sync.Once
+	var wg sync.WaitGroup
+	for _, bp := range p.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-bp.done
+			once.Do(func() { close(p.anyDone) })
+		}()
+	}
+	wg.Wait()
+	close(p.done)
+}
+
+// abort ends the processes started so far, when Start fails before
+// collect runs.
+func (p *Process) abort() {
+	p.stopping.Store(true)
+	for _, bp := range p.procs {
+		bp.kill()
+		<-bp.done
+		bp.close()
+	}
+	p.cancel()
+}
+
+// Kill ends every broker process at once (emergency stop): the listeners
+// close with them. Stop still has to be called to release what they held.
 func (p *Process) Kill() {
 	p.stopping.Store(true) // an emergency stop, not a lost gateway
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
+	for _, bp := range p.procs {
+		bp.kill()
 	}
 }
 
-// Stop ends the gateway process (its listeners close with it) and
-// charges in full, with a gateway_lost receipt, every crossing it still
+// Stop ends the broker processes (their listeners close with them) and
+// charges in full, with a gateway_lost receipt, every crossing they still
 // held open (lost.go).
 func (p *Process) Stop() error {
 	p.stopping.Store(true)
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(2 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+	for _, bp := range p.procs {
+		bp.signal(syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Second):
+		p.Kill()
+		<-p.done
 	}
 	p.settleLost()
-	for _, c := range p.channels {
-		c.Close()
+	p.cancel()
+	for _, bp := range p.procs {
+		bp.close()
 	}
 	var err error
 	if p.store != nil {
@@ -296,21 +313,31 @@ func (p *Process) Stop() error {
 	return err
 }
 
-// watch notices a gateway process that ended while nobody stopped it —
-// killed by the OOM killer or anyone else, or crashed — and at once
-// charges what it held open: its outcome was not observed.
+// watch notices a broker process that ended while nobody stopped it —
+// killed by the OOM killer or anyone else, or crashed — ends the others
+// (the sandbox's way out is one unit: a gateway with a broker missing is
+// lost) and at once charges what they held open: its outcome was not
+// observed.
 func (p *Process) watch() {
-	<-p.done
+	<-p.anyDone
 	if p.stopping.Load() {
 		return
 	}
-	p.log.Error("the gateway process ended unexpectedly: the sandbox has no way out until it is stopped; its open crossings are charged in full",
-		"sandbox", p.id.SandboxID, "state", p.cmd.ProcessState.String(), "reason", store.ReasonGatewayLost)
+	var ended []string
+	for _, bp := range p.procs {
+		if bp.exited() {
+			ended = append(ended, bp.name+" ("+bp.state()+")")
+		}
+		bp.kill()
+	}
+	<-p.done
+	p.log.Error("a broker process ended unexpectedly: the sandbox has no way out until it is stopped; its open crossings are charged in full",
+		"sandbox", p.id.SandboxID, "ended", strings.Join(ended, ", "), "reason", store.ReasonGatewayLost)
 	p.settleLost()
 }
 
 // settleLost charges, once, what the ended gateway held open; the
-// authority channels are read to their end first, so every settle it
+// authority channels are read to their end first, so every settle they
 // sent counts.
 func (p *Process) settleLost() {
 	p.lostOnce.Do(func() {
@@ -318,10 +345,12 @@ func (p *Process) settleLost() {
 			return
 		}
 		select {
-		case <-p.done:
+		case <-p.anyDone:
 		default:
 			return // still running: nothing is lost (Stop kills it first)
 		}
+		// One ended: the others are being ended (watch, Stop).
+		<-p.done
 		select {
 		case <-p.served:
 		case <-time.After(5 * time.Second):
@@ -340,18 +369,29 @@ func (p *Process) settleLost() {
 	})
 }
 
-// Pid is the gateway process's host pid (0 before it started).
+// Pid is the first broker process's host pid (0 before it started); see
+// Pids for all of them.
 func (p *Process) Pid() int {
-	if p.cmd == nil || p.cmd.Process == nil {
+	if len(p.procs) == 0 {
 		return 0
 	}
-	return p.cmd.Process.Pid
+	return p.procs[0].pid()
 }
 
-// Exited reports whether the gateway process has ended.
+// Pids are the broker processes' host pids, by broker.
+func (p *Process) Pids() map[string]int {
+	m := make(map[string]int, len(p.procs))
+	for _, bp := range p.procs {
+		m[bp.name] = bp.pid()
+	}
+	return m
+}
+
+// Exited reports whether the gateway has ended: a broker process ended
+// (the others are ended with it).
 func (p *Process) Exited() bool {
 	select {
-	case <-p.done:
+	case <-p.anyDone:
 		return true
 	default:
 		return false

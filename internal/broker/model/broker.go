@@ -260,9 +260,17 @@ func isLoopback(host string) bool {
 // so that bodies arrive as identity and redaction and accounting see the
 // bytes the agent will get.
 func newTransport() *http.Transport {
+	t := NewTransport((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	t.Proxy = http.ProxyFromEnvironment
+	return t
+}
+
+// NewTransport is the broker's tuned upstream transport (Options.Transport)
+// with every connection made by dial — in a broker process, the privileged
+// side's checked dialer — and no proxy.
+func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dial,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,

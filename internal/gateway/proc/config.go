@@ -1,19 +1,24 @@
 package proc
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
-// Argv0 makes the cordon binary act as the gateway process.
+// Argv0 makes the cordon binary act as a broker process; its first
+// argument names the broker (Config.Broker).
 const Argv0 = "cordon-gateway"
 
-// Fixed descriptors in the gateway process. After the channels come the
-// listeners (Config.Listeners), then two pipes per stdio tool server.
+// Fixed descriptors in a broker process. After the authority channel
+// comes the checked dialer's channel, then the listener, then (tool
+// broker only) two pipes per stdio tool server.
 const (
 	ConfigFD       = 3 // pipe: one JSON Config, then EOF
-	FirstChannelFD = 4 // SOCK_SEQPACKET authority channels, in Config.Channels order
+	FirstChannelFD = 4 // SOCK_SEQPACKET authority channels, in Config.Channels order (one: its broker's)
+	DialFD         = 5 // SOCK_SEQPACKET channel to the privileged side's checked dialer (internal/gateway/dial)
+	ListenFD       = 6 // the listener, Config.Listeners[0]
 )
 
 // ReadyTimeout bounds the gateway's start, including listing every tool
@@ -74,9 +79,16 @@ type ToolLimits struct {
 	ApprovalWait     time.Duration `json:"approval_wait,omitempty"`
 }
 
-// Config is everything the gateway process needs, sent on a pipe
-// (never argv or the environment: it carries the custodied secrets).
+// Config is everything a broker process needs, sent on a pipe (never
+// argv or the environment: it carries the custodied secrets). The
+// privileged side fills in only what the process's broker uses: the model
+// process gets the routes and their credentials, the tool process the
+// tool servers and theirs, the egress process the allow rules and no
+// secret, the state process neither.
 type Config struct {
+	// Broker is the one broker this process runs (model, egress, tool,
+	// state); it matches Channels[0] and the process's argv[1].
+	Broker     string            `json:"broker"`
 	Identity   crossing.Identity `json:"identity"`
 	Routes     []Route           `json:"routes"`
 	Limits     ModelLimits       `json:"limits"`
@@ -91,4 +103,7 @@ type Config struct {
 	// order: "model", "egress", "tools", "state".
 	Listeners []string `json:"listeners"`
 	Version   string   `json:"version,omitempty"`
+	// Test carries the compromised-gateway hook's instructions in test
+	// builds (compromise_on.go); production builds never set or read it.
+	Test json.RawMessage `json:"test,omitempty"`
 }

@@ -9,59 +9,39 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
-	"net/url"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
-
-	"github.com/landlock-lsm/go-landlock/landlock"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/gateway/dial"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
 )
 
-// secrets is the gateway's copy of the custodied values.
-type secrets map[string][]byte
-
-func (s secrets) Secret(name string) ([]byte, error) {
-	v, ok := s[name]
-	if !ok {
-		return nil, fmt.Errorf("secret %q is not custodied", name)
-	}
-	return v, nil
-}
-
-func (s secrets) Values() [][]byte {
-	out := make([][]byte, 0, len(s))
-	for _, v := range s {
-		out = append(out, v)
-	}
-	return out
-}
-
-// ChildMain is the gateway process. It runs as nobody; before it reads a
-// byte of agent traffic it sets no_new_privs, becomes non-dumpable and
-// confines itself to a read-only Landlock domain.
+// ChildMain is one broker process; os.Args[1] names its broker. It runs
+// as the sandbox's gateway uid, with no capabilities, in an empty network
+// namespace. Before it reads its configuration it sets no_new_privs and
+// becomes non-dumpable; before it reads a byte of agent or upstream
+// traffic it confines itself to a read-only Landlock domain and installs
+// the broker seccomp filter (no socket of any family: its only way to a
+// network destination is the privileged side's checked dialer).
 func ChildMain() int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "gateway")
+	broker := ""
+	if len(os.Args) > 1 {
+		broker = os.Args[1]
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "gateway", "broker", broker)
 	fail := func(step string, err error) int {
 		log.Error("gateway failed", "step", step, "err", err)
 		return 1
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fail("no_new_privs", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fail("dumpable", err)
+	if err := hardenEarly(); err != nil {
+		return fail("harden", err)
 	}
 	b, err := io.ReadAll(io.LimitReader(os.NewFile(ConfigFD, "config"), 16<<20))
 	if err != nil {
@@ -71,244 +51,113 @@ func ChildMain() int {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fail("parse config", err)
 	}
-	// Read-only everywhere: the gateway writes nothing to any filesystem.
-	if err := landlock.V5.BestEffort().RestrictPaths(landlock.RODirs("/")); err != nil {
-		return fail("landlock", err)
+	if cfg.Broker != broker || len(cfg.Channels) != 1 || cfg.Channels[0] != broker || len(cfg.Listeners) != 1 {
+		return fail("config", fmt.Errorf("configuration for broker %q, channels %v, listeners %v", cfg.Broker, cfg.Channels, cfg.Listeners))
 	}
-	channels := map[string]*wire.Client{}
-	for i, broker := range cfg.Channels {
-		conn, err := net.FileConn(os.NewFile(uintptr(FirstChannelFD+i), "authority-"+broker))
-		if err != nil {
-			return fail("authority channel "+broker, err)
-		}
-		channels[broker] = wire.NewClient(conn, broker)
+	// Read-only everywhere: the process writes nothing to any filesystem.
+	if err := hardenFS(); err != nil {
+		return fail("harden", err)
 	}
-	for _, broker := range []string{model.Name, egress.Name, tool.Name, state.Name} {
-		if channels[broker] == nil {
-			return fail("authority channel "+broker, errors.New("missing"))
-		}
-	}
-	firstListen := FirstChannelFD + len(cfg.Channels)
-	callers := map[string]crossing.Caller{}
-	for b, c := range channels {
-		callers[b] = c
-	}
-	handlers, err := BuildHandlers(cfg, callers, log)
+	conn, err := net.FileConn(os.NewFile(FirstChannelFD, "authority-"+broker))
 	if err != nil {
-		return fail("brokers", err)
+		return fail("authority channel", err)
 	}
-	tctx, tcancel := context.WithTimeout(context.Background(), ReadyTimeout-time.Second)
-	tb, err := buildTools(tctx, cfg, tool.Remote{C: channels[tool.Name]}, log, firstListen+len(cfg.Listeners))
-	tcancel()
+	channel := wire.NewClient(conn, broker)
+	dconn, err := net.FileConn(os.NewFile(DialFD, "dialer"))
 	if err != nil {
-		return fail("tool broker", err)
+		return fail("dialer channel", err)
 	}
-	handlers["tools"] = tb
-	if handlers["state"], err = state.New(state.Options{Ledger: state.Remote{C: channels[state.Name]}, Logger: log}); err != nil {
-		return fail("state broker", err)
+	uc, ok := dconn.(*net.UnixConn)
+	if !ok {
+		return fail("dialer channel", errors.New("not a Unix socket"))
 	}
-	var servers []*http.Server
-	var wg sync.WaitGroup
-	for i, name := range cfg.Listeners {
-		ln, err := FileListener(os.NewFile(uintptr(firstListen+i), name))
-		if err != nil {
-			return fail("listener "+name, err)
-		}
-		lim := newConnLimit(ln, maxConnsPerListener)
-		id := cfg.Identity
-		srv := &http.Server{
-			Handler:           handlers[name],
-			ReadHeaderTimeout: 30 * time.Second,
-			// No ReadTimeout: in Go's server a read deadline that expires
-			// while a handler streams cancels the request, which would cut
-			// model streams longer than the timeout. A slow body is bounded
-			// by the connection limit and the sandbox's memory cgroup.
-			IdleTimeout:    5 * time.Minute,
-			MaxHeaderBytes: 64 << 10,
-			// The listener is the identity: one gateway per sandbox.
-			ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, id) },
-			ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-			ConnState:   lim.connState,
-		}
-		servers = append(servers, srv)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = srv.Serve(lim)
-		}()
+	dc := dial.NewClient(broker, uc)
+	handler, err := buildBroker(cfg, channel, dc, log)
+	if err != nil {
+		return fail("broker", err)
 	}
+	compromise(broker, cfg.Test, dc, log)
+	ln, err := FileListener(os.NewFile(ListenFD, cfg.Listeners[0]))
+	if err != nil {
+		return fail("listener", err)
+	}
+	srv, lim := newServer(handler, ln, cfg.Identity, log)
+	go func() { _ = srv.Serve(lim) }()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	if err := channels[model.Name].Ready(); err != nil {
+	if err := channel.Ready(); err != nil {
 		return fail("report ready", err)
 	}
 	<-sigs
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	for _, s := range servers {
-		_ = s.Shutdown(ctx)
-	}
+	_ = srv.Shutdown(ctx)
 	return 0
 }
 
-// BuildHandlers builds the model and egress brokers, each speaking to the
-// root side over its own authority channel in channels.
-func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Logger) (map[string]http.Handler, error) {
-	var routes []model.Route
-	for _, r := range cfg.Routes {
-		u, err := url.Parse(r.Upstream)
-		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", r.Name, err)
-		}
-		routes = append(routes, model.Route{Name: r.Name, API: r.API, Upstream: u, Credential: r.Credential, Models: r.Models})
-	}
-	l := cfg.Limits
-	var mb http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "cordon: this workload has no model routes", http.StatusForbidden)
-	})
-	if len(routes) > 0 {
-		var err error
-		if mb, err = newModelBroker(routes, l, crossing.Remote{C: channels[model.Name]}, cfg, log); err != nil {
-			return nil, err
-		}
-	}
-	var rules []egress.Rule
-	for _, r := range cfg.Egress.Allow {
-		rules = append(rules, egress.Rule{Host: r.Host, Ports: r.Ports})
-	}
-	var ranges []netip.Prefix
-	for _, s := range cfg.Egress.UnsafeAllowRanges {
-		p, err := netip.ParsePrefix(s)
+// buildBroker builds the process's one broker. The seccomp filter is on
+// before any broker reads an upstream byte; the egress broker is built
+// just before it, because it reads this (empty) namespace's interface
+// addresses once, at construction, over a netlink socket.
+func buildBroker(cfg Config, channel *wire.Client, dc *dial.Client, log *slog.Logger) (http.Handler, error) {
+	switch cfg.Broker {
+	case egress.Name:
+		eo, err := egressOptions(cfg)
 		if err != nil {
 			return nil, err
 		}
-		ranges = append(ranges, p)
-	}
-	resolve := map[string][]netip.Addr{}
-	for h, addrs := range cfg.Egress.Resolve {
-		for _, a := range addrs {
-			ip, err := netip.ParseAddr(a)
-			if err != nil {
-				return nil, err
-			}
-			resolve[h] = append(resolve[h], ip)
-		}
-	}
-	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: crossing.Remote{C: channels[egress.Name]}, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return map[string]http.Handler{"model": mb, "egress": eb}, nil
-}
-
-func newModelBroker(routes []model.Route, l ModelLimits, authority crossing.Authority, cfg Config, log *slog.Logger) (http.Handler, error) {
-	return model.New(model.Options{
-		Routes: routes, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log,
-		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
-			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
-	})
-}
-
-// buildTools connects to every upstream tool server — stdio servers over
-// the pipes starting at descriptor fd, remote ones over streamable HTTP
-// with their credential — and builds the tool broker.
-func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, log *slog.Logger, fd int) (*tool.Broker, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
-	var ups []tool.Upstream
-	for _, ts := range cfg.Tools {
-		var t mcp.Transport
-		switch {
-		case ts.Stdio:
-			in, out := os.NewFile(uintptr(fd), "tool-in-"+ts.Name), os.NewFile(uintptr(fd+1), "tool-out-"+ts.Name)
-			fd += 2
-			t = &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: 4 << 20}
-		case ts.URL != "":
-			u, err := url.Parse(ts.URL)
-			if err != nil {
-				return nil, fmt.Errorf("tool server %s: %w", ts.Name, err)
-			}
-			hc := &http.Client{
-				Transport: &bearer{base: http.DefaultTransport, secrets: secrets(cfg.Secrets), name: ts.Credential, scheme: u.Scheme, host: u.Host},
-				// No redirects: the declared URL is the only destination.
-				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-			}
-			t = &mcp.StreamableClientTransport{Endpoint: ts.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}
-		default:
-			return nil, fmt.Errorf("tool server %s: no transport", ts.Name)
-		}
-		cs, err := client.Connect(ctx, t, nil)
+		// The privileged side resolves and checks (again) every name and
+		// address; the static answers live there.
+		eo.Ledger, eo.Logger = crossing.Remote{C: channel}, log
+		eo.Resolve, eo.Resolver, eo.Dialer = nil, dc, dc.DialContext
+		eb, err := egress.New(eo)
 		if err != nil {
-			return nil, fmt.Errorf("tool server %s: connect: %w", ts.Name, err)
+			return nil, err
 		}
-		ups = append(ups, tool.Upstream{Name: ts.Name, Session: cs, Allow: ts.Allow, Timeout: ts.Timeout})
+		return eb, hardenNet()
+	case model.Name:
+		if err := hardenNet(); err != nil {
+			return nil, err
+		}
+		return modelHandler(cfg, crossing.Remote{C: channel}, model.NewTransport(dc.DialContext), log)
+	case tool.Name:
+		if err := hardenNet(); err != nil {
+			return nil, err
+		}
+		tctx, tcancel := context.WithTimeout(context.Background(), ReadyTimeout-time.Second)
+		defer tcancel()
+		return buildTools(tctx, cfg, tool.Remote{C: channel}, toolTransport(dc.DialContext), log, ListenFD+1)
+	case state.Name:
+		if err := hardenNet(); err != nil {
+			return nil, err
+		}
+		return state.New(state.Options{Ledger: state.Remote{C: channel}, Logger: log})
 	}
-	l := cfg.ToolLimits
-	return tool.New(ctx, tool.Options{
-		Identity: cfg.Identity, Upstreams: ups, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
-		Limits:       tool.Limits{MaxFrameBytes: l.MaxFrameBytes, MaxArgumentBytes: l.MaxArgumentBytes, MaxResultBytes: l.MaxResultBytes},
-		ApprovalWait: l.ApprovalWait,
-	})
+	return nil, fmt.Errorf("no such broker %q", cfg.Broker)
 }
 
-// bearer sends a remote tool server its custodied credential. The agent
-// never sees it: the gateway adds it to the gateway's own requests.
-type bearer struct {
-	base         http.RoundTripper
-	secrets      secrets
-	name         string
-	scheme, host string // the declared URL's: the only destination
+// toolTransport is the remote tool servers' transport: every connection
+// comes from the checked dialer.
+func toolTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) http.RoundTripper {
+	return &http.Transport{DialContext: dial, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16,
+		IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
 }
 
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.URL.Scheme != b.scheme || r.URL.Host != b.host {
-		return nil, fmt.Errorf("tool server request to %s://%s: not the declared server", r.URL.Scheme, r.URL.Host)
-	}
-	if b.name == "" {
-		return b.base.RoundTrip(r)
-	}
-	v, err := b.secrets.Secret(b.name)
-	if err != nil {
-		return nil, err
-	}
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+string(v))
-	return b.base.RoundTrip(r)
-}
-
-// maxConnsPerListener bounds the agent's concurrent connections to one
-// gateway listener; further connections wait in the kernel's backlog.
-const maxConnsPerListener = 256
-
-// connLimit admits at most n connections at once: Accept takes a slot,
-// the server's ConnState hook gives it back when the connection is closed
-// or hijacked (a CONNECT tunnel is then bounded by the egress budget). The
-// connection itself is not wrapped, so the egress broker keeps splice.
-type connLimit struct {
-	net.Listener
-	sem chan struct{}
-}
-
-func newConnLimit(l net.Listener, n int) *connLimit {
-	return &connLimit{Listener: l, sem: make(chan struct{}, n)}
-}
-
-func (l *connLimit) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-	}
-	return c, err
-}
-
-func (l *connLimit) connState(_ net.Conn, st http.ConnState) {
-	if st == http.StateClosed || st == http.StateHijacked {
-		<-l.sem
-	}
-}
-
-// FileListener turns a listener file into a net.Listener.
-func FileListener(f *os.File) (net.Listener, error) {
-	defer f.Close()
-	return net.FileListener(f)
+// newServer is the process's HTTP server on its one listener.
+func newServer(h http.Handler, ln net.Listener, id crossing.Identity, log *slog.Logger) (*http.Server, *connLimit) {
+	lim := newConnLimit(ln, maxConnsPerListener)
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 30 * time.Second,
+		// No ReadTimeout: in Go's server a read deadline that expires
+		// while a handler streams cancels the request, which would cut
+		// model streams longer than the timeout. A slow body is bounded
+		// by the connection limit and the sandbox's memory cgroup.
+		IdleTimeout:    5 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		// The listener is the identity: one gateway per sandbox.
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, id) },
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ConnState:   lim.connState,
+	}, lim
 }

@@ -1,0 +1,409 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// countingListener is a host TCP listener that counts the connections it
+// accepted (and closes them).
+type countingListener struct {
+	ln       net.Listener
+	accepted atomic.Int64
+}
+
+func newCountingListener(t *testing.T, network, addr string) *countingListener {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingListener{ln: ln}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.accepted.Add(1)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return c
+}
+
+func (c *countingListener) port() string {
+	_, p, _ := net.SplitHostPort(c.ln.Addr().String())
+	return p
+}
+
+// settle waits until n connections were accepted (or a short while).
+func (c *countingListener) settle(n int64) int64 {
+	for deadline := time.Now().Add(2 * time.Second); c.accepted.Load() < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	return c.accepted.Load()
+}
+
+// remoteToolServer is a streamable-HTTP MCP server on host loopback that
+// records the Authorization headers it was sent.
+type remoteToolServer struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	auths []string
+}
+
+func newRemoteToolServer(t *testing.T) *remoteToolServer {
+	t.Helper()
+	s := mcp.NewServer(&mcp.Implementation{Name: "remote", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "ping", Description: "answers pong"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "pong"}}}, nil, nil
+	})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	r := &remoteToolServer{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.auths = append(r.auths, req.Header.Get("Authorization"))
+		r.mu.Unlock()
+		h.ServeHTTP(w, req)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *remoteToolServer) sawAuth(v string) (saw bool, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.auths {
+		if a == v {
+			saw = true
+		}
+	}
+	return saw, len(r.auths)
+}
+
+func randomSecret(t *testing.T, prefix string) string {
+	t.Helper()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return prefix + hex.EncodeToString(b)
+}
+
+// compromiseReport is what the hook printed (proc.Compromise's report).
+type compromiseReport struct {
+	Broker   string `json:"broker"`
+	Attempts []struct {
+		Probe string `json:"probe"`
+		Err   string `json:"err"`
+		Read  []byte `json:"read"`
+	} `json:"attempts"`
+}
+
+const compromiseMarker = "CORDON-TEST-COMPROMISE "
+
+// TestCompromisedGatewayModel (contract section 5: only the relevant
+// broker reaches its target and credential). A test build makes the
+// model broker process, once fully hardened, act as if agent traffic had
+// taken it over: it connects to a host 127.0.0.1 TCP listener and to a
+// host Unix socket, asks the privileged side's dialer for the egress
+// broker's allowed upstream and the tool broker's server, and reads the
+// tool broker process's environment, memory and descriptors and the
+// tool credential's file. Each failure is observed from outside: the
+// listeners and the other upstream accepted nothing, and the tool
+// credential appears nowhere in what the process read and reported.
+// Positive controls: the same host listeners accept a host process's
+// connection; the model's own upstream IS dialled through the dialer; the
+// tool server DOES receive its credential from the tool broker process.
+func TestCompromisedGatewayModel(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	hostTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
+	sock := filepath.Join(dir, "host.sock")
+	hostUnix := newCountingListener(t, "unix", sock)
+	// A world-writable socket: only the broker process's confinement, not
+	// file permissions, may stop it.
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	modelUp := newCountingListener(t, "tcp", "127.0.0.1:0")
+	egressUp := newCountingListener(t, "tcp", "127.0.0.1:0")
+	tools := newRemoteToolServer(t)
+	toolURL := tools.srv.URL + "/mcp"
+	toolHostPort := strings.TrimPrefix(tools.srv.URL, "http://")
+
+	modelKey, toolKey := randomSecret(t, "model-key-"), randomSecret(t, "tool-key-")
+	modelKeyFile, toolKeyFile := filepath.Join(dir, "model-key"), filepath.Join(dir, "tool-key")
+	for f, v := range map[string]string{modelKeyFile: modelKey, toolKeyFile: toolKey} {
+		if err := os.WriteFile(f, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`models:
+  - name: claude
+    api: anthropic
+    upstream: http://127.0.0.1:%s
+    credential: model-key
+    models: ["claude-*"]
+egress:
+  allow:
+    - host: allowed.test
+      ports: [%s]
+  unsafe_allow_ranges: ["127.0.0.1/32"]
+  resolve:
+    allowed.test: 127.0.0.1
+tools:
+  - name: remote
+    url: %s
+    credential: tool-key
+secrets:
+  model-key: {file: %s}
+  tool-key: {file: %s}
+`, modelUp.port(), egressUp.port(), toolURL, modelKeyFile, toolKeyFile))
+
+	spec, _ := json.Marshal(map[string]any{
+		"broker": "model",
+		"tcp":    []string{"127.0.0.1:" + hostTCP.port()},
+		"unix":   []string{sock},
+		"dial": []string{
+			"127.0.0.1:" + modelUp.port(),     // its own upstream: the control
+			"allowed.test:" + egressUp.port(), // the egress broker's
+			"127.0.0.1:" + egressUp.port(),
+			toolHostPort, // the tool broker's
+		},
+		"files": []string{toolKeyFile},
+	})
+	cmd := exec.Command(hooksBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/true")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "CORDON_TEST_COMPROMISE=" + string(spec)}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("cordon run = %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("cordon run did not finish in 2 minutes")
+	}
+
+	var rep *compromiseReport
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if i := strings.Index(l, compromiseMarker); i >= 0 {
+			rep = &compromiseReport{}
+			if err := json.Unmarshal([]byte(l[i+len(compromiseMarker):]), rep); err != nil {
+				t.Fatalf("hook report %q: %v", l, err)
+			}
+		}
+	}
+	if rep == nil || rep.Broker != "model" {
+		t.Fatalf("no report from the model broker process's hook\nstderr: %s", stderr.String())
+	}
+	got := map[string]string{}
+	for _, a := range rep.Attempts {
+		got[a.Probe] = a.Err
+		t.Logf("%s: err=%q read=%d bytes", a.Probe, a.Err, len(a.Read))
+		// (d) whatever it could read, the tool credential is not in it
+		// (nor the raw secret in any other attempt).
+		if bytes.Contains(a.Read, []byte(toolKey)) {
+			t.Errorf("the model broker process read the tool broker's credential through %s", a.Probe)
+		}
+	}
+	if strings.Contains(stderr.String(), toolKey) || strings.Contains(stdout.String(), toolKey) {
+		t.Errorf("the tool credential appears in cordon's output")
+	}
+	mustFail := []string{
+		"tcp 127.0.0.1:" + hostTCP.port(),
+		"unix " + sock,
+		"dial allowed.test:" + egressUp.port(),
+		"dial 127.0.0.1:" + egressUp.port(),
+		"dial " + toolHostPort,
+		"read " + toolKeyFile,
+	}
+	for _, p := range mustFail {
+		if e, ok := got[p]; !ok || e == "" {
+			t.Errorf("attempt %q: err = %q (reported %t), want a failure", p, e, ok)
+		}
+	}
+	peerReads := 0
+	for p, e := range got {
+		if strings.HasPrefix(p, "read /proc/") {
+			peerReads++
+			if e == "" && (strings.HasSuffix(p, "/environ") || strings.HasSuffix(p, "/mem") || strings.Contains(p, "/fd/")) {
+				t.Errorf("attempt %q succeeded, want a failure", p)
+			}
+		}
+	}
+	if peerReads == 0 {
+		t.Errorf("the hook read no peer broker process's /proc files: were the peers' pids given?")
+	}
+	// Observed from outside: nothing reached the host listeners or the
+	// egress broker's upstream.
+	if n := hostTCP.settle(0); n != 0 {
+		t.Errorf("host TCP listener accepted %d connections, want 0", n)
+	}
+	if n := hostUnix.settle(0); n != 0 {
+		t.Errorf("host Unix socket accepted %d connections, want 0", n)
+	}
+	if n := egressUp.settle(0); n != 0 {
+		t.Errorf("the egress broker's upstream accepted %d connections from the model broker process, want 0", n)
+	}
+	// Positive controls.
+	if e := got["dial 127.0.0.1:"+modelUp.port()]; e != "" {
+		t.Errorf("the model broker's own upstream through the dialer: %s, want a connection", e)
+	}
+	if n := modelUp.settle(1); n != 1 {
+		t.Errorf("the model upstream accepted %d connections, want 1 (the dialer's)", n)
+	}
+	if saw, n := tools.sawAuth("Bearer " + toolKey); !saw {
+		t.Errorf("the tool server got %d requests, none with its credential: the tool broker process does not hold it", n)
+	}
+	for _, c := range []struct {
+		network, addr string
+		l             *countingListener
+	}{{"tcp", "127.0.0.1:" + hostTCP.port(), hostTCP}, {"unix", sock, hostUnix}} {
+		conn, err := net.Dial(c.network, c.addr)
+		if err != nil {
+			t.Errorf("control: a host process cannot reach %s: %v", c.addr, err)
+			continue
+		}
+		conn.Close()
+		if n := c.l.settle(1); n != 1 {
+			t.Errorf("control: %s accepted %d, want 1", c.addr, n)
+		}
+	}
+}
+
+// childrenNamed are the children of parent whose argv[0] is name.
+func childrenNamed(parent int, name string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cl), name+"\x00") {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(parent) {
+			args := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
+			out[pid] = strings.Join(args[1:], " ")
+		}
+	}
+	return out
+}
+
+// TestBrokerProcessesSeparated: observed from the host, a sandbox's
+// gateway is one process per broker (model, egress, tool, state), each
+// with the seccomp filter, no_new_privs, not dumpable, and in a network
+// namespace of its own — not the host's, not the sandbox's, not a
+// sibling's — that has only a loopback device, down.
+func TestBrokerProcessesSeparated(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	up := newFakeUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up, "")
+	cmd := exec.Command(cordonBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	var procs map[int]string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if procs = childrenNamed(cmd.Process.Pid, "cordon-gateway"); len(procs) == 4 {
+			break
+		}
+	}
+	brokers := map[string]bool{}
+	for _, b := range procs {
+		brokers[b] = true
+	}
+	if len(procs) != 4 || !brokers["model"] || !brokers["egress"] || !brokers["tool"] || !brokers["state"] {
+		t.Fatalf("gateway processes = %v, want one per broker: model, egress, tool, state", procs)
+	}
+	// Let them finish hardening (the sandbox starts only once they are
+	// ready, so by the time sleep runs they are).
+	time.Sleep(500 * time.Millisecond)
+	hostNet, _ := os.Readlink("/proc/self/ns/net")
+	seen := map[string]string{hostNet: "host"}
+	for pid, b := range procs {
+		status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"Seccomp:\t2", "NoNewPrivs:\t1"} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("%s broker process: status lacks %q", b, want)
+			}
+		}
+		ns, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "net"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, ok := seen[ns]; ok {
+			t.Errorf("%s broker process shares its network namespace %s with %s", b, ns, other)
+		}
+		seen[ns] = b
+		dev, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "net", "dev"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ifs []string
+		for _, l := range strings.Split(string(dev), "\n")[2:] {
+			if name, _, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+				ifs = append(ifs, name)
+			}
+		}
+		if len(ifs) != 1 || ifs[0] != "lo" {
+			t.Errorf("%s broker process's network namespace has devices %v, want only lo", b, ifs)
+		}
+		route, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "net", "route"))
+		if n := len(strings.Split(strings.TrimSpace(string(route)), "\n")); n > 1 {
+			t.Errorf("%s broker process's network namespace has routes:\n%s", b, route)
+		}
+	}
+}

@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/broker/state"
+	"github.com/cordon-project/cordon/internal/broker/tool"
+	"github.com/cordon-project/cordon/internal/gateway/dial"
+	"github.com/cordon-project/cordon/internal/gateway/proc"
+)
+
+// brokerSpec is one broker process to start: its listener, its own
+// configuration (with only the secrets its broker names) and what the
+// checked dialer may reach for it.
+type brokerSpec struct {
+	broker string // model.Name, egress.Name, tool.Name, state.Name
+	port   int
+	lfile  *os.File // its listener, opened in the sandbox's netns
+	cfg    proc.Config
+	policy dial.Policy
+	pipes  []ToolPipe // the tool broker's stdio servers
+}
+
+// brokerSpecs splits the gateway's configuration into one per broker
+// process (contract section 5: a broker's credentials exist only in the
+// process that needs them).
+func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
+	c := o.Config
+	base := func(broker, listener string) proc.Config {
+		return proc.Config{Identity: c.Identity, Version: c.Version, Broker: broker, Channels: []string{broker}, Listeners: []string{listener}}
+	}
+	var modelDests, modelSecrets []string
+	for _, r := range c.Routes {
+		hp, err := hostPort(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("model route %s: %w", r.Name, err)
+		}
+		modelDests, modelSecrets = append(modelDests, hp), append(modelSecrets, r.Credential)
+	}
+	var toolDests, toolSecrets []string
+	for _, s := range c.Tools {
+		if s.URL == "" {
+			continue
+		}
+		hp, err := hostPort(s.URL)
+		if err != nil {
+			return nil, fmt.Errorf("tool server %s: %w", s.Name, err)
+		}
+		toolDests = append(toolDests, hp)
+		if s.Credential != "" {
+			toolSecrets = append(toolSecrets, s.Credential)
+		}
+	}
+	dests, err := egressDestinations(c.Egress)
+	if err != nil {
+		return nil, err
+	}
+	mc := base(model.Name, "model")
+	mc.Routes, mc.Limits, mc.Secrets = c.Routes, c.Limits, pick(c.Secrets, modelSecrets)
+	ec := base(egress.Name, "egress")
+	// The process resolves nothing itself: the privileged side's dialer
+	// holds the static answers (and checks them).
+	ec.Egress = Egress{Allow: c.Egress.Allow, UnsafeAllowRanges: c.Egress.UnsafeAllowRanges}
+	tc := base(tool.Name, "tools")
+	tc.Tools, tc.ToolLimits, tc.Secrets = c.Tools, c.ToolLimits, pick(c.Secrets, toolSecrets)
+	sc := base(state.Name, "state")
+	return []brokerSpec{
+		{broker: model.Name, port: ModelPort, cfg: mc, policy: dial.NewFixed(model.Name, modelDests, nil)},
+		{broker: egress.Name, port: EgressPort, cfg: ec, policy: dial.NewEgress(dests)},
+		{broker: tool.Name, port: ToolsPort, cfg: tc, policy: dial.NewFixed(tool.Name, toolDests, nil), pipes: o.ToolPipes},
+		{broker: state.Name, port: StatePort, cfg: sc, policy: dial.None{Broker: state.Name}},
+	}, nil
+}
+
+// egressDestinations compiles the egress broker's checks for the
+// privileged side's dialer from the process configuration.
+func egressDestinations(e Egress) (*egress.Destinations, error) {
+	var rules []egress.Rule
+	for _, r := range e.Allow {
+		rules = append(rules, egress.Rule{Host: r.Host, Ports: r.Ports})
+	}
+	var ranges []netip.Prefix
+	for _, s := range e.UnsafeAllowRanges {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("egress unsafe_allow_ranges %q: %w", s, err)
+		}
+		ranges = append(ranges, p)
+	}
+	resolve := map[string][]netip.Addr{}
+	for h, as := range e.Resolve {
+		for _, a := range as {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return nil, fmt.Errorf("egress resolve %s: %w", h, err)
+			}
+			resolve[h] = append(resolve[h], ip)
+		}
+	}
+	return egress.NewDestinations(rules, ranges, resolve, nil)
+}
+
+// hostPort is an http(s) URL's host:port, the scheme's port when none.
+func hostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		default:
+			return "", fmt.Errorf("%q: not an http(s) URL", raw)
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// pick is the subset of secrets named.
+func pick(all map[string][]byte, names []string) map[string][]byte {
+	out := map[string][]byte{}
+	for _, n := range names {
+		if v, ok := all[n]; ok {
+			out[n] = v
+		}
+	}
+	return out
+}
+
+// brokerProc is one running broker process and the root side's ends of
+// its channels.
+type brokerProc struct {
+	name    string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	channel net.Conn // authority channel
+	dialer  net.Conn // checked-dialer channel
+	cfgW    *os.File
+}
+
+// spawnBroker starts one broker process: the cordon binary re-executed
+// as Argv0 with the broker's name, as the gateway uid, in a fresh and
+// empty network namespace (CLONE_NEWNET: nothing to route to, not even
+// the host's loopback), in its own session, killed when cordon dies. It
+// gets its config pipe, its authority channel, its dialer channel, its
+// listener and (tool broker only) the stdio tool servers' pipes; the
+// root side serves its dialer channel with its policy.
+func spawnBroker(ctx context.Context, o StartOptions, s *brokerSpec) (*brokerProc, error) {
+	conns, childEnds, err := channelPairs(2)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		conns[0].Close()
+		conns[1].Close()
+		return nil, err
+	}
+	defer cfgR.Close()
+	bp := &brokerProc{name: s.broker, done: make(chan struct{}), channel: conns[0], dialer: conns[1], cfgW: cfgW}
+	extra := []*os.File{cfgR, childEnds[0], childEnds[1], s.lfile}
+	for _, tp := range s.pipes {
+		extra = append(extra, tp.In, tp.Out)
+	}
+	stderr := o.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	bp.cmd = &exec.Cmd{
+		Path: "/proc/self/exe", Args: []string{Argv0, s.broker}, Env: []string{},
+		Stderr: stderr, ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: o.UID, Gid: o.GID, Groups: []uint32{}},
+			Pdeathsig:  syscall.SIGKILL,
+			Setsid:     true,
+			Cloneflags: syscall.CLONE_NEWNET,
+		},
+	}
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal follows the thread that forked: keep it.
+		runtime.LockOSThread()
+		err := bp.cmd.Start()
+		started <- err
+		if err == nil {
+			_ = bp.cmd.Wait()
+		}
+		close(bp.done)
+	}()
+	if err := <-started; err != nil {
+		bp.close()
+		return nil, fmt.Errorf("start the %s broker process: %w", s.broker, err)
+	}
+	srv := &dial.Server{Broker: s.broker, Policy: s.policy, Logger: o.Logger}
+	go srv.Serve(ctx, bp.dialer.(*net.UnixConn))
+	return bp, nil
+}
+
+// configure writes the process's configuration and closes the pipe.
+func (b *brokerProc) configure(s brokerSpec, pids map[string]int) error {
+	cfg := s.cfg
+	cfg.Test = compromiseFor(s.broker, pids)
+	buf, err := json.Marshal(cfg)
+	if err == nil {
+		_, err = b.cfgW.Write(buf)
+	}
+	b.cfgW.Close()
+	return err
+}
+
+func (b *brokerProc) pid() int {
+	if b.cmd == nil || b.cmd.Process == nil {
+		return 0
+	}
+	return b.cmd.Process.Pid
+}
+
+func (b *brokerProc) kill() {
+	if b.cmd != nil && b.cmd.Process != nil {
+		_ = b.cmd.Process.Kill()
+	}
+}
+
+func (b *brokerProc) signal(sig os.Signal) {
+	if b.cmd != nil && b.cmd.Process != nil {
+		_ = b.cmd.Process.Signal(sig)
+	}
+}
+
+func (b *brokerProc) exited() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *brokerProc) state() string {
+	if b.cmd == nil || b.cmd.ProcessState == nil {
+		return "unknown"
+	}
+	return b.cmd.ProcessState.String()
+}
+
+// close closes the root side's ends of the process's channels.
+func (b *brokerProc) close() {
+	b.cfgW.Close()
+	b.channel.Close()
+	b.dialer.Close()
+}

@@ -1,0 +1,214 @@
+package proc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/broker/tool"
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// secrets is a broker process's copy of the custodied values its broker
+// names (and no other broker's).
+type secrets map[string][]byte
+
+func (s secrets) Secret(name string) ([]byte, error) {
+	v, ok := s[name]
+	if !ok {
+		return nil, fmt.Errorf("secret %q is not custodied", name)
+	}
+	return v, nil
+}
+
+func (s secrets) Values() [][]byte {
+	out := make([][]byte, 0, len(s))
+	for _, v := range s {
+		out = append(out, v)
+	}
+	return out
+}
+
+// BuildHandlers builds the model and egress brokers of cfg in this
+// process, each speaking to the root side over its own authority channel
+// in channels and dialling upstreams itself (the root side's tests drive
+// the brokers through it; broker processes use buildBroker).
+func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Logger) (map[string]http.Handler, error) {
+	mb, err := modelHandler(cfg, crossing.Remote{C: channels[model.Name]}, nil, log)
+	if err != nil {
+		return nil, err
+	}
+	eo, err := egressOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	eo.Ledger, eo.Logger = crossing.Remote{C: channels[egress.Name]}, log
+	eb, err := egress.New(eo)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]http.Handler{"model": mb, "egress": eb}, nil
+}
+
+// modelHandler is the model broker of cfg's routes (a refusing handler
+// when there are none); transport nil is the broker's own.
+func modelHandler(cfg Config, authority crossing.Authority, transport http.RoundTripper, log *slog.Logger) (http.Handler, error) {
+	var routes []model.Route
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: %w", r.Name, err)
+		}
+		routes = append(routes, model.Route{Name: r.Name, API: r.API, Upstream: u, Credential: r.Credential, Models: r.Models})
+	}
+	if len(routes) == 0 {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "cordon: this workload has no model routes", http.StatusForbidden)
+		}), nil
+	}
+	l := cfg.Limits
+	return model.New(model.Options{
+		Routes: routes, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Transport: transport,
+		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
+			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
+	})
+}
+
+// egressOptions are the egress broker's destinations from cfg.
+func egressOptions(cfg Config) (egress.Options, error) {
+	var o egress.Options
+	for _, r := range cfg.Egress.Allow {
+		o.Allow = append(o.Allow, egress.Rule{Host: r.Host, Ports: r.Ports})
+	}
+	for _, s := range cfg.Egress.UnsafeAllowRanges {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return o, err
+		}
+		o.UnsafeAllowRanges = append(o.UnsafeAllowRanges, p)
+	}
+	o.Resolve = map[string][]netip.Addr{}
+	for h, addrs := range cfg.Egress.Resolve {
+		for _, a := range addrs {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return o, err
+			}
+			o.Resolve[h] = append(o.Resolve[h], ip)
+		}
+	}
+	return o, nil
+}
+
+// buildTools connects to every upstream tool server — stdio servers over
+// the pipes starting at descriptor fd, remote ones over streamable HTTP
+// with their credential — and builds the tool broker.
+func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, base http.RoundTripper, log *slog.Logger, fd int) (*tool.Broker, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
+	var ups []tool.Upstream
+	for _, ts := range cfg.Tools {
+		var t mcp.Transport
+		switch {
+		case ts.Stdio:
+			in, out := os.NewFile(uintptr(fd), "tool-in-"+ts.Name), os.NewFile(uintptr(fd+1), "tool-out-"+ts.Name)
+			fd += 2
+			t = &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: 4 << 20}
+		case ts.URL != "":
+			u, err := url.Parse(ts.URL)
+			if err != nil {
+				return nil, fmt.Errorf("tool server %s: %w", ts.Name, err)
+			}
+			hc := &http.Client{
+				Transport: &bearer{base: base, secrets: secrets(cfg.Secrets), name: ts.Credential, scheme: u.Scheme, host: u.Host},
+				// No redirects: the declared URL is the only destination.
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			}
+			t = &mcp.StreamableClientTransport{Endpoint: ts.URL, HTTPClient: hc, DisableStandaloneSSE: true, MaxRetries: -1}
+		default:
+			return nil, fmt.Errorf("tool server %s: no transport", ts.Name)
+		}
+		cs, err := client.Connect(ctx, t, nil)
+		if err != nil {
+			return nil, fmt.Errorf("tool server %s: connect: %w", ts.Name, err)
+		}
+		ups = append(ups, tool.Upstream{Name: ts.Name, Session: cs, Allow: ts.Allow, Timeout: ts.Timeout})
+	}
+	l := cfg.ToolLimits
+	return tool.New(ctx, tool.Options{
+		Identity: cfg.Identity, Upstreams: ups, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
+		Limits:       tool.Limits{MaxFrameBytes: l.MaxFrameBytes, MaxArgumentBytes: l.MaxArgumentBytes, MaxResultBytes: l.MaxResultBytes},
+		ApprovalWait: l.ApprovalWait,
+	})
+}
+
+// bearer sends a remote tool server its custodied credential. The agent
+// never sees it: the gateway adds it to the gateway's own requests.
+type bearer struct {
+	base         http.RoundTripper
+	secrets      secrets
+	name         string
+	scheme, host string // the declared URL's: the only destination
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != b.scheme || r.URL.Host != b.host {
+		return nil, fmt.Errorf("tool server request to %s://%s: not the declared server", r.URL.Scheme, r.URL.Host)
+	}
+	if b.name == "" {
+		return b.base.RoundTrip(r)
+	}
+	v, err := b.secrets.Secret(b.name)
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(v))
+	return b.base.RoundTrip(r)
+}
+
+// maxConnsPerListener bounds the agent's concurrent connections to one
+// gateway listener; further connections wait in the kernel's backlog.
+const maxConnsPerListener = 256
+
+// connLimit admits at most n connections at once: Accept takes a slot,
+// the server's ConnState hook gives it back when the connection is closed
+// or hijacked (a CONNECT tunnel is then bounded by the egress budget). The
+// connection itself is not wrapped, so the egress broker keeps splice.
+type connLimit struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func newConnLimit(l net.Listener, n int) *connLimit {
+	return &connLimit{Listener: l, sem: make(chan struct{}, n)}
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+	}
+	return c, err
+}
+
+func (l *connLimit) connState(_ net.Conn, st http.ConnState) {
+	if st == http.StateClosed || st == http.StateHijacked {
+		<-l.sem
+	}
+}
+
+// FileListener turns a listener file into a net.Listener.
+func FileListener(f *os.File) (net.Listener, error) {
+	defer f.Close()
+	return net.FileListener(f)
+}
