@@ -151,7 +151,11 @@ func routesOf(c *config.Config) []gateway.Route {
 func toolServersOf(c *config.Config) []gateway.ToolServer {
 	var out []gateway.ToolServer
 	for _, t := range c.Tools {
-		out = append(out, gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential})
+		ts := gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential}
+		for _, k := range sortedKeys(t.SecretEnv) {
+			ts.SecretEnv = append(ts.SecretEnv, t.SecretEnv[k])
+		}
+		out = append(out, ts)
 	}
 	return out
 }

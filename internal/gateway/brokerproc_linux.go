@@ -66,6 +66,23 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Secrets no broker uses as a credential (a stdio tool server's
+	// secret_env, one declared and unused) are nobody's way to an
+	// upstream: the brokers that redact (model, tool) get them to redact.
+	used := map[string]bool{}
+	for _, n := range append(append([]string{}, modelSecrets...), toolSecrets...) {
+		used[n] = true
+	}
+	var others []string
+	for n := range c.Secrets {
+		if !used[n] {
+			others = append(others, n)
+		}
+	}
+	for _, s := range c.Tools {
+		toolSecrets = append(toolSecrets, s.SecretEnv...)
+	}
+	modelSecrets, toolSecrets = append(modelSecrets, others...), append(toolSecrets, others...)
 	mc := base(model.Name, "model")
 	mc.Routes, mc.Limits, mc.Secrets = c.Routes, c.Limits, pick(c.Secrets, modelSecrets)
 	ec := base(egress.Name, "egress")

@@ -69,6 +69,10 @@ type ToolServer struct {
 	// sent to it as a bearer token.
 	URL        string `json:"url,omitempty"`
 	Credential string `json:"credential,omitempty"`
+	// SecretEnv names the secrets a stdio server holds (its secret_env):
+	// the tool broker process gets their values to redact them from the
+	// server's results.
+	SecretEnv []string `json:"secret_env,omitempty"`
 }
 
 // ToolLimits bound MCP traffic.

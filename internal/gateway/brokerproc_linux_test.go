@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/gateway/dial"
+)
+
+// Each broker process gets only the secrets its broker names (plus the
+// redaction-only ones no broker uses as a credential), and only its
+// broker's destinations in the dialer's policy.
+func TestBrokerSpecsSplitSecretsAndDestinations(t *testing.T) {
+	o := StartOptions{Config: ChildConfig{
+		Routes: []Route{{Name: "claude", API: "anthropic", Upstream: "https://192.0.2.10", Credential: "model-key"}},
+		Tools: []ToolServer{
+			{Name: "remote", URL: "http://127.0.0.1:9000/mcp", Credential: "tool-key"},
+			{Name: "local", Stdio: true, SecretEnv: []string{"local-token"}},
+		},
+		Egress:  Egress{Allow: []EgressRule{{Host: "allowed.test", Ports: []int{443}}}, Resolve: map[string][]string{"allowed.test": {"1.2.3.4"}}},
+		Secrets: map[string][]byte{"model-key": []byte("M"), "tool-key": []byte("T"), "local-token": []byte("L"), "unused": []byte("U")},
+	}}
+	specs, err := brokerSpecs(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"model":  {"local-token", "model-key", "unused"},
+		"egress": nil,
+		"tool":   {"local-token", "tool-key", "unused"},
+		"state":  nil,
+	}
+	for _, s := range specs {
+		var got []string
+		for n := range s.cfg.Secrets {
+			got = append(got, n)
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, want[s.broker]) {
+			t.Errorf("%s process secrets = %v, want %v", s.broker, got, want[s.broker])
+		}
+		if s.cfg.Broker != s.broker || !slices.Equal(s.cfg.Channels, []string{s.broker}) || len(s.cfg.Listeners) != 1 {
+			t.Errorf("%s process config: broker %q channels %v listeners %v", s.broker, s.cfg.Broker, s.cfg.Channels, s.cfg.Listeners)
+		}
+		if s.broker != "model" && len(s.cfg.Routes) > 0 || s.broker != "tool" && len(s.cfg.Tools) > 0 || s.broker != "egress" && len(s.cfg.Egress.Allow) > 0 {
+			t.Errorf("%s process got another broker's configuration", s.broker)
+		}
+		if len(s.cfg.Egress.Resolve) > 0 {
+			t.Errorf("%s process got the static resolve answers (the dialer holds them)", s.broker)
+		}
+		// The dialer policy: each broker's own destination only.
+		// (IP literals: the test resolves nothing.)
+		for _, d := range []struct {
+			host    string
+			port    int
+			allowed string
+		}{{"192.0.2.10", 443, "model"}, {"127.0.0.1", 9000, "tool"}} {
+			dest, allowed := d.host, map[string]bool{d.allowed: true}
+			_, err := s.policy.Plan(context.Background(), d.host, d.port)
+			var r *dial.Refused
+			refused := errors.As(err, &r)
+			if allowed[s.broker] && refused && r.Why == dial.ReasonNotDeclared {
+				t.Errorf("%s policy refuses its own destination %s: %v", s.broker, dest, err)
+			}
+			if !allowed[s.broker] && !refused {
+				t.Errorf("%s policy allows %s, another broker's destination", s.broker, dest)
+			}
+		}
+	}
+}
