@@ -14,6 +14,10 @@
 // The wire format (wire.go) is the only thing the privileged side parses
 // from a broker process here; it is strict and fuzzed.
 //
+// Plane: root (Server and the policies) and unprivileged (Client, linked
+// into the broker processes). The Client holds no authority: it can only
+// ask.
+//
 // It must never dial a destination its Policy did not approve for that
 // broker, dial a name it has not just resolved and checked, let one broker
 // process open unbounded sockets (MaxConcurrent, Timeout), or hand a
