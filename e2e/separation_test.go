@@ -335,7 +335,9 @@ func childrenNamed(parent int, name string) map[int]string {
 }
 
 // TestBrokerProcessesSeparated: observed from the host, a sandbox's
-// gateway is one process per broker (model, egress, tool, state), each
+// gateway is one process per broker (model, egress, tool, state) and a
+// socket source (in the host's namespace, see docs/privilege-separation.md);
+// every one
 // with the seccomp filter, no_new_privs, not dumpable, and in a network
 // namespace of its own — not the host's, not the sandbox's, not a
 // sibling's — that has only a loopback device, down.
@@ -354,7 +356,7 @@ func TestBrokerProcessesSeparated(t *testing.T) {
 	}()
 	var procs map[int]string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if procs = childrenNamed(cmd.Process.Pid, "cordon-gateway"); len(procs) == 4 {
+		if procs = childrenNamed(cmd.Process.Pid, "cordon-gateway"); len(procs) == 5 {
 			break
 		}
 	}
@@ -362,8 +364,8 @@ func TestBrokerProcessesSeparated(t *testing.T) {
 	for _, b := range procs {
 		brokers[b] = true
 	}
-	if len(procs) != 4 || !brokers["model"] || !brokers["egress"] || !brokers["tool"] || !brokers["state"] {
-		t.Fatalf("gateway processes = %v, want one per broker: model, egress, tool, state", procs)
+	if len(procs) != 5 || !brokers["model"] || !brokers["egress"] || !brokers["tool"] || !brokers["state"] || !brokers["sockets"] {
+		t.Fatalf("gateway processes = %v, want one per broker (model, egress, tool, state) and the socket source", procs)
 	}
 	// Let them finish hardening (the sandbox starts only once they are
 	// ready, so by the time sleep runs they are).
@@ -383,6 +385,15 @@ func TestBrokerProcessesSeparated(t *testing.T) {
 		ns, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "net"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if b == "sockets" {
+			// The socket source creates the upstream sockets (charged to
+			// the gateway's cgroup) in the host's namespace; it parses no
+			// agent bytes and its filter refuses connect, bind and listen.
+			if ns != hostNet {
+				t.Errorf("socket source in network namespace %s, want the host's %s", ns, hostNet)
+			}
+			continue
 		}
 		if other, ok := seen[ns]; ok {
 			t.Errorf("%s broker process shares its network namespace %s with %s", b, ns, other)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
 	"github.com/cordon-project/cordon/internal/broker/model"
@@ -18,6 +21,7 @@ import (
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/gateway/dial"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
+	"golang.org/x/sys/unix"
 )
 
 // brokerSpec is one broker process to start: its listener, its own
@@ -177,7 +181,7 @@ type brokerProc struct {
 // gets its config pipe, its authority channel, its dialer channel, its
 // listener and (tool broker only) the stdio tool servers' pipes; the
 // root side serves its dialer channel with its policy.
-func spawnBroker(ctx context.Context, o StartOptions, s *brokerSpec) (*brokerProc, error) {
+func spawnBroker(ctx context.Context, o StartOptions, s *brokerSpec, src *socketSource) (*brokerProc, error) {
 	conns, childEnds, err := channelPairs(2)
 	if err != nil {
 		return nil, err
@@ -199,38 +203,124 @@ func spawnBroker(ctx context.Context, o StartOptions, s *brokerSpec) (*brokerPro
 	for _, tp := range s.pipes {
 		extra = append(extra, tp.In, tp.Out)
 	}
+	if err := bp.start(o, extra, true); err != nil {
+		bp.close()
+		return nil, err
+	}
+	srv := &dial.Server{Broker: s.broker, Policy: s.policy, Logger: o.Logger, Socket: src.socket}
+	go srv.Serve(ctx, bp.dialer.(*net.UnixConn))
+	return bp, nil
+}
+
+// start starts the process: the cordon binary re-executed as Argv0 with
+// its name, as the gateway uid, in its own session, killed when cordon
+// dies, with extra as descriptors 3 on; newNet clones it into a fresh
+// network namespace.
+func (b *brokerProc) start(o StartOptions, extra []*os.File, newNet bool) error {
 	stderr := o.Stderr
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	bp.cmd = &exec.Cmd{
-		Path: "/proc/self/exe", Args: []string{Argv0, s.broker}, Env: []string{},
-		Stderr: stderr, ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: o.UID, Gid: o.GID, Groups: []uint32{}},
-			Pdeathsig:  syscall.SIGKILL,
-			Setsid:     true,
-			Cloneflags: syscall.CLONE_NEWNET,
-		},
+	attr := &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: o.UID, Gid: o.GID, Groups: []uint32{}},
+		Pdeathsig:  syscall.SIGKILL,
+		Setsid:     true,
 	}
+	if newNet {
+		attr.Cloneflags = syscall.CLONE_NEWNET
+	}
+	b.cmd = &exec.Cmd{Path: "/proc/self/exe", Args: []string{Argv0, b.name}, Env: []string{}, Stderr: stderr, ExtraFiles: extra, SysProcAttr: attr}
 	started := make(chan error, 1)
 	go func() {
 		// The parent-death signal follows the thread that forked: keep it.
 		runtime.LockOSThread()
-		err := bp.cmd.Start()
+		err := b.cmd.Start()
 		started <- err
 		if err == nil {
-			_ = bp.cmd.Wait()
+			_ = b.cmd.Wait()
 		}
-		close(bp.done)
+		close(b.done)
 	}()
 	if err := <-started; err != nil {
-		bp.close()
-		return nil, fmt.Errorf("start the %s broker process: %w", s.broker, err)
+		return fmt.Errorf("start the %s gateway process: %w", b.name, err)
 	}
-	srv := &dial.Server{Broker: s.broker, Policy: s.policy, Logger: o.Logger}
-	go srv.Serve(ctx, bp.dialer.(*net.UnixConn))
-	return bp, nil
+	return nil
+}
+
+// socketSource is the privileged side's end of the sandbox's socket
+// source (proc.SocketSource): a process in the host's network namespace
+// and the gateway's cgroups that creates the unconnected TCP sockets the
+// checked dialer connects, so that their memory is the gateway group's.
+type socketSource struct {
+	mu   sync.Mutex
+	conn *net.UnixConn
+}
+
+// spawnSource starts the socket source (no new network namespace: its
+// sockets are the host's).
+func spawnSource(o StartOptions) (*brokerProc, *socketSource, error) {
+	conns, childEnds, err := channelPairs(1)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer childEnds[0].Close()
+	bp := &brokerProc{name: proc.SocketSource, done: make(chan struct{}), channel: conns[0]}
+	if err := bp.start(o, []*os.File{childEnds[0]}, false); err != nil {
+		bp.close()
+		return nil, nil, err
+	}
+	return bp, &socketSource{conn: conns[0].(*net.UnixConn)}, nil
+}
+
+// socket asks the source for one unconnected TCP socket, which the
+// caller then owns.
+func (s *socketSource) socket(ctx context.Context, v6 bool) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	req := byte(proc.SourceTCP4)
+	if v6 {
+		req = proc.SourceTCP6
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(dial.DefaultTimeout)
+	}
+	s.conn.SetDeadline(deadline)
+	if _, _, err := s.conn.WriteMsgUnix([]byte{req}, nil, nil); err != nil {
+		return -1, fmt.Errorf("socket source: %w", err)
+	}
+	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := s.conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return -1, fmt.Errorf("socket source: %w", err)
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	if n != 1 || buf[0] != 1 || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return -1, errors.New("socket source: no socket")
+	}
+	// Only a TCP socket of the asked family, unconnected, is accepted.
+	dom, err1 := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_DOMAIN)
+	typ, err2 := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_TYPE)
+	_, perr := unix.Getpeername(fds[0])
+	want := unix.AF_INET
+	if v6 {
+		want = unix.AF_INET6
+	}
+	if err1 != nil || err2 != nil || dom != want || typ != unix.SOCK_STREAM || perr == nil {
+		unix.Close(fds[0])
+		return -1, errors.New("socket source: not an unconnected TCP socket")
+	}
+	return fds[0], nil
 }
 
 // configure writes the process's configuration and closes the pipe.
@@ -282,7 +372,13 @@ func (b *brokerProc) state() string {
 
 // close closes the root side's ends of the process's channels.
 func (b *brokerProc) close() {
-	b.cfgW.Close()
-	b.channel.Close()
-	b.dialer.Close()
+	if b.cfgW != nil {
+		b.cfgW.Close()
+	}
+	if b.channel != nil {
+		b.channel.Close()
+	}
+	if b.dialer != nil {
+		b.dialer.Close()
+	}
 }

@@ -144,13 +144,27 @@ func Start(o StartOptions) (*Process, error) {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Process{done: make(chan struct{}), anyDone: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger, cancel: cancel}
+	sp, src, err := spawnSource(o)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	p.procs = append(p.procs, sp)
+	if err := p.adopt(o, sp); err != nil {
+		p.abort()
+		return nil, err
+	}
 	for i := range specs {
-		bp, err := spawnBroker(ctx, o, &specs[i])
+		bp, err := spawnBroker(ctx, o, &specs[i], src)
 		if err != nil {
 			p.abort()
 			return nil, err
 		}
 		p.procs = append(p.procs, bp)
+		if err := p.adopt(o, bp); err != nil {
+			p.abort()
+			return nil, err
+		}
 	}
 	go p.collect()
 	if err := p.configure(o, specs); err != nil {
@@ -180,21 +194,30 @@ func chargeEarlier(o StartOptions) error {
 	return nil
 }
 
-// configure places every broker process in the sandbox's cgroups, then
-// writes each its configuration (once all are placed: the test hook's
-// configuration names its siblings' pids).
+// adopt places a gateway process in the sandbox's cgroups at once, before
+// it reads its configuration (so before any agent traffic).
+func (p *Process) adopt(o StartOptions, bp *brokerProc) error {
+	if o.Adopt == nil {
+		return nil
+	}
+	if err := o.Adopt(bp.pid()); err != nil {
+		return fmt.Errorf("place the %s gateway process in the sandbox's cgroups: %w", bp.name, err)
+	}
+	return nil
+}
+
+// configure writes each broker process its configuration, once all are
+// started (the test hook's configuration names its siblings' pids).
 func (p *Process) configure(o StartOptions, specs []brokerSpec) error {
 	pids := p.Pids()
-	if o.Adopt != nil {
+	for _, s := range specs {
 		for _, bp := range p.procs {
-			if err := o.Adopt(bp.pid()); err != nil {
-				return fmt.Errorf("place the %s broker process in the sandbox's cgroups: %w", bp.name, err)
+			if bp.name != s.broker {
+				continue
 			}
-		}
-	}
-	for i, bp := range p.procs {
-		if err := bp.configure(specs[i], pids); err != nil {
-			return fmt.Errorf("configure the %s broker process: %w", bp.name, err)
+			if err := bp.configure(s, pids); err != nil {
+				return fmt.Errorf("configure the %s broker process: %w", bp.name, err)
+			}
 		}
 	}
 	return nil
@@ -211,7 +234,7 @@ func (p *Process) serve(o StartOptions) error {
 	if tools.ApprovalTTL <= 0 {
 		tools.ApprovalTTL = DefaultApprovalTTL
 	}
-	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: len(p.procs),
+	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: len(Brokers),
 		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
@@ -220,6 +243,9 @@ func (p *Process) serve(o StartOptions) error {
 	p.srv, p.served = srv, make(chan struct{})
 	var serving sync.WaitGroup
 	for _, bp := range p.procs {
+		if bp.name == proc.SocketSource {
+			continue // its channel is the dialer's, not an authority channel
+		}
 		serving.Add(1)
 		go func() {
 			defer serving.Done()

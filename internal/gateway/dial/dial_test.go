@@ -300,3 +300,38 @@ func TestGarbageStopsServing(t *testing.T) {
 	}
 	t.Errorf("the channel kept serving after a malformed request")
 }
+
+// TestSocketSupplied: with Server.Socket, the server connects the socket
+// it is given (the gateway's socket source) to the checked address and
+// hands that socket over; without a socket, nothing is dialled.
+func TestSocketSupplied(t *testing.T) {
+	u := newUpstream(t)
+	var supplied atomic.Int64
+	c := pair(t, "model", NewFixed("model", []string{u.addr()}, nil), func(s *Server) {
+		s.Socket = func(_ context.Context, v6 bool) (int, error) {
+			supplied.Add(1)
+			fam := unix.AF_INET
+			if v6 {
+				fam = unix.AF_INET6
+			}
+			return unix.Socket(fam, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		}
+	})
+	conn, err := c.DialContext(context.Background(), "tcp", u.addr())
+	if err != nil {
+		t.Fatalf("DialContext = %v", err)
+	}
+	echo(t, conn)
+	if n := supplied.Load(); n != 1 {
+		t.Errorf("sockets supplied = %d, want 1", n)
+	}
+	none := pair(t, "model", NewFixed("model", []string{u.addr()}, nil), func(s *Server) {
+		s.Socket = func(context.Context, bool) (int, error) { return -1, errors.New("no socket") }
+	})
+	if _, err := none.DialContext(context.Background(), "tcp", u.addr()); reason(err) != ReasonDialFailed {
+		t.Errorf("DialContext without a socket = %v, want %s", err, ReasonDialFailed)
+	}
+	if n := u.accepted.Load(); n != 1 {
+		t.Errorf("upstream accepted %d, want 1", n)
+	}
+}

@@ -43,6 +43,11 @@ type Server struct {
 	Timeout time.Duration
 	// Dial connects to one checked address; nil is a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Socket, when set, supplies the unconnected TCP socket (a descriptor
+	// this side then owns) that Serve connects to a checked address, in
+	// place of Dial: the gateway's socket source, so that the socket's
+	// memory is charged to the sandbox's gateway cgroup, not to this side.
+	Socket func(ctx context.Context, v6 bool) (int, error)
 }
 
 // Serve answers requests on conn (a SOCK_SEQPACKET Unix socket whose
@@ -119,6 +124,18 @@ func (s *Server) handle(ctx context.Context, log *slog.Logger, wmu *sync.Mutex, 
 			addrs = addrs[:maxAddrs]
 		}
 		s.reply(wmu, conn, Response{ID: req.ID, Addrs: addrs}, -1)
+		return
+	}
+	if s.Socket != nil {
+		fd, peer, why := s.connect(ctx, req)
+		if why != "" {
+			s.logRefusal(log, req, why)
+			s.reply(wmu, conn, Response{ID: req.ID, Reason: why}, -1)
+			return
+		}
+		defer unix.Close(fd)
+		log.Debug("dial", "broker", s.Broker, "decision", "allow", "target", target(req), "peer", peer.String())
+		s.reply(wmu, conn, Response{ID: req.ID}, fd)
 		return
 	}
 	c, why := s.dial(ctx, req)

@@ -35,6 +35,9 @@ func ChildMain() int {
 	if len(os.Args) > 1 {
 		broker = os.Args[1]
 	}
+	if broker == SocketSource {
+		return sourceMain()
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "gateway", "broker", broker)
 	fail := func(step string, err error) int {
 		log.Error("gateway failed", "step", step, "err", err)

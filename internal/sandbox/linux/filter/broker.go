@@ -80,3 +80,72 @@ func buildBroker() (*Program, error) {
 	sum := sha256.Sum256(raw)
 	return &Program{Arch: archName, Raw: raw, SHA256: hex.EncodeToString(sum[:])}, nil
 }
+
+// socketSourceDenied are refused to the socket source, the one helper
+// process per sandbox that lives in the host's network namespace and the
+// gateway's cgroups: it creates unconnected TCP sockets (so their memory
+// is charged to the gateway's group, not to the privileged side) and
+// hands them to the privileged side, which checks and connects them. It
+// never connects, binds, listens or accepts itself.
+var socketSourceDenied = []string{"socketpair", "connect", "bind", "listen", "accept", "accept4"}
+
+var (
+	sourceOnce  sync.Once
+	sourceBuilt *Program
+	errSource   error
+)
+
+// BuildSocketSource compiles the socket source's filter: the sandbox
+// filter's outright denials, socketSourceDenied, and socket(2) for any
+// domain but AF_INET and AF_INET6, fail with EPERM.
+func BuildSocketSource() (*Program, error) {
+	sourceOnce.Do(func() { sourceBuilt, errSource = buildSocketSource() })
+	if errSource != nil {
+		return nil, errSource
+	}
+	return &Program{Arch: sourceBuilt.Arch, Raw: slices.Clone(sourceBuilt.Raw), SHA256: sourceBuilt.SHA256}, nil
+}
+
+func buildSocketSource() (*Program, error) {
+	if runtime.GOARCH != archName {
+		return nil, fmt.Errorf("socket source seccomp filter for %s: tables are for %s", runtime.GOARCH, archName)
+	}
+	deny := seccomp.NewSyscallRules()
+	names := slices.Concat(append(slices.Clone(deniedGroups), socketSourceDenied)...)
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		nr, ok := sysnums[name]
+		if !ok {
+			return nil, fmt.Errorf("socket source seccomp policy: syscall %q unknown on %s", name, archName)
+		}
+		deny.Set(nr, seccomp.MatchAll{})
+	}
+	// socket(2): only the IP families; anything else (AF_UNIX to a
+	// pathname socket, AF_NETLINK, AF_PACKET …) is refused.
+	deny.Set(sysnums["socket"], seccomp.MatchAll{})
+	allowSocket := seccomp.NewSyscallRules()
+	allowSocket.Set(sysnums["socket"], seccomp.Or{
+		seccomp.PerArg{seccomp.MaskedEqual(low32, unix.AF_INET)},
+		seccomp.PerArg{seccomp.MaskedEqual(low32, unix.AF_INET6)},
+	})
+	prog := &seccomp.Program{
+		RuleSets: []seccomp.RuleSet{
+			{Rules: allowSocket, Action: seccomp.Allow},
+			{Rules: deny, Action: seccomp.ReturnError.Code(uint16(unix.EPERM))},
+		},
+		Options: seccomp.ProgramOptions{
+			DefaultAction: seccomp.Allow,
+			BadArchAction: seccomp.KillProcess,
+		},
+	}
+	insns, _, err := prog.Build()
+	if err != nil {
+		return nil, fmt.Errorf("compile socket source seccomp filter for %s: %w", archName, err)
+	}
+	if len(insns) == 0 || len(insns) > maxInstructions {
+		return nil, fmt.Errorf("compile socket source seccomp filter for %s: %d instructions, limit %d", archName, len(insns), maxInstructions)
+	}
+	raw := encode(insns)
+	sum := sha256.Sum256(raw)
+	return &Program{Arch: archName, Raw: raw, SHA256: hex.EncodeToString(sum[:])}, nil
+}

@@ -125,3 +125,56 @@ func TestBrokerDenied(t *testing.T) {
 		t.Fatalf("BuildBroker() = %v", err)
 	}
 }
+
+// sourceChild installs the socket source filter and probes what it must
+// and must not do. One "name errno" line per probe.
+func sourceChild(path string) int {
+	runtime.LockOSThread()
+	p, err := BuildSocketSource()
+	if err == nil {
+		err = Install(p)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	report := func(name string, err error) {
+		var errno syscall.Errno
+		if err != nil && !errors.As(err, &errno) {
+			errno = ^syscall.Errno(0)
+		}
+		fmt.Printf("%s %d\n", name, int(errno))
+	}
+	fd4, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	report("socket-inet", err)
+	fd6, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM, 0)
+	report("socket-inet6", err)
+	_, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	report("socket-unix", err)
+	_, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW, 0)
+	report("socket-netlink", err)
+	if fd4 >= 0 {
+		report("connect", unix.Connect(fd4, &unix.SockaddrInet4{Port: 1, Addr: [4]byte{127, 0, 0, 1}}))
+		report("bind", unix.Bind(fd4, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+		report("listen", unix.Listen(fd4, 1))
+	}
+	if fd6 >= 0 {
+		unix.Close(fd6)
+	}
+	_, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	report("socketpair", err)
+	return 0
+}
+
+// TestSocketSourceFilterLive: the socket source may create IP sockets
+// and nothing else; it cannot connect, bind or listen.
+func TestSocketSourceFilterLive(t *testing.T) {
+	got := runChild(t, "source", "")
+	want := map[string]syscall.Errno{"socket-inet": 0, "socket-inet6": 0, "socket-unix": unix.EPERM, "socket-netlink": unix.EPERM,
+		"connect": unix.EPERM, "bind": unix.EPERM, "listen": unix.EPERM, "socketpair": unix.EPERM}
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("f(%q) = %v (reported %t), want %v", "source "+name, g, ok, w)
+		}
+	}
+}

@@ -21,3 +21,8 @@ func Denied() []string { return nil }
 func BuildBroker() (*Program, error) {
 	return nil, fmt.Errorf("broker seccomp filter for %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
 }
+
+// BuildSocketSource fails closed like Build.
+func BuildSocketSource() (*Program, error) {
+	return nil, fmt.Errorf("socket source seccomp filter for %s/%s: %w", runtime.GOOS, runtime.GOARCH, errors.ErrUnsupported)
+}

@@ -42,6 +42,9 @@ func child(mode, path string) int {
 	if mode == "broker" || mode == "nobroker" {
 		return brokerChild(mode == "broker", path)
 	}
+	if mode == "source" {
+		return sourceChild(path)
+	}
 	runtime.LockOSThread()
 	if mode == "filter" {
 		p, err := Build()
