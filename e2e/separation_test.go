@@ -281,6 +281,19 @@ secrets:
 	if n := egressUp.settle(0); n != 0 {
 		t.Errorf("the egress broker's upstream accepted %d connections from the model broker process, want 0", n)
 	}
+	// The privileged side logged each refusal, naming the broker that
+	// asked and the destination.
+	for _, target := range []string{"allowed.test:" + egressUp.port(), "127.0.0.1:" + egressUp.port(), toolHostPort} {
+		found := false
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "dial refused") && strings.Contains(l, "broker=model") && strings.Contains(l, "target="+target) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no refusal of %s for the model broker in the privileged side's log\nstderr: %s", target, stderr.String())
+		}
+	}
 	// Positive controls.
 	if e := got["dial 127.0.0.1:"+modelUp.port()]; e != "" {
 		t.Errorf("the model broker's own upstream through the dialer: %s, want a connection", e)
