@@ -140,9 +140,13 @@ const compromiseMarker = "CORDON-TEST-COMPROMISE "
 func TestCompromisedGatewayModel(t *testing.T) {
 	requireRoot(t)
 	st := newStateDir(t)
+	// Traversable by the gateway's uid: only the broker process's
+	// confinement, not file permissions, may stop it.
 	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	hostTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
@@ -200,38 +204,7 @@ secrets:
 		},
 		"files": []string{toolKeyFile},
 	})
-	cmd := exec.Command(hooksBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/true")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "CORDON_TEST_COMPROMISE=" + string(spec)}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("cordon run = %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
-		}
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		<-done
-		t.Fatal("cordon run did not finish in 2 minutes")
-	}
-
-	var rep *compromiseReport
-	for _, l := range strings.Split(stderr.String(), "\n") {
-		if i := strings.Index(l, compromiseMarker); i >= 0 {
-			rep = &compromiseReport{}
-			if err := json.Unmarshal([]byte(l[i+len(compromiseMarker):]), rep); err != nil {
-				t.Fatalf("hook report %q: %v", l, err)
-			}
-		}
-	}
-	if rep == nil || rep.Broker != "model" {
-		t.Fatalf("no report from the model broker process's hook\nstderr: %s", stderr.String())
-	}
+	rep, stdout, stderr := runCompromised(t, st, cfg, spec)
 	got := map[string]string{}
 	for _, a := range rep.Attempts {
 		got[a.Probe] = a.Err
@@ -242,7 +215,7 @@ secrets:
 			t.Errorf("the model broker process read the tool broker's credential through %s", a.Probe)
 		}
 	}
-	if strings.Contains(stderr.String(), toolKey) || strings.Contains(stdout.String(), toolKey) {
+	if strings.Contains(stderr, toolKey) || strings.Contains(stdout, toolKey) {
 		t.Errorf("the tool credential appears in cordon's output")
 	}
 	mustFail := []string{
@@ -285,13 +258,13 @@ secrets:
 	// asked and the destination.
 	for _, target := range []string{"allowed.test:" + egressUp.port(), "127.0.0.1:" + egressUp.port(), toolHostPort} {
 		found := false
-		for _, l := range strings.Split(stderr.String(), "\n") {
+		for _, l := range strings.Split(stderr, "\n") {
 			if strings.Contains(l, "dial refused") && strings.Contains(l, "broker=model") && strings.Contains(l, "target="+target) {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("no refusal of %s for the model broker in the privileged side's log\nstderr: %s", target, stderr.String())
+			t.Errorf("no refusal of %s for the model broker in the privileged side's log\nstderr: %s", target, stderr)
 		}
 	}
 	// Positive controls.
@@ -317,6 +290,92 @@ secrets:
 		if n := c.l.settle(1); n != 1 {
 			t.Errorf("control: %s accepted %d, want 1", c.addr, n)
 		}
+	}
+}
+
+// runCompromised runs /bin/true under a test build with the
+// compromised-gateway hook's instructions spec, and returns the hook's
+// report and cordon's output.
+func runCompromised(t *testing.T, st, cfg string, spec []byte) (*compromiseReport, string, string) {
+	t.Helper()
+	cmd := exec.Command(hooksBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/true")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "CORDON_TEST_COMPROMISE=" + string(spec)}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("cordon run = %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("cordon run did not finish in 2 minutes")
+	}
+	var rep *compromiseReport
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if i := strings.Index(l, compromiseMarker); i >= 0 {
+			rep = &compromiseReport{}
+			if err := json.Unmarshal([]byte(l[i+len(compromiseMarker):]), rep); err != nil {
+				t.Fatalf("hook report %q: %v", l, err)
+			}
+		}
+	}
+	if rep == nil {
+		t.Fatalf("no report from the hook\nstderr: %s", stderr.String())
+	}
+	return rep, stdout.String(), stderr.String()
+}
+
+// TestCompromisedGatewayLayers: which layer stops what. With the broker
+// filter left out (test build, positive control), the model broker
+// process still cannot reach a host 127.0.0.1 listener — its empty
+// network namespace has nothing to route to — but it DOES reach a host
+// pathname Unix socket, which no network namespace isolates: the filter
+// (TestCompromisedGatewayModel, with it) is the layer that stops that.
+func TestCompromisedGatewayLayers(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	// Traversable by the gateway's uid: only the broker process's
+	// confinement, not file permissions, may stop it.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
+	sock := filepath.Join(dir, "host.sock")
+	hostUnix := newCountingListener(t, "unix", sock)
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	up := newFakeUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up, "")
+	spec, _ := json.Marshal(map[string]any{"broker": "model", "skip_filter": true,
+		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}})
+	rep, _, _ := runCompromised(t, st, cfg, spec)
+	got := map[string]string{}
+	for _, a := range rep.Attempts {
+		got[a.Probe] = a.Err
+		t.Logf("%s: err=%q", a.Probe, a.Err)
+	}
+	if e, ok := got["tcp 127.0.0.1:"+hostTCP.port()]; !ok || e == "" {
+		t.Errorf("without the filter, the host TCP listener: err %q (reported %t), want a failure (empty namespace)", e, ok)
+	}
+	if n := hostTCP.settle(0); n != 0 {
+		t.Errorf("host TCP listener accepted %d connections, want 0", n)
+	}
+	if e, ok := got["unix "+sock]; !ok || e != "" {
+		t.Errorf("without the filter, the host Unix socket: err %q (reported %t), want a connection (a namespace does not isolate it)", e, ok)
+	}
+	if n := hostUnix.settle(1); n != 1 {
+		t.Errorf("without the filter, the host Unix socket accepted %d connections, want 1", n)
 	}
 }
 
