@@ -490,3 +490,55 @@ func TestBrokerProcessesSeparated(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerProcessFailureFailsTheStart: fail closed. When one broker
+// process cannot start (here the tool broker: its declared remote tool
+// server does not answer), the run fails before the program runs — the
+// sandbox gets no partial way out — and no gateway process is left. The
+// control: the same run without the tool server runs the program.
+func TestBrokerProcessFailureFailsTheStart(t *testing.T) {
+	requireRoot(t)
+	st := newStateDir(t)
+	ws := filepath.Join(t.TempDir(), "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(ws, 2345, 2345); err != nil {
+		t.Fatal(err)
+	}
+	dead := newCountingListener(t, "tcp", "127.0.0.1:0")
+	port := dead.port()
+	dead.ln.Close() // nothing answers there now
+	marker := filepath.Join(ws, "ran")
+	run := func(tools string) result {
+		cfg := writeConfig(t, tools)
+		cmd := exec.Command(cordonBin, "--state-dir", st, "run", "--config", cfg, "--workspace", ws, "--", "/bin/sh", "-c", "echo yes > /workspace/ran")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if left := childrenNamed(cmd.Process.Pid, "cordon-gateway"); len(left) > 0 {
+			t.Errorf("gateway processes left after the run: %v", left)
+		}
+		return result{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
+	}
+	r := run(fmt.Sprintf("tools:\n  - name: remote\n    url: http://127.0.0.1:%s/mcp\n", port))
+	if r.Code == 0 || !strings.Contains(r.Stderr, "tool server remote") {
+		t.Errorf("run with a tool server that does not answer = exit %d, want a failure of the tool broker process\nstderr: %s", r.Code, r.Stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the program ran although the tool broker process failed to start")
+	}
+	// Control: without that tool server the program runs.
+	if r := run(""); r.Code != 0 {
+		t.Fatalf("control run = %d\nstderr: %s", r.Code, r.Stderr)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("control: the program did not run: %v", err)
+	}
+}

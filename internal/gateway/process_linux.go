@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/policy"
@@ -395,16 +396,19 @@ func (p *Process) settleLost() {
 	})
 }
 
-// Pid is the first broker process's host pid (0 before it started); see
-// Pids for all of them.
+// Pid is the model broker process's host pid (0 before it started); see
+// Pids for every gateway process.
 func (p *Process) Pid() int {
-	if len(p.procs) == 0 {
-		return 0
+	for _, bp := range p.procs {
+		if bp.name == model.Name {
+			return bp.pid()
+		}
 	}
-	return p.procs[0].pid()
+	return 0
 }
 
-// Pids are the broker processes' host pids, by broker.
+// Pids are the gateway processes' host pids, by broker (and
+// proc.SocketSource for the socket source).
 func (p *Process) Pids() map[string]int {
 	m := make(map[string]int, len(p.procs))
 	for _, bp := range p.procs {
