@@ -10,6 +10,9 @@
 // runs as root on a machine with every feature, so a skip there would hide
 // a regression in an isolation test.
 //
+// Its tests also keep docs/testing.md honest: TestProbeTableIsHonest fails
+// when a test the probe-class table lists no longer exists in its package.
+//
 // Plane: none — test code only. It must never be imported by non-test code
 // (TestNotImportedByProduction walks the import graph of every package and
 // of the cordon binary to keep it so), and it must never weaken what a test
