@@ -32,11 +32,13 @@ import (
 // init dispatches, as in the cordon binary). Build with CGO_ENABLED=0.
 
 // requireSandboxes ends t (skip, or under CI=true fail) unless this test
-// binary can build sandboxes: root, and a static build (it is the init).
+// binary can build sandboxes at DEDICATED_CONTAINER: root, a static build
+// (it is the init), and Landlock (the filesystem boundary's second fence).
 func requireSandboxes(t *testing.T) {
 	t.Helper()
 	testkit.RequireStaticBuild(t)
 	testkit.RequireRoot(t)
+	testkit.RequireLandlock(t, 1)
 }
 
 // newStateDir returns a fresh state dir the sandbox init can traverse
