@@ -13,7 +13,7 @@
 // Its tests also keep docs/testing.md honest: TestProbeTableIsHonest fails
 // when a test the probe-class table lists no longer exists in its package.
 //
-// Plane: none — test code only. It must never be imported by non-test code
+// Plane: test-only. It must never be imported by non-test code
 // (TestNotImportedByProduction walks the import graph of every package and
 // of the cordon binary to keep it so), and it must never weaken what a test
 // observes: a fake stands in for an upstream outside the boundary, never
