@@ -24,26 +24,21 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // These tests build real sandboxes: the sandbox init is this test binary,
 // re-executed through /proc/self/exe as sbinit.Argv0 (package sbinit's
 // init dispatches, as in the cordon binary). Build with CGO_ENABLED=0.
 
-// requireRoot skips without root, except under CI=true where it fails:
-// CI runs as root on a machine with every feature.
-func requireRoot(t *testing.T) {
+// requireSandboxes ends t (skip, or under CI=true fail) unless this test
+// binary can build sandboxes at DEDICATED_CONTAINER: root, a static build
+// (it is the init), and Landlock (the filesystem boundary's second fence).
+func requireSandboxes(t *testing.T) {
 	t.Helper()
-	if sbinit.CgoEnabled {
-		t.Fatal("the sandbox init refuses a cgo build: run the tests with CGO_ENABLED=0")
-	}
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this isolation test needs root; under CI=true it may not skip")
-	}
-	t.Skip("needs root (cordon builds sandboxes as root)")
+	testkit.RequireStaticBuild(t)
+	testkit.RequireRoot(t)
+	testkit.RequireLandlock(t, 1)
 }
 
 // newStateDir returns a fresh state dir the sandbox init can traverse
@@ -174,7 +169,7 @@ func runErr(ds DaemonSandbox, stdin string, env []string, dir string, argv ...st
 }
 
 func TestDaemonIdleExec(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
 	p := newDaemonProvider(t, dir, st)
 	sb := startDaemonSandbox(t, p)
@@ -316,7 +311,7 @@ func checkGone(t *testing.T, p *Provider, st *store.Store, id string, initPid in
 }
 
 func TestDaemonConcurrentExecs(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
 	sb := startDaemonSandbox(t, newDaemonProvider(t, dir, st))
 	const n = 24
@@ -344,7 +339,7 @@ func TestDaemonConcurrentExecs(t *testing.T) {
 // The main program's exit does not end a daemon-mode sandbox; the init
 // reports it, forwards signals while it runs, and keeps serving execs.
 func TestDaemonMainExitKeepsSandbox(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
 	p := newDaemonProvider(t, dir, st)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -425,7 +420,7 @@ func childByCmdline(t *testing.T, ppid int, cmd string) int {
 // the host: credentials, every capability set, no_new_privs, seccomp,
 // rlimits, cgroups, namespaces; and its own session.
 func TestDaemonExecHardening(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
 	p := newDaemonProvider(t, dir, st)
 	sb := startDaemonSandbox(t, p, "/bin/sleep", "1001")
@@ -542,7 +537,7 @@ func waitInSleep(t *testing.T, pid int) {
 // writable paths even where its uid may (the probe dir is a tmpfs it
 // owns), while the same write under /tmp succeeds (positive control).
 func TestDaemonExecLandlock(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
 	sb := startDaemonSandbox(t, newDaemonProvider(t, dir, st))
 	// The uid may write there as far as permissions go…
@@ -572,7 +567,7 @@ func TestDaemonExecLandlock(t *testing.T) {
 // start time, a pid outside the sandbox and a lease another holds; then
 // execs and deprovisions through the handle, leaving nothing behind.
 func TestDaemonAttach(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
 	pA := newDaemonProvider(t, dir, st)
 	sb := startDaemonSandbox(t, pA)
@@ -666,16 +661,14 @@ func TestDaemonAttach(t *testing.T) {
 	}
 }
 
-// helperEnv makes this test binary a daemon stand-in that spawns
-// sandboxes into the state dir it names, prints them, and waits to be
+// helperEnv names the state dir into which TestDaemonSpawnerHelper, a
+// daemon stand-in, spawns sandboxes; it prints them and waits to be
 // killed (TestDaemonSurvivesSpawnerSIGKILL).
 const helperEnv = "CORDON_TEST_DAEMON_SPAWNER"
 
 func TestDaemonSpawnerHelper(t *testing.T) {
+	testkit.OnlyAsHelper(t)
 	dir := os.Getenv(helperEnv)
-	if dir == "" {
-		t.Skip("helper process only")
-	}
 	st, err := store.Open(dir, store.DefaultPool)
 	if err != nil {
 		t.Fatal(err)
@@ -694,10 +687,9 @@ func TestDaemonSpawnerHelper(t *testing.T) {
 // switch). A later process attaches to it and execs, or, when its init is
 // gone, releases its residue from the record.
 func TestDaemonSurvivesSpawnerSIGKILL(t *testing.T) {
-	requireRoot(t)
+	requireSandboxes(t)
 	dir, st := newStateDir(t)
-	cmd := exec.Command("/proc/self/exe", "-test.run=^TestDaemonSpawnerHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	cmd := testkit.HelperTest(t, "TestDaemonSpawnerHelper", helperEnv+"="+dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
