@@ -18,7 +18,7 @@ import (
 )
 
 // How often the watch looks. A sandbox with few TCP sockets cannot move
-// its TCP memory far between two looks (see tcpWatch.run), so it is read
+// its TCP memory far between two looks (see tcpProbe.check), so it is read
 // at the idle pace; with more, at the busy pace. Idle daemon sandboxes
 // must cost next to nothing: 500 of them at the busy pace with a full
 // socket-table read each time (~4 ms: /proc/net/tcp walks the host's
