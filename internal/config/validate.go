@@ -186,7 +186,21 @@ func build(raw *rawConfig, ix *index) *Config {
 	for _, f := range []struct{ key, v string }{{"workload", raw.Workload}, {"tenant", raw.Tenant}, {"purpose", raw.Purpose}} {
 		checkName(ix, f.key, f.v)
 	}
+	buildSecrets(c, raw, ix)
+	buildEgress(c, &raw.Egress, ix)
+	buildModels(c, raw, ix)
+	buildBudgets(c, &raw.Budgets, ix)
+	buildLimits(c, &raw.Limits, ix)
+	buildTools(c, raw, ix)
+	buildState(c, &raw.State, ix)
+	buildCrossings(c, &raw.Crossings, ix)
+	buildPolicy(c, raw.Policy, ix)
+	return c
+}
 
+// buildSecrets checks each declared secret names exactly one source on the
+// trusted side (an environment variable or a file) without ever quoting it.
+func buildSecrets(c *Config, raw *rawConfig, ix *index) {
 	for _, name := range sortedKeys(raw.Secrets) {
 		s, p := raw.Secrets[name], join("secrets", name)
 		if !secretNameRE.MatchString(name) {
@@ -204,9 +218,11 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		c.Secrets[name] = Secret{Env: s.Env, File: s.File}
 	}
+}
 
-	buildEgress(c, &raw.Egress, ix)
-
+// buildModels checks the model upstreams: unique names, a known API, an
+// upstream URL, a declared credential and valid model globs.
+func buildModels(c *Config, raw *rawConfig, ix *index) {
 	seen := map[string]bool{}
 	for i, m := range raw.Models {
 		p := fmt.Sprintf("models[%d]", i)
@@ -240,8 +256,11 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		c.Models = append(c.Models, Model{Name: m.Name, API: m.API, Upstream: m.Upstream, UpstreamURL: u, Credential: m.Credential, Models: slices.Clone(m.Models)})
 	}
+}
 
-	b := &raw.Budgets
+// buildBudgets checks the budget window and that no budget is negative
+// (0 is unlimited).
+func buildBudgets(c *Config, b *rawBudgets, ix *index) {
 	if b.Window != "" {
 		w, err := parseWindow(b.Window)
 		if err != nil {
@@ -266,8 +285,11 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		*f.dst = f.v
 	}
+}
 
-	l := &raw.Limits
+// buildLimits sets the model broker's size and attachment limits: the
+// defaults, overridden by positive sizes and well-formed media types.
+func buildLimits(c *Config, l *rawLimits, ix *index) {
 	c.Limits = Limits{
 		MaxRequestBytes:       DefaultMaxRequestBytes,
 		MaxResponseBytes:      DefaultMaxResponseBytes,
@@ -312,11 +334,6 @@ func build(raw *rawConfig, ix *index) *Config {
 			c.Limits.AllowedAttachmentMIME = append(c.Limits.AllowedAttachmentMIME, t)
 		}
 	}
-	buildTools(c, raw, ix)
-	buildState(c, &raw.State, ix)
-	buildCrossings(c, &raw.Crossings, ix)
-	buildPolicy(c, raw.Policy, ix)
-	return c
 }
 
 // buildPolicy resolves the policy files against the configuration's
