@@ -26,7 +26,7 @@ import (
 // attach from a restarted daemon, surviving the spawner's SIGKILL, reclaim
 // leaving live daemon records alone, and the identity checks (ids, the
 // init's start time) that adoption rests on. The shared helpers
-// (requireRoot, newStateDir, startDaemonSandbox, run, checkGone) are in
+// (requireSandboxes, newStateDir, startDaemonSandbox, run, checkGone) are in
 // daemon_linux_test.go.
 
 // Attach from a second provider (a restarted daemon): it refuses a wrong
