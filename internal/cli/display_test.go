@@ -12,9 +12,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
-	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -230,25 +230,6 @@ func TestLogsOutputChoice(t *testing.T) {
 		if !tc.raw && tc.tty {
 			assertSafe(t, "sandbox logs", strings.ReplaceAll(buf.String(), ``, ``)+textsafe.Line(hostile))
 		}
-	}
-}
-
-// A tool server's stderr reaches the operator's terminal escaped, a line
-// per line, each marked with the server's name.
-func TestToolStderrEscaped(t *testing.T) {
-	var buf bytes.Buffer
-	w := toolStderr(&buf, "fs")
-	w.Write([]byte(hostile[:9]))
-	w.Write([]byte(hostile[9:] + "\n"))
-	out := buf.String()
-	for _, line := range strings.SplitAfter(strings.TrimSuffix(out, "\n"), "\n") {
-		if !strings.HasPrefix(line, "tool fs: ") {
-			t.Errorf("line %q lacks the prefix (output %q)", line, out)
-		}
-	}
-	assertSafe(t, "tool stderr", out+textsafe.Line(hostile))
-	if strings.ContainsAny(out, "\x1b\r\u202e") {
-		t.Errorf("tool stderr holds controls: %q", out)
 	}
 }
 
