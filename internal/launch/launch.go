@@ -218,6 +218,10 @@ type Gateway struct {
 // sandbox admitted by the same rule, then the gateway process. On error
 // whatever started is stopped.
 func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) (gw *Gateway, err error) {
+	if _, _, ok := sb.Lease().Top(); !ok {
+		// Checked first, before anything starts: see startGateway.
+		return nil, failure.Failf(failure.KindStart, "gateway", "the sandbox has no leased identity for its gateway to run as")
+	}
 	gw = &Gateway{}
 	defer func() {
 		if err != nil {
