@@ -332,38 +332,9 @@ func (sb *linuxSandbox) exitText() string {
 // namespace.
 func (sb *linuxSandbox) spawn() error {
 	daemon := sb.p.opts.Daemon
-	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
-	if daemon {
-		if sb.lock == nil {
-			return failure.Failf(failure.KindInternal, "spawn", "daemon mode without a lease lock")
-		}
-		// The same open file description, so the init holds the very lock.
-		lfd, err := unix.FcntlInt(uintptr(sb.lock.fd), unix.F_DUPFD_CLOEXEC, 3)
-		if err != nil {
-			return failure.Fail(failure.KindStart, "lease lock", err)
-		}
-		leaseFile = os.NewFile(uintptr(lfd), "lease-lock")
-		if ln, err = sb.listenExec(); err != nil {
-			leaseFile.Close()
-			return err
-		}
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	child, extra, err := sb.initFiles()
 	if err != nil {
-		if ln != nil {
-			ln.Close()
-			leaseFile.Close()
-		}
-		return failure.Fail(failure.KindStart, "socketpair", err)
-	}
-	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
-	child := os.NewFile(uintptr(fds[1]), "cordon-ctl-child")
-	extra := []*os.File{child}
-	if sb.rootTree > 0 {
-		extra = append(extra, os.NewFile(uintptr(sb.rootTree), "rootfs"))
-	}
-	for _, t := range sb.trees {
-		extra = append(extra, os.NewFile(uintptr(t.fd), t.target))
+		return err
 	}
 	lease := sb.rec.Lease
 	attr := &syscall.SysProcAttr{
@@ -379,8 +350,6 @@ func (sb *linuxSandbox) spawn() error {
 		// The sandbox outlives this process by design; the init arms none
 		// either (sbinit.Config.Daemon).
 		attr.Pdeathsig = 0
-		// After the trees, where buildConfig told the init to find them.
-		extra = append(extra, ln, leaseFile)
 	}
 	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
 		attr.UseCgroupFD = true
@@ -399,60 +368,7 @@ func (sb *linuxSandbox) spawn() error {
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: extra, SysProcAttr: attr,
 	}
 	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: when this goroutine returns the thread exits,
-		// which is only after the init is gone. The thread stays in the
-		// sandbox's v1 pids and cpu groups until then (each cgroup move
-		// costs an RCU grace period); it counts as one task against the
-		// sandbox's pids limit, and cgroup.Kill never signals its caller.
-		// (Daemon mode has no parent-death signal: once the init runs the
-		// thread leaves the groups and is unlocked.)
-		t0 := time.Now()
-		back, err := sb.joinV1()
-		t1 := time.Now()
-		if err == nil {
-			// The lease, not host root, owns the new user namespace.
-			if sb.skip("userns-owner") {
-				err = sb.cmd.Start()
-			} else {
-				err = asLeaseOwner(lease.UID, lease.GID, sb.cmd.Start)
-			}
-			if err != nil && sb.cmd.Process != nil {
-				// Started, but this thread kept the lease's credentials.
-				_ = sb.cmd.Process.Kill()
-				_ = sb.cmd.Wait()
-			}
-			t2 := time.Now()
-			// Leave the memory group at once: its OOM killer scans the
-			// group's tasks, and this thread's mm is cordon's own.
-			if rerr := rejoin(back); rerr != nil && err == nil {
-				err = rerr
-			}
-			sb.spawnSteps = []Phase{{Name: "spawn.join_cgroups", Dur: t1.Sub(t0), Nested: true}, {Name: "spawn.clone_exec", Dur: t2.Sub(t1), Nested: true}, {Name: "spawn.leave_memory_cgroup", Dur: time.Since(t2), Nested: true}}
-		}
-		started <- err
-		if err != nil {
-			sb.leaveIfMainThread()
-			close(sb.done)
-			return
-		}
-		if daemon {
-			// No parent-death signal ties the init to this thread: leave
-			// the sandbox's groups and free the thread.
-			if err := rejoin(sb.v1Home); err != nil {
-				sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", err)
-			} else {
-				runtime.UnlockOSThread()
-			}
-		}
-		go sb.readControl()
-		go sb.watchTCP()
-		_ = sb.cmd.Wait()
-		sb.state = sb.cmd.ProcessState
-		sb.leaveIfMainThread()
-		close(sb.done)
-	}()
+	go sb.superviseInit(lease, started)
 	err = <-started
 	child.Close()
 	for _, f := range extra[1:] {
@@ -469,6 +385,107 @@ func (sb *linuxSandbox) spawn() error {
 		}
 	}
 	return nil
+}
+
+// initFiles are the init's extra descriptors, in the order buildConfig
+// told it: the control socket's end (child), the rootfs tree, the bind
+// trees, and in daemon mode the exec listener and the lease lock.
+func (sb *linuxSandbox) initFiles() (child *os.File, extra []*os.File, err error) {
+	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
+	if sb.p.opts.Daemon {
+		if sb.lock == nil {
+			return nil, nil, failure.Failf(failure.KindInternal, "spawn", "daemon mode without a lease lock")
+		}
+		// The same open file description, so the init holds the very lock.
+		lfd, err := unix.FcntlInt(uintptr(sb.lock.fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return nil, nil, failure.Fail(failure.KindStart, "lease lock", err)
+		}
+		leaseFile = os.NewFile(uintptr(lfd), "lease-lock")
+		if ln, err = sb.listenExec(); err != nil {
+			leaseFile.Close()
+			return nil, nil, err
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+			leaseFile.Close()
+		}
+		return nil, nil, failure.Fail(failure.KindStart, "socketpair", err)
+	}
+	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
+	child = os.NewFile(uintptr(fds[1]), "cordon-ctl-child")
+	extra = []*os.File{child}
+	if sb.rootTree > 0 {
+		extra = append(extra, os.NewFile(uintptr(sb.rootTree), "rootfs"))
+	}
+	for _, t := range sb.trees {
+		extra = append(extra, os.NewFile(uintptr(t.fd), t.target))
+	}
+	if ln != nil {
+		// After the trees, where buildConfig told the init to find them.
+		extra = append(extra, ln, leaseFile)
+	}
+	return child, extra, nil
+}
+
+// superviseInit starts the init from a locked thread in the sandbox's
+// cgroups, reports the start on started, then waits for the init to end.
+func (sb *linuxSandbox) superviseInit(lease store.Lease, started chan<- error) {
+	runtime.LockOSThread()
+	// Never unlocked: when this goroutine returns the thread exits,
+	// which is only after the init is gone. The thread stays in the
+	// sandbox's v1 pids and cpu groups until then (each cgroup move
+	// costs an RCU grace period); it counts as one task against the
+	// sandbox's pids limit, and cgroup.Kill never signals its caller.
+	// (Daemon mode has no parent-death signal: once the init runs the
+	// thread leaves the groups and is unlocked.)
+	t0 := time.Now()
+	back, err := sb.joinV1()
+	t1 := time.Now()
+	if err == nil {
+		// The lease, not host root, owns the new user namespace.
+		if sb.skip("userns-owner") {
+			err = sb.cmd.Start()
+		} else {
+			err = asLeaseOwner(lease.UID, lease.GID, sb.cmd.Start)
+		}
+		if err != nil && sb.cmd.Process != nil {
+			// Started, but this thread kept the lease's credentials.
+			_ = sb.cmd.Process.Kill()
+			_ = sb.cmd.Wait()
+		}
+		t2 := time.Now()
+		// Leave the memory group at once: its OOM killer scans the
+		// group's tasks, and this thread's mm is cordon's own.
+		if rerr := rejoin(back); rerr != nil && err == nil {
+			err = rerr
+		}
+		sb.spawnSteps = []Phase{{Name: "spawn.join_cgroups", Dur: t1.Sub(t0), Nested: true}, {Name: "spawn.clone_exec", Dur: t2.Sub(t1), Nested: true}, {Name: "spawn.leave_memory_cgroup", Dur: time.Since(t2), Nested: true}}
+	}
+	started <- err
+	if err != nil {
+		sb.leaveIfMainThread()
+		close(sb.done)
+		return
+	}
+	if sb.p.opts.Daemon {
+		// No parent-death signal ties the init to this thread: leave
+		// the sandbox's groups and free the thread.
+		if err := rejoin(sb.v1Home); err != nil {
+			sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", err)
+		} else {
+			runtime.UnlockOSThread()
+		}
+	}
+	go sb.readControl()
+	go sb.watchTCP()
+	_ = sb.cmd.Wait()
+	sb.state = sb.cmd.ProcessState
+	sb.leaveIfMainThread()
+	close(sb.done)
 }
 
 // skip reports whether a test build was asked to leave out layer.
