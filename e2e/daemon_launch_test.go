@@ -165,8 +165,9 @@ done`
 
 // Daemon sandboxes get the config's tool servers, through the same
 // lifecycle as cordon run: the server runs in its own sandbox and the
-// agent reaches it only through its gateway's tool broker. Its sandbox
-// ends with the daemon sandbox (no cgroup left).
+// agent reaches it only through its gateway's tool broker. After a daemon
+// restart the adopted sandbox's gateway has new tool servers and the old
+// ones are gone; all end with the daemon sandbox (no cgroup left).
 func TestDaemonToolServers(t *testing.T) {
 	requireRoot(t)
 	st := newStateDir(t)
@@ -202,6 +203,25 @@ func TestDaemonToolServers(t *testing.T) {
 	}
 	if tool == "" {
 		t.Fatalf("no cgroup of the tool server's sandbox cordon-%s among %v", host, made)
+	}
+	// A daemon restart adopts the sandbox and reopens its gateway with new
+	// tool servers; the old ones are released (their cgroups go).
+	d.kill()
+	d.start()
+	r = d.cli("sandbox", "exec", "tools", "--", "/probe/mcpclient", "call", "sh__whoami", "{}")
+	lines = toolLines(t, r)
+	host2, ok := strings.CutPrefix(lines[0].Text, "sh-tool uid 1000 in cordon-")
+	if lines[0].IsError || !ok || host2 == host {
+		t.Fatalf("tool call after a daemon restart: %+v (first tool server cordon-%s)", lines[0], host)
+	}
+	for _, ctl := range []string{"pids", "memory"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, "cordon", tool)); err == nil {
+			t.Errorf("the first tool server's cgroup %s/%s outlived the daemon restart", ctl, tool)
+		}
+	}
+	// Reconciliation took the new tool servers for nobody's residue.
+	if log := d.String(); strings.Contains(log, "release host resources") {
+		t.Errorf("the restarted daemon tried to release a live sandbox:\n%s", log)
 	}
 	if r := d.cli("sandbox", "rm", "tools"); r.Code != 0 {
 		t.Fatalf("rm: %d %s", r.Code, r.Stderr)

@@ -38,6 +38,10 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 		d.log.Error("reconcile: read records", "err", err)
 		return rep
 	}
+	// The host records as the daemon found them: adopting a sandbox below
+	// restarts its gateway, whose tool servers are new sandboxes with
+	// host records of their own that must not count as residue.
+	hosts, hostsErr := d.o.Store.List(ctx)
 	known := map[string]bool{}
 	for _, r := range recs {
 		known[r.ID] = true
@@ -79,9 +83,9 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 		}
 	}
 	// Host records of daemon sandboxes with no daemon record: a crash
-	// between the two writes. Release them.
-	hosts, err := d.o.Store.List(ctx)
-	if err == nil {
+	// between the two writes, or the tool servers of a gateway of the
+	// daemon before (its successor started new ones). Release them.
+	if hostsErr == nil {
 		for _, h := range hosts {
 			if h.Kind != store.KindDaemon || known[h.ID] {
 				continue
