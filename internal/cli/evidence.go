@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/evlog"
+	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -53,10 +53,10 @@ Examples:
 
 // verifyOutput is the --json output of cordon evidence verify.
 type verifyOutput struct {
-	OK         bool          `json:"ok"`
+	OK         bool         `json:"ok"`
 	Report     evlog.Report `json:"report"`
 	Proof      *evlog.Proof `json:"proof,omitempty"`
-	ProofError string        `json:"proof_error,omitempty"`
+	ProofError string       `json:"proof_error,omitempty"`
 }
 
 func evidenceVerifyCmd(g *globals) *cobra.Command {
