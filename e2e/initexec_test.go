@@ -65,7 +65,7 @@ func spawnDaemonSandbox() int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
-	ds := sb.(linux.DaemonSandbox)
+	ds := sb
 	fmt.Printf("SPAWNED %s %d %d\n", ds.ID(), ds.InitPid(), ds.InitStartTime())
 	time.Sleep(time.Hour)
 	return 0
@@ -189,7 +189,7 @@ func TestInitExecDaemonSandboxOutlivesSpawner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := h.(linux.DaemonSandbox)
+	ds := h
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -89,7 +89,17 @@ var _ sandbox.Sandbox = (*linuxSandbox)(nil)
 func (sb *linuxSandbox) ID() string { return sb.spec.ID }
 
 // Lease is the UID/GID range leased for the sandbox.
-func (sb *linuxSandbox) Lease() store.Lease { return sb.rec.Lease }
+func (sb *linuxSandbox) Lease() sandbox.Lease { return leaseOf(sb.rec.Lease) }
+
+// leaseOf is a store lease as the seam names it.
+func leaseOf(l store.Lease) sandbox.Lease {
+	return sandbox.Lease{UID: l.UID, GID: l.GID, Size: l.Size}
+}
+
+// HelperFacts reads the sandbox's gateway cgroup back.
+func (sb *linuxSandbox) HelperFacts() (sandbox.HelperFacts, error) {
+	return sb.p.helperFacts(sb.spec.ID)
+}
 
 // Adopt places a trusted-side helper process (the gateway) in the
 // gateway's own cgroups beside the sandbox's: bounded (an agent cannot
@@ -218,12 +228,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 }
 
 // Phase is how long one step of Start took (for --trace and benchmarks).
-type Phase struct {
-	Name string        `json:"name"`
-	Dur  time.Duration `json:"ns"`
-	// Nested phases are parts of the phase before them, not added to totals.
-	Nested bool `json:"nested,omitempty"`
-}
+type Phase = sandbox.Phase
 
 func (sb *linuxSandbox) mark(name string) {
 	now := time.Now()
@@ -347,8 +352,6 @@ func (sb *linuxSandbox) spawn() error {
 		// The sandbox outlives this process by design; the init arms none
 		// either (sbinit.Config.Daemon).
 		attr.Pdeathsig = 0
-		// After the trees, where buildConfig told the init to find them.
-		extra = append(extra, ln, leaseFile)
 	}
 	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
 		attr.UseCgroupFD = true
@@ -507,7 +510,7 @@ func (sb *linuxSandbox) startInit() error {
 	if rerr := rejoin(back); rerr != nil && err == nil {
 		err = rerr
 	}
-	sb.spawnSteps = []Phase{{"spawn.join_cgroups", t1.Sub(t0), true}, {"spawn.clone_exec", t2.Sub(t1), true}, {"spawn.leave_memory_cgroup", time.Since(t2), true}}
+	sb.spawnSteps = []Phase{{Name: "spawn.join_cgroups", Dur: t1.Sub(t0), Nested: true}, {Name: "spawn.clone_exec", Dur: t2.Sub(t1), Nested: true}, {Name: "spawn.leave_memory_cgroup", Dur: time.Since(t2), Nested: true}}
 	return err
 }
 
@@ -619,16 +622,8 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 	}
 }
 
-// ExecError is an exec failure inside the sandbox.
-type ExecError struct {
-	Errno syscall.Errno
-	Msg   string
-}
-
-func (e *ExecError) Error() string { return "exec_failed: " + e.Msg }
-
-// NotFound reports whether the program does not exist (exit 127 rather than 126).
-func (e *ExecError) NotFound() bool { return e.Errno == syscall.ENOENT || e.Errno == 0 }
+// ExecError is an exec failure inside the sandbox (the seam's type).
+type ExecError = sandbox.ExecError
 
 func (sb *linuxSandbox) timeout() {
 	sb.mu.Lock()
