@@ -35,20 +35,6 @@ var pending = map[string]string{
 	// Each broker gets its agent-facing half and its trusted half in its
 	// own folder (issue 10, item 4).
 	"internal/broker/...": "rewritten: each broker owns its crossing",
-	// Flags and printing only once the lifecycle moves to internal/launch
-	// (issue 10, item 1).
-	"internal/cli": "rewritten: one lifecycle",
-	// The daemon calls launch; its protocol carries binds and tool servers
-	// (issue 10, item 1).
-	"internal/hostmgr":       "rewritten: one lifecycle",
-	"internal/hostmgr/proto": "rewritten: one lifecycle",
-	// New: the one lifecycle (issue 10, item 1).
-	"internal/launch": "new: one lifecycle",
-	// The provider seam gains what callers reached by type assertions
-	// (issue 10, item 2); its levels move to internal/sandbox/level,
-	// whose draft doc says "Plane: shared by the root plane and the CLI".
-	"internal/sandbox":       "rewritten: the seam is the only way in",
-	"internal/sandbox/level": "new: the seam is the only way in",
 }
 
 // TestPackageDocs checks the doc of every package under internal/ and cmd/.

@@ -6,7 +6,7 @@
 // sandbox.Sandbox, and that asking it for a level it cannot evidence
 // fails closed.
 //
-// Plane: test support (it runs as whoever runs the test). It must never be
+// Plane: test-only (it runs as whoever runs the test). It must never be
 // wired into the cordon binary (TestNotInTheBinary checks), and never
 // report a boundary as verified.
 package fake

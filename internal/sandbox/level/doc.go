@@ -4,7 +4,7 @@
 // evidence) both name levels, and the seam's Admission carries the
 // evidence record, so the levels live below both.
 //
-// Plane: shared by the root plane and the CLI. It holds data only: it must
+// Plane: root and CLI. It holds data only: it must
 // never decide a level (package evidence admits one from observations)
 // and never import another cordon package.
 package level
