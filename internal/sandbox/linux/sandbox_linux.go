@@ -352,6 +352,8 @@ func (sb *linuxSandbox) spawn() error {
 		// The sandbox outlives this process by design; the init arms none
 		// either (sbinit.Config.Daemon).
 		attr.Pdeathsig = 0
+		// After the trees, where buildConfig told the init to find them.
+		extra = append(extra, ln, leaseFile)
 	}
 	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
 		attr.UseCgroupFD = true
