@@ -227,8 +227,8 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
 		Action: r.Action, Resource: r.Resource, Context: r.Context,
 	})
-	servers, allow := toolOffer(toolServersOf(cfg))
-	adm := gateway.Admit(gateway.ChildConfig{Routes: routesOf(cfg), Egress: egressConfig(cfg.Egress)},
+	servers, allow := toolOffer(cfg.ToolConfig().Servers)
+	adm := gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig()},
 		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg),
 		gateway.AdmitRequest{Action: r.Action, Resource: r.Resource.ID, Server: r.Resource.Server, Port: r.Context.Port,
 			API: r.API, Operation: r.Operation})

@@ -63,9 +63,9 @@ type Rule struct {
 	// Host is an exact name ("api.github.com") or "*.example.org", which
 	// matches names below example.org at any depth but not example.org.
 	// Case and one trailing dot are ignored. IP addresses are refused.
-	Host string
+	Host string `json:"host"`
 	// Ports the rule allows; empty means 443 only.
-	Ports []int
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Resolver looks up the addresses of an allowed name on the trusted side.

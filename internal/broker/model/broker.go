@@ -33,16 +33,17 @@ type Route struct {
 
 // Limits bound every request and response.
 type Limits struct {
-	MaxRequestBytes      int64    // request body; > 0
-	MaxResponseBytes     int64    // upstream response body, streamed or not; > 0
-	MaxAttachments       int      // inline attachments per request; 0 allows none
-	MaxAttachmentBytes   int64    // decoded size of one attachment
-	AllowedMIME          []string // attachment media-type globs ("image/*"); none allows no attachment
-	MaxConcurrentStreams int64    // streams open through this broker, all workloads together; > 0
+	MaxRequestBytes      int64    `json:"max_request_bytes"`      // request body; > 0
+	MaxResponseBytes     int64    `json:"max_response_bytes"`     // upstream response body, streamed or not; > 0
+	MaxAttachments       int      `json:"max_attachments"`        // inline attachments per request; 0 allows none
+	MaxAttachmentBytes   int64    `json:"max_attachment_bytes"`   // decoded size of one attachment
+	AllowedMIME          []string `json:"allowed_mime"`           // attachment media-type globs ("image/*"); none allows no attachment
+	MaxConcurrentStreams int64    `json:"max_concurrent_streams"` // streams open through this broker, all workloads together; > 0
 	// DefaultMaxOutputTokens is the output cap the broker sets on an
 	// OpenAI request that sets none (and reserves for it, and for an
-	// Anthropic request without max_tokens); 0 means 4096.
-	DefaultMaxOutputTokens int64
+	// Anthropic request without max_tokens); 0 means 4096. Config key:
+	// limits.default_max_output_tokens.
+	DefaultMaxOutputTokens int64 `json:"default_max_output_tokens,omitempty"`
 }
 
 // Options configure a Broker.

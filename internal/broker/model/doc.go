@@ -77,7 +77,8 @@
 // max_output_tokens (Responses) could generate up to the model's maximum,
 // and a chat stream without stream_options.include_usage never reports its
 // usage. When a request sets no cap the broker sets one, the amount it
-// reserves: Limits.DefaultMaxOutputTokens (4096 unless configured), added
+// reserves: Limits.DefaultMaxOutputTokens (4096 unless the config sets
+// limits.default_max_output_tokens), added
 // as "max_completion_tokens" / "max_output_tokens" right after the body's
 // opening brace (or in place of a null) once the guard has verified the
 // member absent; a chat stream that does not ask for usage gets

@@ -125,10 +125,10 @@ type Upstream struct {
 
 // Limits bound MCP traffic.
 type Limits struct {
-	MaxFrameBytes    int // one JSON-RPC message from the agent
-	MaxArgumentBytes int // one call's arguments
-	MaxResultBytes   int // one call's result
-	MaxTools         int // tools offered per upstream
+	MaxFrameBytes    int `json:"max_frame_bytes,omitempty"`    // one JSON-RPC message from the agent
+	MaxArgumentBytes int `json:"max_argument_bytes,omitempty"` // one call's arguments
+	MaxResultBytes   int `json:"max_result_bytes,omitempty"`   // one call's result
+	MaxTools         int `json:"max_tools,omitempty"`          // tools offered per upstream
 }
 
 // Defaults.
