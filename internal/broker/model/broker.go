@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 // Name is the model broker's name in budgets, receipts, logs and on its
@@ -134,7 +135,7 @@ type Broker struct {
 	log       *slog.Logger
 	now       func() time.Time
 	streams   atomic.Int64 // open streams
-	matchers  matcherCache
+	redactors custody.RedactorCache
 	pool      sync.Pool // *exchange
 }
 
@@ -410,7 +411,7 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if x.plan.usage {
 		x.rc.Reason += "; stream usage requested by cordon"
 	}
-	x.m = b.matchers.get(b.secrets.Values())
+	x.m = b.redactors.Get(b.secrets.Values())
 
 	req, err := b.upstreamRequest(ctx, r, x, secret)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 func gzipped(t *testing.T, s string) []byte {
@@ -121,7 +122,7 @@ func TestCompressedResponseRefused(t *testing.T) {
 			})
 			s := newSetup(t, up.URL, nil)
 			resp, out := s.post(t, "/v1/messages", `{"model":"claude-x","max_tokens":100,"messages":[]}`)
-			if resp.StatusCode != 200 || !bytes.Contains(out, []byte("key "+redactedMark)) || leaks(out, anthropicKey) {
+			if resp.StatusCode != 200 || !bytes.Contains(out, []byte("key "+custody.Replacement)) || leaks(out, anthropicKey) {
 				t.Errorf("encoding %q: status %d body %q, want the body with the secret redacted", enc, resp.StatusCode, out)
 			}
 		}

@@ -31,8 +31,8 @@
 //   - execute a tool call: tool_use blocks, tool_calls and *_call items are
 //     passed to the agent as data and listed as untrusted in the receipt;
 //   - send a secret to the agent: custodied values, raw or JSON-escaped,
-//     are redacted from every response byte and allowed header, also when
-//     a value is split across reads; a header whose name holds one (in any
+//     are redacted (by internal/custody's redactor) from every response
+//     byte and allowed header, also when a value is split across reads; a header whose name holds one (in any
 //     case: names are canonicalised) is dropped;
 //   - relay a body it cannot read: it asks for identity encoding and
 //     refuses a response in any other Content-Encoding;

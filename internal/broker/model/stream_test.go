@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 func TestFirstByteBeforeUpstreamFinishes(t *testing.T) {
@@ -112,7 +113,7 @@ func TestSecretRedaction(t *testing.T) {
 					}
 				}
 			}
-			if !strings.Contains(string(out), redactedMark) {
+			if !strings.Contains(string(out), custody.Replacement) {
 				t.Errorf("no redaction mark in %s", out)
 			}
 		})
