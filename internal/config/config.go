@@ -204,7 +204,7 @@ type Budgets struct {
 	ToolCalls int64
 }
 
-// Limits returns the budgets as the ledger's limits (zero is unlimited).
+// Limits returns the budgets as the authority's limits (zero is unlimited).
 // ConcurrentStreams and Window are not amounts and are not included.
 func (b Budgets) Limits() crossing.Amount {
 	return crossing.Amount{

@@ -51,7 +51,7 @@ func approvalHandlers(t *testing.T, text string, cfg ChildConfig) (map[string]ht
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := state.New(state.Options{Ledger: c})
+	sh, err := state.New(state.Options{Authority: c})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,11 +25,8 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// maxLedgerMessage bounds one ledger message either way.
-const maxLedgerMessage = 256 << 10
-
-// maxLedgerInFlight bounds the requests the privileged side serves at once.
-const maxLedgerInFlight = 256
+// maxAuthorityInFlight bounds the requests the privileged side serves at once.
+const maxAuthorityInFlight = 256
 
 // Denial receipts are rate-limited per sandbox (allowed crossings are
 // always recorded): an agent hammering a refused route must not fill the
@@ -39,6 +36,10 @@ const (
 	denyReceiptsBurst     = 200
 )
 
+// call is one request of an authority channel as the handlers take it,
+// decoded from its envelope by decodeCall (the broker is the channel's,
+// the op the internal one: tool_*, state_*). The JSON tags serve the
+// fuzzers, which decode arbitrary bytes into it.
 type call struct {
 	ID      uint64                `json:"id"`
 	Op      string                `json:"op"` // reserve, settle, settle_record, record, tool_*, state_*
@@ -49,17 +50,19 @@ type call struct {
 	Res     *crossing.Reservation `json:"res,omitempty"`
 	Used    crossing.Amount       `json:"used,omitempty"`
 	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
-	// Tool broker operations (toolledger.go).
+	// Tool broker operations (tool.go).
 	Tools    []tool.Ref    `json:"tools,omitempty"`
 	Begin    *tool.Begin   `json:"begin,omitempty"`
 	End      *tool.End     `json:"end,omitempty"`
 	Approval string        `json:"approval,omitempty"`
 	Wait     time.Duration `json:"wait,omitempty"`
-	// State broker operations (stateledger.go); the op is "state_" and
+	// State broker operations (state.go); the op is "state_" and
 	// the request's op.
 	State *state.Request `json:"state,omitempty"`
 }
 
+// reply is a handler's answer to a call; encodeReply puts it in the
+// envelope, its body the one the call's op answers with.
 type reply struct {
 	ID    uint64               `json:"id"`
 	Res   crossing.Reservation `json:"res"`
@@ -75,7 +78,7 @@ type reply struct {
 	StateResp *state.Response `json:"state_resp,omitempty"`
 }
 
-// Authority answers the gateway's ledger requests from the store. The
+// Authority answers the gateway's authority requests from the store. The
 // identity of every request is the sandbox's, set here: the gateway
 // cannot spend or record for another workload.
 type Authority struct {
@@ -195,7 +198,7 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 		_, _ = conn.Write(b)
 		wmu.Unlock()
 	}
-	reqs := make(chan call, maxLedgerInFlight)
+	reqs := make(chan call, maxAuthorityInFlight)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -378,14 +381,14 @@ func encodeReply(req call, resp reply) wire.Response {
 	return out
 }
 
-// maxLedgerBatch bounds the requests committed together.
-const maxLedgerBatch = 64
+// maxAuthorityBatch bounds the requests committed together.
+const maxAuthorityBatch = 64
 
 func (s *Authority) batches(reqs <-chan call, send func(call, reply)) {
 	for first := range reqs {
 		batch := []call{first}
 	drain:
-		for len(batch) < maxLedgerBatch {
+		for len(batch) < maxAuthorityBatch {
 			select {
 			case r, ok := <-reqs:
 				if !ok {
@@ -411,16 +414,16 @@ func (s *Authority) batches(reqs <-chan call, send func(call, reply)) {
 	}
 }
 
-// ledgerOps are the store operations a request may make; *store.Tx in a
+// authorityOps are the store operations a request may make; *store.Tx in a
 // batch.
-type ledgerOps interface {
+type authorityOps interface {
 	BudgetState(workload string, b store.Budget) (crossing.BudgetState, error)
 	Reserve(id crossing.Identity, broker string, want crossing.Amount, streams int64, b store.Budget) (crossing.Reservation, crossing.BudgetState, error)
 	SettleRecord(r crossing.Reservation, usage crossing.Amount, b store.Budget, rc *crossing.Receipt) (crossing.BudgetState, error)
 	Record(rc crossing.Receipt) (int64, error)
 }
 
-func (s *Authority) handle(ops ledgerOps, req call) reply {
+func (s *Authority) handle(ops authorityOps, req call) reply {
 	resp := reply{ID: req.ID}
 	var err error
 	switch req.Op {
@@ -563,7 +566,7 @@ func (s *Authority) handle(ops ledgerOps, req call) reply {
 		_, err = ops.Record(rc)
 		s.receipts.end(err == nil)
 	default:
-		err = fmt.Errorf("unknown ledger op %q", req.Op)
+		err = fmt.Errorf("unknown authority op %q", req.Op)
 	}
 	if err != nil {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)

@@ -84,7 +84,7 @@ func TestExplainIsTheRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := state.New(state.Options{Ledger: c})
+	sh, err := state.New(state.Options{Authority: c})
 	if err != nil {
 		t.Fatal(err)
 	}

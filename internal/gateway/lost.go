@@ -9,7 +9,7 @@ import (
 )
 
 // A crossing the gateway opened but never settled — because the gateway
-// process was killed (the kernel's OOM killer, a crash) or its ledger
+// process was killed (the kernel's OOM killer, a crash) or its authority
 // connection dropped — has an outcome this side did not observe: a model
 // stream may already have reached the agent in full. It is charged its
 // whole reservation and receipted with reason store.ReasonGatewayLost,
@@ -53,7 +53,7 @@ func (s *Authority) closed(id int64) (held, main bool) {
 
 // chargeLost charges every reservation the sandbox still holds in full,
 // each with a gateway_lost receipt carrying what this side knew of it.
-// Call it only once the gateway process has ended and its ledger
+// Call it only once the gateway process has ended and its authority
 // connection has been read to the end: then nothing can settle them.
 func (s *Authority) chargeLost(ctx context.Context) ([]store.LostCrossing, error) {
 	lost, err := s.Store.ChargeReservations(ctx, s.ID.SandboxID, s.Budget, func(rc *crossing.Receipt, r crossing.Reservation) {

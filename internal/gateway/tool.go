@@ -68,7 +68,7 @@ func (s *Authority) handleTool(req call) reply {
 		resp.ReceiptID, err = s.toolHalf().End(ctx, *req.End)
 		s.toolEnded(req.End.Call, err == nil)
 	default:
-		err = fmt.Errorf("unknown ledger op %q", req.Op)
+		err = fmt.Errorf("unknown authority op %q", req.Op)
 	}
 	if err != nil {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)

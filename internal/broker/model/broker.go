@@ -51,7 +51,7 @@ type Limits struct {
 type Options struct {
 	Routes    []Route
 	Limits    Limits
-	Ledger    crossing.Authority
+	Authority crossing.Authority
 	Secrets   crossing.Secrets
 	Transport http.RoundTripper // nil: a tuned http.Transport shared by every route
 	Logger    *slog.Logger      // nil: discard
@@ -70,9 +70,9 @@ const defaultAnthropicVersion = "2023-06-01"
 // defaultMaxOutput is DefaultMaxOutputTokens when the operator sets none.
 const defaultMaxOutput = 4096
 
-// ledgerTimeout bounds Settle and Record after a response: a stuck store
+// authorityTimeout bounds Settle and Record after a response: a stuck store
 // must not hold the handler (the reservation is the store's to expire).
-const ledgerTimeout = 5 * time.Second
+const authorityTimeout = 5 * time.Second
 
 // stallTimeout bounds one write to the agent: a client that stops reading
 // does not hold a stream, its budget and a provider connection forever.
@@ -129,7 +129,7 @@ type route struct {
 type Broker struct {
 	routes    []route
 	lim       Limits
-	ledger    crossing.Authority
+	authority crossing.Authority
 	secrets   crossing.Secrets
 	transport http.RoundTripper
 	log       *slog.Logger
@@ -141,8 +141,8 @@ type Broker struct {
 
 // New validates o and returns a Broker.
 func New(o Options) (*Broker, error) {
-	if o.Ledger == nil {
-		return nil, errors.New("model broker: no ledger")
+	if o.Authority == nil {
+		return nil, errors.New("model broker: no authority")
 	}
 	if o.Secrets == nil {
 		return nil, errors.New("model broker: no secrets custodian")
@@ -172,7 +172,7 @@ func New(o Options) (*Broker, error) {
 		}
 	}
 	l.AllowedMIME = append([]string(nil), l.AllowedMIME...)
-	b := &Broker{lim: l, ledger: o.Ledger, secrets: o.Secrets, transport: o.Transport, log: o.Logger, now: o.Now}
+	b := &Broker{lim: l, authority: o.Authority, secrets: o.Secrets, transport: o.Transport, log: o.Logger, now: o.Now}
 	names := map[string]bool{}
 	for _, r := range o.Routes {
 		rt, err := compileRoute(r)
@@ -380,7 +380,7 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	x.want = b.reservation(x)
 	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
 		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
-	res, st, err := b.ledger.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
+	res, st, err := b.authority.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
 	x.rc.Budget, x.rc.Policy = st, res.Policy
 	switch {
 	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
@@ -396,8 +396,8 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
 		return
 	case err != nil:
-		b.log.LogAttrs(ctx, slog.LevelError, "model budget ledger unavailable", slog.String("error", err.Error()))
-		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget ledger is unavailable; nothing was forwarded"))
+		b.log.LogAttrs(ctx, slog.LevelError, "model budget authority unavailable", slog.String("error", err.Error()))
+		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget authority is unavailable; nothing was forwarded"))
 		return
 	}
 	x.res, x.reserved = res, true
@@ -482,7 +482,7 @@ func (b *Broker) reservation(x *exchange) crossing.Amount {
 }
 
 // exceeded names the limits a reservation would pass, for the agent's
-// message (built from numbers, never from the ledger's error text).
+// message (built from numbers, never from the authority's error text).
 func exceeded(st crossing.BudgetState, want crossing.Amount, streams int64) string {
 	var names []string
 	over := func(name string, used, w, limit int64) {
@@ -522,7 +522,7 @@ func (b *Broker) fail(w http.ResponseWriter, x *exchange, k kind, msg string) {
 // finish settles the reservation, records the receipt and logs the
 // decision. It runs after the agent has its answer.
 func (b *Broker) finish(reqCtx context.Context, x *exchange) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), ledgerTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), authorityTimeout)
 	defer cancel()
 	if x.streamSlot {
 		b.streams.Add(-1)
@@ -552,7 +552,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 		x.rc.Decision = crossing.Deny
 	}
 	var err error
-	if sr, ok := b.ledger.(crossing.SettleRecorder); ok && x.reserved {
+	if sr, ok := b.authority.(crossing.SettleRecorder); ok && x.reserved {
 		// One round trip and one commit: settle and record together.
 		var st crossing.BudgetState
 		if st, err = sr.SettleRecord(ctx, x.res, x.rc.Usage, x.rc); err == nil {
@@ -563,7 +563,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 		}
 	} else {
 		if x.reserved {
-			st, serr := b.ledger.Settle(ctx, x.res, x.rc.Usage)
+			st, serr := b.authority.Settle(ctx, x.res, x.rc.Usage)
 			if serr != nil {
 				b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
 					slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", serr.Error()))
@@ -571,7 +571,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 				x.rc.Budget = st
 			}
 		}
-		err = b.ledger.Record(ctx, x.rc)
+		err = b.authority.Record(ctx, x.rc)
 	}
 	lvl := slog.LevelInfo
 	if err != nil {

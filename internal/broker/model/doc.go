@@ -9,7 +9,7 @@
 // to the connection, guards the request (size, strict JSON, a "model"
 // string, inline attachments counted and checked for media type and
 // decoded size), picks the declared route whose model globs allow the
-// model, reserves budget in the crossing.Ledger (requests, estimated input
+// model, reserves budget in the crossing.Authority (requests, estimated input
 // tokens, the output cap, bytes, a stream slot), injects the route's
 // credential, relays the answer — streams event by event, flushed
 // as they arrive — while guarding it (size, well-formed events, redaction
@@ -36,7 +36,7 @@
 //     case: names are canonicalised) is dropped;
 //   - relay a body it cannot read: it asks for identity encoding and
 //     refuses a response in any other Content-Encoding;
-//   - let a call through when identity, the ledger or the credential is
+//   - let a call through when identity, the authority or the credential is
 //     unavailable (section 9: unavailable dependencies deny; there is no
 //     direct-path fallback), or hold budget for a client that went away
 //     (the upstream call follows the agent's request context and a stalled

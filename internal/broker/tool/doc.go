@@ -6,11 +6,11 @@
 // batches), then: the tool must be one the workload may call (tools it
 // may not call are absent from tools/list); its arguments must satisfy
 // the upstream tool's input schema with no unknown fields and within the
-// size bound; the privileged side (Ledger.Begin) checks replay, asks
+// size bound; the privileged side (Authority.Begin) checks replay, asks
 // policy, reserves budget and consumes an approval when policy requires
 // one; the upstream is called with its credential; the result is
 // size-bounded, custodied values are redacted, it is marked untrusted;
-// and the receipt, with the result's digest, is durable (Ledger.End)
+// and the receipt, with the result's digest, is durable (Authority.End)
 // before the agent sees the result.
 //
 // Replay: a retransmitted call — the same MCP session and JSON-RPC id, or

@@ -103,7 +103,7 @@ func ChildMain() int {
 		return fail("tool broker", err)
 	}
 	handlers["tools"] = tb
-	if handlers["state"], err = state.New(state.Options{Ledger: state.Remote{C: channels[state.Name]}, Logger: log}); err != nil {
+	if handlers["state"], err = state.New(state.Options{Authority: state.Remote{C: channels[state.Name]}, Logger: log}); err != nil {
 		return fail("state broker", err)
 	}
 	var servers []*http.Server
@@ -161,14 +161,14 @@ func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Lo
 		if err != nil {
 			return nil, err
 		}
-		mb, err = model.New(model.Options{Routes: routes, Limits: cfg.Model.Limits, Ledger: crossing.Remote{C: channels[model.Name]},
+		mb, err = model.New(model.Options{Routes: routes, Limits: cfg.Model.Limits, Authority: crossing.Remote{C: channels[model.Name]},
 			Secrets: secrets(cfg.Secrets), Logger: log})
 		if err != nil {
 			return nil, err
 		}
 	}
 	eo := cfg.Egress.Options()
-	eo.Ledger, eo.Logger = crossing.Remote{C: channels[egress.Name]}, log
+	eo.Authority, eo.Logger = crossing.Remote{C: channels[egress.Name]}, log
 	eb, err := egress.New(eo)
 	if err != nil {
 		return nil, err
@@ -179,7 +179,7 @@ func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Lo
 // buildTools connects to every upstream tool server — stdio servers over
 // the pipes starting at descriptor fd, remote ones over streamable HTTP
 // with their credential — and builds the tool broker.
-func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, log *slog.Logger, fd int) (*tool.Broker, error) {
+func buildTools(ctx context.Context, cfg Config, authority tool.Authority, log *slog.Logger, fd int) (*tool.Broker, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
 	var ups []tool.Upstream
 	for _, ts := range cfg.Tool.Servers {
@@ -210,7 +210,7 @@ func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, log *slo
 		ups = append(ups, tool.Upstream{Name: ts.Name, Session: cs, Allow: ts.Allow, Timeout: ts.Timeout})
 	}
 	return tool.New(ctx, tool.Options{
-		Identity: cfg.Identity, Upstreams: ups, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
+		Identity: cfg.Identity, Upstreams: ups, Authority: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
 		Limits: cfg.Tool.Limits, ApprovalWait: cfg.Tool.ApprovalWait,
 	})
 }
