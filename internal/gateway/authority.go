@@ -7,14 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/cordon-project/cordon/internal/broker/egress"
-	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	stateauthority "github.com/cordon-project/cordon/internal/broker/state/authority"
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -150,31 +147,6 @@ func (b *bucket) admit(now time.Time) (int64, bool) {
 	return d, true
 }
 
-// Brokers the authority serves, each with the operations its channel may
-// send: the envelope's op and the internal operation it is served as. A
-// channel is bound to one broker; a message for another broker, or an
-// operation not in its broker's list, is refused.
-var brokerOps = map[string]map[string]string{
-	model.Name:  meteredOps,
-	egress.Name: meteredOps,
-	tool.Name: {
-		tool.OpFilter: "tool_filter", tool.OpBegin: "tool_begin", tool.OpAwait: "tool_await", tool.OpEnd: "tool_end",
-		crossing.OpRecord: "record",
-	},
-	// Every op of the state channel is a state operation: its trusted
-	// half refuses (and receipts) one it does not know.
-	state.Name: {},
-}
-
-// meteredOps are the operations of a metered crossing (model, egress).
-var meteredOps = map[string]string{
-	crossing.OpReserve: "reserve", crossing.OpSettle: "settle", crossing.OpSettleRecord: "settle_record", crossing.OpRecord: "record",
-}
-
-// Brokers are the brokers an Authority serves channels for, in the
-// order the gateway process gets their channels.
-var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name}
-
 // Serve answers the requests of one authority channel, bound to broker,
 // until conn closes. One Authority serves every channel of its sandbox
 // at once (one per broker; the budgets, receipt bounds and approvals are
@@ -184,7 +156,7 @@ var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name}
 // being written is handled in one transaction (group commit), each under
 // its own savepoint.
 func (s *Authority) Serve(conn net.Conn, broker string) {
-	ops, ok := brokerOps[broker]
+	ch, ok := registry[broker]
 	if !ok {
 		s.log().Error("authority: no such broker; the channel is closed", "broker", broker)
 		conn.Close()
@@ -193,7 +165,7 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 	s.initLimits()
 	var wmu sync.Mutex
 	send := func(req call, resp reply) {
-		b, _ := json.Marshal(encodeReply(req, resp))
+		b, _ := json.Marshal(encodeReply(ch, req, resp))
 		wmu.Lock()
 		_, _ = conn.Write(b)
 		wmu.Unlock()
@@ -223,12 +195,12 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 			s.ready()
 			continue
 		}
-		req, err := decodeCall(env, broker, ops)
+		req, err := decodeCall(env, broker, ch)
 		if err != nil {
 			send(req, reply{ID: env.ID, Err: err.Error(), Kind: wire.Kind(err)})
 			continue
 		}
-		s.dispatch(req, reqs, send)
+		s.dispatch(ch, req, reqs, send)
 	}
 }
 
@@ -251,47 +223,34 @@ func (s *Authority) initLimits() {
 	})
 }
 
-// dispatch serves req: tool operations, approvals and state operations
-// each on their own (bounded), metered ones in the batch.
-func (s *Authority) dispatch(req call, batch chan<- call, send func(call, reply)) {
-	alone := func(sem *semaphore.Weighted, what string, serve func(call) reply) {
-		if !sem.TryAcquire(1) {
-			send(req, reply{ID: req.ID, Err: "too many " + what + " in flight", Kind: wire.KindUnavailable})
-			return
-		}
-		go func() {
-			defer sem.Release(1)
-			send(req, serve(req))
-		}()
-	}
-	switch {
-	case strings.HasPrefix(req.Op, "tool_"):
-		// Tool operations may wait (for an approval): never in the batch.
-		alone(s.toolOps, "tool operations", s.handleTool)
-	case s.needsApproval(req):
-		// Using an approval is its own transaction: never in the batch.
-		alone(s.toolOps, "operations", s.reserveApproved)
-	case strings.HasPrefix(req.Op, "state_"):
-		// Each state operation is its own transaction, with its receipt.
-		alone(s.stateOps, "state operations", s.handleState)
-	default:
+// dispatch serves req: on its own (bounded) when its broker's entry
+// says so — tool operations, approvals and state operations — else in
+// the batch.
+func (s *Authority) dispatch(ch channel, req call, batch chan<- call, send func(call, reply)) {
+	serve, sem, what := ch.alone(s, req)
+	if serve == nil {
 		batch <- req
+		return
 	}
+	if !sem.TryAcquire(1) {
+		send(req, reply{ID: req.ID, Err: "too many " + what + " in flight", Kind: wire.KindUnavailable})
+		return
+	}
+	go func() {
+		defer sem.Release(1)
+		send(req, serve(req))
+	}()
 }
 
 // decodeCall checks env against the channel's broker and decodes its
-// body. The broker is the channel's, never the message's.
-func decodeCall(env wire.Request, broker string, ops map[string]string) (call, error) {
+// body with the broker's entry. The broker is the channel's, never the
+// message's.
+func decodeCall(env wire.Request, broker string, ch channel) (call, error) {
 	req := call{ID: env.ID, Broker: broker}
 	if env.Broker != broker {
 		return req, fmt.Errorf("%w: this channel serves the %s broker, not %q", crossing.ErrPolicyDenied, broker, clipID(env.Broker))
 	}
-	op, ok := ops[env.Op]
-	if _, metered := meteredOps[env.Op]; broker == state.Name && !metered {
-		// The state broker's trusted half writes every state receipt
-		// itself: the channel has no metered operations.
-		op, ok = "state_"+env.Op, true
-	}
+	op, ok := ch.op(env.Op)
 	if !ok {
 		return req, fmt.Errorf("unknown %s operation %q", broker, clipID(env.Op))
 	}
@@ -300,52 +259,15 @@ func decodeCall(env wire.Request, broker string, ops map[string]string) (call, e
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
-	var err error
-	switch op {
-	case "reserve":
-		var b crossing.ReserveRequest
-		err = json.Unmarshal(body, &b)
-		req.Want, req.Streams, req.Ask = b.Want, b.Streams, b.Ask
-	case "settle", "settle_record":
-		var b struct {
-			Res     *crossing.Reservation `json:"res"`
-			Used    crossing.Amount       `json:"used"`
-			Receipt *crossing.Receipt     `json:"receipt"`
-		}
-		err = json.Unmarshal(body, &b)
-		req.Res, req.Used, req.Receipt = b.Res, b.Used, b.Receipt
-	case "record":
-		var b struct {
-			Receipt *crossing.Receipt `json:"receipt"`
-		}
-		err = json.Unmarshal(body, &b)
-		req.Receipt = b.Receipt
-	case "tool_filter":
-		var b tool.FilterRequest
-		err = json.Unmarshal(body, &b)
-		req.Tools = b.Tools
-	case "tool_begin":
-		req.Begin = new(tool.Begin)
-		err = json.Unmarshal(body, req.Begin)
-	case "tool_await":
-		var b tool.AwaitRequest
-		err = json.Unmarshal(body, &b)
-		req.Approval, req.Wait = b.Approval, b.Wait
-	case "tool_end":
-		req.End = new(tool.End)
-		err = json.Unmarshal(body, req.End)
-	default: // state_*
-		req.State = new(state.Request)
-		err = json.Unmarshal(body, req.State)
-	}
-	if err != nil {
+	if err := ch.decode(&req, body); err != nil {
 		return req, fmt.Errorf("%w: malformed %s %s request: %v", crossing.ErrPolicyDenied, broker, env.Op, err)
 	}
 	return req, nil
 }
 
-// encodeReply is resp in the envelope, its body the answer to req's op.
-func encodeReply(req call, resp reply) wire.Response {
+// encodeReply is resp in the envelope, its body the one the broker's
+// entry answers req's op with.
+func encodeReply(ch channel, req call, resp reply) wire.Response {
 	out := wire.Response{ID: resp.ID}
 	if resp.Err != "" {
 		kind := resp.Kind
@@ -354,28 +276,10 @@ func encodeReply(req call, resp reply) wire.Response {
 		}
 		out.Error = &wire.Error{Kind: kind, Message: resp.Err}
 	}
-	var body any
-	switch req.Op {
-	case "reserve":
-		body = crossing.ReserveResponse{Res: resp.Res, State: resp.State}
-	case "settle", "settle_record":
-		body = crossing.SettleResponse{State: resp.State}
-	case "tool_filter":
-		body = tool.FilterResponse{Allowed: resp.Allowed}
-	case "tool_begin":
-		if resp.Began != nil {
-			body = resp.Began
-		}
-	case "tool_await":
-		body = tool.AwaitResponse{State: resp.ApprovalState}
-	case "tool_end":
-		body = tool.EndResponse{Receipt: resp.ReceiptID}
-	default:
-		if resp.StateResp != nil {
-			body = resp.StateResp
-		}
+	if ch.encode == nil {
+		return out
 	}
-	if body != nil {
+	if body := ch.encode(req, resp); body != nil {
 		out.Body, _ = json.Marshal(body)
 	}
 	return out

@@ -86,8 +86,8 @@ func FuzzAuthorityRequest(f *testing.F) {
 			return
 		}
 		for _, bound := range Brokers {
-			req, err := decodeCall(env, bound, brokerOps[bound])
-			_, _ = json.Marshal(encodeReply(req, reply{ID: req.ID, Err: "x"}))
+			req, err := decodeCall(env, bound, registry[bound])
+			_, _ = json.Marshal(encodeReply(registry[bound], req, reply{ID: req.ID, Err: "x"}))
 			if err != nil {
 				continue
 			}

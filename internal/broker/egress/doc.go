@@ -12,6 +12,12 @@
 // and byte budgets held in the crossing.Authority, and one receipt per
 // connection.
 //
+// Plane: unprivileged — it runs in the gateway process
+// (internal/gateway/proc) and parses agent bytes; its trusted half, on
+// the root side, is ./authority, reached over the egress broker's own
+// authority channel. Its wire messages are crossing's metered operations
+// (crossing.Remote); its configuration is Config.
+//
 // It must never:
 //   - resolve a name the allowlist denies (the allowlist is matched first);
 //   - dial anything but an address it has just checked (it dials the

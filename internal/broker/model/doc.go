@@ -17,6 +17,12 @@
 // receipt. Refusals are shaped as the provider's own errors so agents'
 // SDKs report them plainly.
 //
+// Plane: unprivileged — it runs in the gateway process
+// (internal/gateway/proc) and parses agent bytes; its trusted half, on
+// the root side, is ./authority, reached over the model broker's own
+// authority channel. Its wire messages are crossing's metered operations
+// (crossing.Remote); its configuration is Config.
+//
 // It must never:
 //   - forward an agent's credential: Authorization, x-api-key,
 //     Proxy-Authorization and Cookie are dropped with every header not on a

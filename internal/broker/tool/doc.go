@@ -18,4 +18,15 @@
 // the original result and receipt; it does not run again. A call whose
 // outcome is unknown (timeout after send, connection lost) is quarantined
 // by the privileged side until an operator reconciles it.
+//
+// Plane: unprivileged — it runs in the gateway process
+// (internal/gateway/proc) and parses agent bytes; its trusted half, on
+// the root side, is ./authority, reached over the tool broker's own
+// authority channel (Remote, with the messages in remote.go); its
+// configuration is Config.
+//
+// It must never call a tool the root side did not begin, never show the
+// agent a result before its receipt is durable, never send a credential
+// anywhere but its declared server, and never let an upstream's text
+// through unredacted or unmarked as untrusted.
 package tool
