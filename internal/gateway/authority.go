@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -332,143 +331,13 @@ func (s *Authority) handle(ops authorityOps, req call) reply {
 	var err error
 	switch req.Op {
 	case "reserve":
-		if req.Broker != "model" && req.Broker != "egress" {
-			err = fmt.Errorf("unknown broker %q", req.Broker)
-			break
-		}
-		// Every reservation takes a receipt slot (crossbudget.go): a
-		// crossing writes its receipt when it settles, and any
-		// reservation left open by a gateway that dies is receipted as
-		// lost — an egress tunnel's byte chunks too, or a compromised
-		// gateway could hold (and lose) unbounded many. A crossing that
-		// opens (main) also counts against the crossing rate; the byte
-		// chunks of an open tunnel do not.
-		main := req.Broker == "model" || req.Want.Connections > 0
-		if err = s.admitCrossing(main, ops.Record); err != nil {
-			break
-		}
-		var d *crossing.PolicyDecision
-		if d, err = s.askPolicyIn(req, ops.BudgetState); err != nil {
-			resp.Res.Policy = d
-			s.receipts.end(false)
-			break
-		}
-		if d != nil && d.ApprovalRequired && !s.skipApprovals() {
-			// Decided differently from needsApproval a moment ago (a
-			// policy reading context.budget): never let it through here.
-			resp.Res.Policy = d
-			err = fmt.Errorf("%w: the crossing needs an approval; retry it", crossing.ErrUnavailable)
-			s.receipts.end(false)
-			break
-		}
-		resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
-		if err == nil {
-			resp.Res.Policy = d
-			s.remember(resp.Res.ID, d, resp.State)
-			s.opened(resp.Res.ID, req.Broker, req.Ask, main)
-		} else {
-			s.receipts.end(false)
-		}
+		err = s.reserve(ops, req, &resp)
 	case "settle":
-		if req.Res == nil {
-			err = errors.New("settle without a reservation")
-			break
-		}
-		r := *req.Res
-		r.Identity = s.ID
-		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, nil)
-		if err == nil {
-			// Nothing of the reservation stays keyed by its id: the store
-			// reuses a settled reservation's id, and a later reservation
-			// must not inherit its decision or approval. (An egress
-			// connection's record names its approval by id: grants.byID.)
-			s.forget(r.ID)
-			s.unbindGrant(r.ID)
-			switch held, main := s.closed(r.ID); {
-			case main:
-				s.receipts.settled() // its receipt comes in a record
-			case held:
-				s.receipts.end(false) // a byte chunk: no receipt
-			}
-		}
+		resp.State, err = s.settle(ops, req)
 	case "settle_record":
-		if req.Res == nil || req.Receipt == nil {
-			err = errors.New("settle_record without a reservation and a receipt")
-			break
-		}
-		r := *req.Res
-		r.Identity = s.ID
-		rc := *req.Receipt
-		rc.Identity = s.ID
-		rc.Policy = s.forget(r.ID)
-		rc.Approval = s.settledGrant(r.ID) // only an approval this side used
-		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
-		if err == nil {
-			if held, _ := s.closed(r.ID); held {
-				s.receipts.end(true)
-			} else {
-				s.receipts.wrote() // a reservation of an earlier gateway
-			}
-		}
+		resp.State, err = s.settleRecord(ops, req)
 	case "record":
-		if req.Receipt == nil {
-			err = errors.New("record without a receipt")
-			break
-		}
-		rc := *req.Receipt
-		rc.Identity = s.ID
-		if rc.Broker != req.Broker {
-			// A channel records its own broker's receipts only.
-			err = fmt.Errorf("%w: record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
-			break
-		}
-		if rc.Broker == state.Name {
-			// The privileged side writes every state receipt itself.
-			err = errors.New("record: state receipts come only from state operations")
-			break
-		}
-		if rc.Broker == tool.Name && rc.Decision == crossing.Allow {
-			// A tool call is recorded allowed only by tool_end, from the
-			// call this side began.
-			err = errors.New("record: an allowed tool receipt comes only from tool_end")
-			break
-		}
-		// Fields only this side may set (tool_end, settle_record); an
-		// approval only when this side used it for an open crossing.
-		if rc.Decision != crossing.Allow || !s.recordedGrant(rc.Approval) {
-			rc.Approval = ""
-		}
-		rc.CallKey, rc.ResultDigest = "", ""
-		if rc.Policy != nil {
-			rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
-		}
-		if rc.Decision != crossing.Allow {
-			// A refusal's receipt needs a slot of the receipt budget;
-			// past the bound it is counted, not written.
-			if s.admitCrossing(false, ops.Record) != nil {
-				break
-			}
-			if dropped, ok := s.denials.admit(time.Now()); !ok {
-				s.receipts.end(false)
-				break
-			} else if dropped > 0 {
-				rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
-			}
-			_, err = ops.Record(rc)
-			s.receipts.end(err == nil)
-			break
-		}
-		// An allowed crossing's receipt is always written: it takes the
-		// slot its crossing held until it settled. One no crossing
-		// settled (only a compromised gateway sends it, or a settle that
-		// failed) needs a slot of its own: past the bound it is refused.
-		if !s.receipts.takePending() {
-			if err = s.admitCrossing(false, ops.Record); err != nil {
-				break
-			}
-		}
-		_, err = ops.Record(rc)
-		s.receipts.end(err == nil)
+		err = s.record(ops, req)
 	default:
 		err = fmt.Errorf("unknown authority op %q", req.Op)
 	}
