@@ -164,7 +164,7 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 	s.initLimits()
 	var wmu sync.Mutex
 	send := func(req call, resp reply) {
-		b, _ := json.Marshal(encodeReply(ch, req, resp))
+		b := wire.AppendResponse(nil, encodeReply(ch, req, resp))
 		wmu.Lock()
 		_, _ = conn.Write(b)
 		wmu.Unlock()

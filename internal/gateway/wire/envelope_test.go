@@ -68,3 +68,20 @@ func TestClientEnvelope(t *testing.T) {
 		t.Fatalf("Call on a closed channel = %v, want ErrUnavailable", err)
 	}
 }
+
+// The hand-built encodings equal encoding/json's.
+func TestAppendEqualsMarshal(t *testing.T) {
+	body, _ := json.Marshal(map[string]any{"want": map[string]int{"requests": 1}, "note": "<a&b>\"\u2028"})
+	for _, r := range []Request{{ID: 1, Broker: "model", Op: "reserve", Body: body}, {Broker: "tool", Op: OpReady}, {ID: 1<<64 - 1, Broker: "x\"<", Op: ""}} {
+		want, _ := json.Marshal(r)
+		if got := AppendRequest(nil, r); string(got) != string(want) {
+			t.Errorf("AppendRequest = %s, want %s", got, want)
+		}
+	}
+	for _, r := range []Response{{ID: 2, Body: body}, {ID: 3, Error: &Error{Kind: "policy", Message: "no <&> \x01"}}, {ID: 4, Error: &Error{Kind: "budget"}, Body: body}} {
+		want, _ := json.Marshal(r)
+		if got := AppendResponse(nil, r); string(got) != string(want) {
+			t.Errorf("AppendResponse = %s, want %s", got, want)
+		}
+	}
+}
