@@ -41,6 +41,15 @@ func (s *Authority) opened(id int64, broker string, ask *crossing.Ask, main bool
 	s.open[id] = openCrossing{broker: broker, ask: ask, main: main}
 }
 
+// openedBy is the broker whose channel opened reservation id; false when
+// this Authority did not open it.
+func (s *Authority) openedBy(id int64) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oc, ok := s.open[id]
+	return oc.broker, ok
+}
+
 // closed forgets a reservation being settled; held: it held a receipt
 // slot (a reservation of this gateway's), main: as in openCrossing.
 func (s *Authority) closed(id int64) (held, main bool) {

@@ -61,6 +61,9 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 	}
 	r := *req.Res
 	r.Identity = s.ID
+	if err := s.ownReservation(req.Broker, r.ID); err != nil {
+		return crossing.BudgetState{}, err
+	}
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, nil)
 	if err != nil {
 		return st, err
@@ -88,6 +91,9 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 	}
 	r := *req.Res
 	r.Identity = s.ID
+	if err := s.ownReservation(req.Broker, r.ID); err != nil {
+		return crossing.BudgetState{}, err
+	}
 	rc := *req.Receipt
 	rc.Identity = s.ID
 	rc.Policy = s.forget(r.ID)
@@ -163,4 +169,14 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	_, err := ops.Record(rc)
 	s.receipts.end(err == nil)
 	return err
+}
+
+// ownReservation refuses to settle, on one broker's channel, a
+// reservation another broker's channel opened: each broker settles only
+// its own crossings.
+func (s *Authority) ownReservation(broker string, id int64) error {
+	if by, ok := s.openedBy(id); ok && by != broker {
+		return fmt.Errorf("%w: reservation %d is the %s broker's, not the %s broker's", crossing.ErrPolicyDenied, id, by, broker)
+	}
+	return nil
 }
