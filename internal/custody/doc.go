@@ -9,13 +9,16 @@
 // streams, including a value split across writes (an SSE stream cut
 // anywhere). Every broker, receipt and log that redacts uses it.
 //
-// Plane: the custodian is root (it reads the secrets); the redactor is
-// shared — the gateway process redacts with it too. It must never put a
-// value in an error, a String, GoString or Format result, a log record or
-// JSON: Value, Custodian, Redactor and Stream print as "[REDACTED]", by
-// name or by count only, and errors name the secret and its source, never
-// the value. It must never resolve a secret from anything the sandbox
-// controls.
+// Plane: root, CLI and unprivileged (the custodian resolves values on the
+// trusted side — in `cordon run`, or in `cordon sandbox create` as the
+// calling user, who sends them to the daemon; the redactor also runs in
+// the gateway process, over the values its brokers were handed).
+//
+// It must never put a value in an error, a String, GoString or Format
+// result, a log record or JSON: Value, Custodian, Redactor and Stream
+// print as "[REDACTED]", by name or by count only, and errors name the
+// secret and its source, never the value. It must never resolve a secret
+// from anything the sandbox controls.
 //
 // Caveats. Redaction matches the bytes of a value and its JSON-escaped
 // spellings (Go's, with HTML characters escaped; ASCII-only \uXXXX; "/"
