@@ -376,40 +376,8 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		}
 		x.streamSlot, streams = true, 1
 	}
-	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
-	x.want = b.reservation(x)
-	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
-		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
-	res, st, err := b.authority.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
-	x.rc.Budget, x.rc.Policy = st, res.Policy
-	switch {
-	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
-		b.denyApproval(r.Context(), w, x, res.Approval)
+	if !b.reserve(ctx, w, r, x, streams) {
 		return
-	case errors.Is(err, crossing.ErrApprovalDenied):
-		b.deny(r.Context(), w, x, refuse(kindForbidden, "an operator denied this exact request, or too many approvals are waiting; nothing was forwarded"))
-		return
-	case errors.Is(err, crossing.ErrPolicyDenied):
-		b.deny(r.Context(), w, x, refuse(kindForbidden, "denied by policy for this workload; nothing was forwarded"))
-		return
-	case errors.Is(err, crossing.ErrBudgetExceeded):
-		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
-		return
-	case err != nil:
-		b.log.LogAttrs(ctx, slog.LevelError, "model budget authority unavailable", slog.String("error", err.Error()))
-		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget authority is unavailable; nothing was forwarded"))
-		return
-	}
-	x.res, x.reserved = res, true
-	if res.Approval != nil {
-		x.rc.Approval = res.Approval.ID
-	}
-	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
-	if x.plan.cap > 0 {
-		x.rc.Reason += "; output cap set by cordon: " + strconv.FormatInt(x.plan.cap, 10)
-	}
-	if x.plan.usage {
-		x.rc.Reason += "; stream usage requested by cordon"
 	}
 	x.m = b.redactors.Get(b.secrets.Values())
 
@@ -464,6 +432,48 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		_ = rc.SetWriteDeadline(time.Time{})
 	}
 	b.finish(r.Context(), x)
+}
+
+// reserve plans the output cap, asks the root side to reserve the call's
+// budget (policy and approvals decide there) and records the decision in
+// the receipt; on a refusal it answers the agent and returns false.
+func (b *Broker) reserve(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, streams int64) bool {
+	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
+	x.want = b.reservation(x)
+	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
+		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
+	res, st, err := b.authority.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
+	x.rc.Budget, x.rc.Policy = st, res.Policy
+	switch {
+	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
+		b.denyApproval(r.Context(), w, x, res.Approval)
+		return false
+	case errors.Is(err, crossing.ErrApprovalDenied):
+		b.deny(r.Context(), w, x, refuse(kindForbidden, "an operator denied this exact request, or too many approvals are waiting; nothing was forwarded"))
+		return false
+	case errors.Is(err, crossing.ErrPolicyDenied):
+		b.deny(r.Context(), w, x, refuse(kindForbidden, "denied by policy for this workload; nothing was forwarded"))
+		return false
+	case errors.Is(err, crossing.ErrBudgetExceeded):
+		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
+		return false
+	case err != nil:
+		b.log.LogAttrs(ctx, slog.LevelError, "model budget authority unavailable", slog.String("error", err.Error()))
+		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget authority is unavailable; nothing was forwarded"))
+		return false
+	}
+	x.res, x.reserved = res, true
+	if res.Approval != nil {
+		x.rc.Approval = res.Approval.ID
+	}
+	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
+	if x.plan.cap > 0 {
+		x.rc.Reason += "; output cap set by cordon: " + strconv.FormatInt(x.plan.cap, 10)
+	}
+	if x.plan.usage {
+		x.rc.Reason += "; stream usage requested by cordon"
+	}
+	return true
 }
 
 // reservation is the budget held for a call until it settles: the output
