@@ -69,14 +69,15 @@ type rawBudgets struct {
 }
 
 type rawLimits struct {
-	MaxRequestBytes       sizeValue `yaml:"max_request_bytes"`
-	MaxResponseBytes      sizeValue `yaml:"max_response_bytes"`
-	MaxAttachments        intValue  `yaml:"max_attachments"`
-	MaxAttachmentBytes    sizeValue `yaml:"max_attachment_bytes"`
-	AllowedAttachmentMIME *[]string `yaml:"allowed_attachment_mime"`
-	MaxToolArgumentBytes  sizeValue `yaml:"max_tool_argument_bytes"`
-	MaxToolResultBytes    sizeValue `yaml:"max_tool_result_bytes"`
-	MaxMCPMessageBytes    sizeValue `yaml:"max_mcp_message_bytes"`
+	MaxRequestBytes        sizeValue `yaml:"max_request_bytes"`
+	MaxResponseBytes       sizeValue `yaml:"max_response_bytes"`
+	MaxAttachments         intValue  `yaml:"max_attachments"`
+	MaxAttachmentBytes     sizeValue `yaml:"max_attachment_bytes"`
+	AllowedAttachmentMIME  *[]string `yaml:"allowed_attachment_mime"`
+	MaxToolArgumentBytes   sizeValue `yaml:"max_tool_argument_bytes"`
+	MaxToolResultBytes     sizeValue `yaml:"max_tool_result_bytes"`
+	MaxMCPMessageBytes     sizeValue `yaml:"max_mcp_message_bytes"`
+	DefaultMaxOutputTokens intValue  `yaml:"default_max_output_tokens"`
 }
 
 type rawSecret struct {
@@ -319,6 +320,12 @@ func buildLimits(c *Config, l *rawLimits, ix *index) {
 			ix.errf("limits.max_attachments", "is %d; want 0 (none allowed) to %d", l.MaxAttachments.n, 1<<20)
 		}
 		c.Limits.MaxAttachments = int(l.MaxAttachments.n)
+	}
+	if l.DefaultMaxOutputTokens.set {
+		if n := l.DefaultMaxOutputTokens.n; n < 1 || n > MaxOutputTokensLimit {
+			ix.errf("limits.default_max_output_tokens", "is %d; want 1 to %d", n, MaxOutputTokensLimit)
+		}
+		c.Limits.DefaultMaxOutputTokens = l.DefaultMaxOutputTokens.n
 	}
 	if l.AllowedAttachmentMIME != nil {
 		c.Limits.AllowedAttachmentMIME = []string{}

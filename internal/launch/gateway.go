@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/custody"
@@ -122,16 +123,12 @@ func (p *Plan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tool
 	c := p.cfg
 	cc := gateway.ChildConfig{
 		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
-		Limits: gateway.ModelLimits{MaxRequestBytes: c.Limits.MaxRequestBytes, MaxResponseBytes: c.Limits.MaxResponseBytes,
-			MaxAttachments: c.Limits.MaxAttachments, MaxAttachmentBytes: c.Limits.MaxAttachmentBytes,
-			AllowedMIME: c.Limits.AllowedAttachmentMIME, MaxConcurrentStreams: streamsLimit(c.Budgets.ConcurrentStreams)},
-		Secrets: map[string][]byte{},
-		Egress:  egressConfig(c.Egress),
-		ToolLimits: gateway.ToolLimits{MaxFrameBytes: int(c.Limits.MaxMCPMessageBytes), MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
-			MaxResultBytes: int(c.Limits.MaxToolResultBytes), ApprovalWait: c.Approvals.Wait},
-		Version: version,
+		Model:    c.ModelConfig(),
+		Egress:   c.EgressConfig(),
+		Tool:     c.ToolConfig(),
+		Secrets:  map[string][]byte{},
+		Version:  version,
 	}
-	cc.Routes, cc.Tools = routesOf(c), toolServersOf(c)
 	for n, v := range p.secrets {
 		cc.Secrets[n] = v
 	}
@@ -152,29 +149,9 @@ func (p *Plan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tool
 	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab, sp)
 }
 
-// routesOf is the configuration's model routes as the gateway process
-// gets them.
-func routesOf(c *config.Config) []gateway.Route {
-	var out []gateway.Route
-	for _, m := range c.Models {
-		out = append(out, gateway.Route{Name: m.Name, API: m.API, Upstream: m.Upstream, Credential: m.Credential, Models: m.Models})
-	}
-	return out
-}
-
-// toolServersOf is the configuration's tool servers as the gateway
-// process gets them.
-func toolServersOf(c *config.Config) []gateway.ToolServer {
-	var out []gateway.ToolServer
-	for _, t := range c.Tools {
-		out = append(out, gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential})
-	}
-	return out
-}
-
 // toolOffer is the privileged side's view of the tool servers: each
 // server's name and tool globs.
-func toolOffer(ts []gateway.ToolServer) (servers map[string]bool, allow map[string][]string) {
+func toolOffer(ts []tool.ServerConfig) (servers map[string]bool, allow map[string][]string) {
 	servers, allow = map[string]bool{}, map[string][]string{}
 	for _, t := range ts {
 		servers[t.Name], allow[t.Name] = true, t.Allow
@@ -186,21 +163,6 @@ func toolOffer(ts []gateway.ToolServer) (servers map[string]bool, allow map[stri
 func statePolicyOf(c *config.Config) *gateway.StatePolicy {
 	return &gateway.StatePolicy{QuotaBytes: c.State.QuotaBytes, QuotaEntries: c.State.QuotaEntries,
 		MaxValueBytes: c.State.MaxValueBytes, Retention: c.State.Retention}
-}
-
-// egressConfig is an egress allow-list as the gateway process gets it.
-func egressConfig(e config.Egress) gateway.Egress {
-	out := gateway.Egress{Resolve: map[string][]string{}}
-	for _, r := range e.Allow {
-		out.Allow = append(out.Allow, gateway.EgressRule{Host: r.Host, Ports: r.Ports})
-	}
-	for _, r := range e.UnsafeAllowRanges {
-		out.UnsafeAllowRanges = append(out.UnsafeAllowRanges, r.String())
-	}
-	for h, a := range e.Resolve {
-		out.Resolve[h] = []string{a.String()}
-	}
-	return out
 }
 
 // startGateway starts one sandbox's gateway process as the top uid of the
@@ -229,7 +191,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		return nil, failure.Failf(failure.KindStart, "gateway", "the sandbox has no leased identity for its gateway to run as")
 	}
 	adopt := sb.Adopt
-	servers, allow := toolOffer(cc.Tools)
+	servers, allow := toolOffer(cc.Tool.Servers)
 	budget := store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window}
 	callLimit := c.Budgets.ToolCalls
 	if lab {
@@ -249,15 +211,6 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		return nil, failure.Fail(failure.KindStart, "gateway", fmt.Errorf("%w", err))
 	}
 	return proc, nil
-}
-
-// streamsLimit is the broker's per-process stream bound: the budget's
-// concurrent streams, or effectively unbounded (the ledger still counts).
-func streamsLimit(n int64) int64 {
-	if n > 0 {
-		return n
-	}
-	return 1 << 20
 }
 
 // Detached is a gateway configuration as a daemon client sends it: the
@@ -332,7 +285,7 @@ func GatewayEnv() []string { return gateway.Env() }
 // AdmitConfig is what a gateway built from cfg would admit of r, by the
 // configuration's checks alone (cordon policy explain).
 func AdmitConfig(cfg *config.Config, r gateway.AdmitRequest) gateway.Admission {
-	servers, allow := toolOffer(toolServersOf(cfg))
-	return gateway.Admit(gateway.ChildConfig{Routes: routesOf(cfg), Egress: egressConfig(cfg.Egress)},
+	servers, allow := toolOffer(cfg.ToolConfig().Servers)
+	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig()},
 		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg), r)
 }

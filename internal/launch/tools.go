@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/failure"
@@ -127,8 +128,8 @@ func (p *Plan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log *slog.L
 	c := p.cfg
 	cc := gateway.ChildConfig{
 		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
-		Limits:   gateway.ModelLimits{MaxRequestBytes: 1, MaxResponseBytes: 1, MaxConcurrentStreams: 1},
-		Egress:   egressConfig(t.Egress),
+		Model:    model.Config{Limits: model.Limits{MaxRequestBytes: 1, MaxResponseBytes: 1, MaxConcurrentStreams: 1}},
+		Egress:   t.Egress.BrokerConfig(),
 		Secrets:  map[string][]byte{},
 	}
 	return startGateway(sb, st, log, cc, p.policy, c, nil, false, nil) // no managed state for a tool server

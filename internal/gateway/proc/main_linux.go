@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -104,7 +103,7 @@ func ChildMain() int {
 		return fail("tool broker", err)
 	}
 	handlers["tools"] = tb
-	if handlers["state"], err = state.New(state.Options{Ledger: state.Remote{C: channels[state.Name]}, Logger: log}); err != nil {
+	if handlers["state"], err = state.New(state.Options{Authority: state.Remote{C: channels[state.Name]}, Logger: log}); err != nil {
 		return fail("state broker", err)
 	}
 	var servers []*http.Server
@@ -154,68 +153,36 @@ func ChildMain() int {
 // BuildHandlers builds the model and egress brokers, each speaking to the
 // root side over its own authority channel in channels.
 func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Logger) (map[string]http.Handler, error) {
-	var routes []model.Route
-	for _, r := range cfg.Routes {
-		u, err := url.Parse(r.Upstream)
-		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", r.Name, err)
-		}
-		routes = append(routes, model.Route{Name: r.Name, API: r.API, Upstream: u, Credential: r.Credential, Models: r.Models})
-	}
-	l := cfg.Limits
 	var mb http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "cordon: this workload has no model routes", http.StatusForbidden)
 	})
-	if len(routes) > 0 {
-		var err error
-		if mb, err = newModelBroker(routes, l, crossing.Remote{C: channels[model.Name]}, cfg, log); err != nil {
-			return nil, err
-		}
-	}
-	var rules []egress.Rule
-	for _, r := range cfg.Egress.Allow {
-		rules = append(rules, egress.Rule{Host: r.Host, Ports: r.Ports})
-	}
-	var ranges []netip.Prefix
-	for _, s := range cfg.Egress.UnsafeAllowRanges {
-		p, err := netip.ParsePrefix(s)
+	if len(cfg.Model.Routes) > 0 {
+		routes, err := cfg.Model.ResolveRoutes()
 		if err != nil {
 			return nil, err
 		}
-		ranges = append(ranges, p)
-	}
-	resolve := map[string][]netip.Addr{}
-	for h, addrs := range cfg.Egress.Resolve {
-		for _, a := range addrs {
-			ip, err := netip.ParseAddr(a)
-			if err != nil {
-				return nil, err
-			}
-			resolve[h] = append(resolve[h], ip)
+		mb, err = model.New(model.Options{Routes: routes, Limits: cfg.Model.Limits, Authority: crossing.Remote{C: channels[model.Name]},
+			Secrets: secrets(cfg.Secrets), Logger: log})
+		if err != nil {
+			return nil, err
 		}
 	}
-	eb, err := egress.New(egress.Options{Allow: rules, UnsafeAllowRanges: ranges, Resolve: resolve, Ledger: crossing.Remote{C: channels[egress.Name]}, Logger: log})
+	eo := cfg.Egress.Options()
+	eo.Authority, eo.Logger = crossing.Remote{C: channels[egress.Name]}, log
+	eb, err := egress.New(eo)
 	if err != nil {
 		return nil, err
 	}
 	return map[string]http.Handler{"model": mb, "egress": eb}, nil
 }
 
-func newModelBroker(routes []model.Route, l ModelLimits, authority crossing.Authority, cfg Config, log *slog.Logger) (http.Handler, error) {
-	return model.New(model.Options{
-		Routes: routes, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log,
-		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
-			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
-	})
-}
-
 // buildTools connects to every upstream tool server — stdio servers over
 // the pipes starting at descriptor fd, remote ones over streamable HTTP
 // with their credential — and builds the tool broker.
-func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, log *slog.Logger, fd int) (*tool.Broker, error) {
+func buildTools(ctx context.Context, cfg Config, authority tool.Authority, log *slog.Logger, fd int) (*tool.Broker, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
 	var ups []tool.Upstream
-	for _, ts := range cfg.Tools {
+	for _, ts := range cfg.Tool.Servers {
 		var t mcp.Transport
 		switch {
 		case ts.Stdio:
@@ -242,11 +209,9 @@ func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, log *slo
 		}
 		ups = append(ups, tool.Upstream{Name: ts.Name, Session: cs, Allow: ts.Allow, Timeout: ts.Timeout})
 	}
-	l := cfg.ToolLimits
 	return tool.New(ctx, tool.Options{
-		Identity: cfg.Identity, Upstreams: ups, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
-		Limits:       tool.Limits{MaxFrameBytes: l.MaxFrameBytes, MaxArgumentBytes: l.MaxArgumentBytes, MaxResultBytes: l.MaxResultBytes},
-		ApprovalWait: l.ApprovalWait,
+		Identity: cfg.Identity, Upstreams: ups, Authority: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
+		Limits: cfg.Tool.Limits, ApprovalWait: cfg.Tool.ApprovalWait,
 	})
 }
 
