@@ -29,12 +29,6 @@ var planes = map[string]bool{
 // everything below it. A pending package whose doc already passes is
 // logged, so the set can only shrink.
 var pending = map[string]string{
-	// The gateway splits into a root side, gateway/proc (unprivileged) and
-	// gateway/wire (issue 10, items 3 and 4).
-	"internal/gateway/...": "rewritten: planes as packages",
-	// Each broker gets its agent-facing half and its trusted half in its
-	// own folder (issue 10, item 4).
-	"internal/broker/...": "rewritten: each broker owns its crossing",
 }
 
 // TestPackageDocs checks the doc of every package under internal/ and cmd/.
