@@ -47,7 +47,13 @@ YAML
 dpid=$!
 C="$out/cordon --state-dir $state --socket $sock"
 cleanup() {
-	for i in $(seq "$n"); do $C sandbox rm -f "mem$i" >/dev/null 2>&1 || true; done
+	# rm stops first; a daemon ended with SIGTERM leaves its sandboxes
+	# running (to adopt them on restart), so every one must be gone before.
+	for i in $(seq "$n"); do $C sandbox rm "mem$i" >/dev/null 2>&1 || true; done
+	if left=$($C sandbox ls --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin) or []))') && [ "$left" != 0 ]; then
+		echo "memory.sh: $left sandboxes left after rm; not stopping the daemon (socket $sock)" >&2
+		return
+	fi
 	kill -TERM "$dpid" 2>/dev/null || true
 	wait "$dpid" 2>/dev/null || true
 	rm -rf "$state"

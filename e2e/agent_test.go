@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // claudeDir is where scripts/test.sh installs the pinned Claude Code
@@ -15,12 +17,7 @@ func claudeDir(t *testing.T) string {
 		d = "/opt/cordon-test/claude"
 	}
 	bin := filepath.Join(d, "node_modules/@anthropic-ai/claude-code/bin/claude.exe")
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("Claude Code is not installed at %s (scripts/test.sh installs it): %v", bin, err)
-		}
-		t.Skipf("Claude Code is not installed at %s; run scripts/test.sh", bin)
-	}
+	testkit.RequireFile(t, bin, "Claude Code is not installed (scripts/test.sh installs it)")
 	return d
 }
 
@@ -28,22 +25,22 @@ func claudeDir(t *testing.T) string {
 // requests reach the fake Anthropic upstream only through the broker, with
 // the real key injected, and the key is nowhere in the agent's view.
 func TestAgentClaudeCode(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	dir := claudeDir(t)
 	st := newStateDir(t)
 	const answer = "cordon-contained-answer-42"
-	up := newFakeUpstream(t, fakeKey, answer)
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	cfg := gatewayConfig(t, up.URL(), "")
 	r := cordon(t, cordonBin, st, "run", "--config", cfg, "--ro", dir+":/opt/claude",
 		"--env", "DISABLE_AUTOUPDATER=1", "--env", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		"--env", "DISABLE_TELEMETRY=1", "--env", "DISABLE_ERROR_REPORTING=1",
 		"--timeout", "90s", "--",
 		"/opt/claude/node_modules/@anthropic-ai/claude-code/bin/claude.exe", "-p", "say the magic words", "--model", "claude-sonnet-4-5")
 	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
-		t.Fatalf("claude -p in the sandbox = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v", r.Code, r.Stdout, r.Stderr, up.seen())
+		t.Fatalf("claude -p in the sandbox = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v", r.Code, r.Stdout, r.Stderr, up.Seen())
 	}
 	var messages int
-	for _, s := range up.seen() {
+	for _, s := range up.Seen() {
 		if s.Path == "/v1/messages" {
 			messages++
 		}
@@ -52,6 +49,6 @@ func TestAgentClaudeCode(t *testing.T) {
 		}
 	}
 	if messages == 0 {
-		t.Fatalf("the upstream saw no /v1/messages request: %+v", up.seen())
+		t.Fatalf("the upstream saw no /v1/messages request: %+v", up.Seen())
 	}
 }

@@ -4,15 +4,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // A state write that policy holds for approval, end to end: the agent in
@@ -23,7 +21,7 @@ import (
 // (which dies with the sandbox). The host checks the store through the
 // CLI. Control: the same write without the annotation needs nothing.
 func TestStateApprovalFlow(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	dir := t.TempDir()
 	annotated := filepath.Join(dir, "approve.cedar")
@@ -148,15 +146,11 @@ echo "other $(put notes/b 'approved value')"
 // connection to that host and port. The operator approves from the host;
 // the upstreams count what reached them.
 func TestEgressApprovalFlow(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	var onceHits, sessionHits atomic.Int64
-	once := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { onceHits.Add(1); fmt.Fprint(w, "once") }))
-	defer once.Close()
-	session := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sessionHits.Add(1); fmt.Fprint(w, "session") }))
-	defer session.Close()
-	_, oport, _ := net.SplitHostPort(once.Listener.Addr().String())
-	_, sport, _ := net.SplitHostPort(session.Listener.Addr().String())
+	once := testkit.NewTarget(t, "once")
+	session := testkit.NewTarget(t, "session")
+	oport, sport := once.Port(), session.Port()
 	pol := filepath.Join(t.TempDir(), "egress.cedar")
 	os.WriteFile(pol, []byte(`
 @id("once") @approval("required")
@@ -164,8 +158,8 @@ permit (principal, action == Action::"egress.connect", resource == Host::"once.t
 @id("session") @approval("required") @approval_scope("sandbox")
 permit (principal, action == Action::"egress.connect", resource == Host::"session.test");
 `), 0o644)
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, fmt.Sprintf(`policy: [%s]
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), fmt.Sprintf(`policy: [%s]
 approvals: {ttl: 5m}
 egress:
   allow:
@@ -209,8 +203,8 @@ echo "session $(wait_ok http://session.test:%[2]s/) $(get http://session.test:%[
 	if r.Code != 0 || r.Stdout != "once 200 403\nsession 200 200 200\n" {
 		t.Fatalf("the agent saw (exit %d):\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if onceHits.Load() != 1 || sessionHits.Load() != 3 {
-		t.Fatalf("upstream hits: once %d (want 1), session %d (want 3)", onceHits.Load(), sessionHits.Load())
+	if once.Hits() != 1 || session.Hits() != 3 {
+		t.Fatalf("upstream hits: once %d (want 1), session %d (want 3)", once.Hits(), session.Hits())
 	}
 	rcs := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "egress")
 	if strings.Count(rcs.Stdout, `"approval":"`+onceID+`"`) != 1 || strings.Count(rcs.Stdout, `"approval":"`+sessionID+`"`) != 3 ||

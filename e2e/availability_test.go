@@ -5,15 +5,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // A budget is per workload and persisted: the second request over a
 // one-request budget is refused with an API-shaped 429, in a later run too.
 func TestGatewayBudgetPersists(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	up := newFakeUpstream(t, fakeKey, "ok")
-	cfg := gatewayConfig(t, up, "budgets:\n  requests: 1\n")
+	up := testkit.NewModelUpstream(t, fakeKey, "ok")
+	cfg := gatewayConfig(t, up.URL(), "budgets:\n  requests: 1\n")
 	args := []string{"run", "--config", cfg, "--ro", probeDir + ":/probe", "--", "/probe/sdkclient", "anthropic", "claude-x", "hi"}
 	if r := cordon(t, cordonBin, st, args...); r.Code != 0 {
 		t.Fatalf("first request = %d %s %s", r.Code, r.Stdout, r.Stderr)
@@ -22,7 +24,7 @@ func TestGatewayBudgetPersists(t *testing.T) {
 	if r.Code == 0 || !strings.Contains(r.Stdout, "429") {
 		t.Fatalf("second request over budget = %d %q, want a 429 error", r.Code, r.Stdout)
 	}
-	if n := len(up.seen()); n != 1 {
+	if n := len(up.Seen()); n != 1 {
 		t.Fatalf("upstream saw %d requests, want 1 (the refused one must not reach it)", n)
 	}
 }
@@ -30,7 +32,7 @@ func TestGatewayBudgetPersists(t *testing.T) {
 // A secret the custodian cannot resolve refuses the run before anything
 // starts; the error names the secret, never a value.
 func TestGatewayCustodianUnavailable(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "c.yaml")
@@ -56,11 +58,11 @@ secrets:
 // An upstream that is down gives the agent an API-shaped error, not a hang
 // and not a direct path.
 func TestGatewayUpstreamDown(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, "")
-	up.srv.Close()
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), "")
+	up.Close()
 	r := cordon(t, cordonBin, st, "run", "--config", cfg, "--ro", probeDir+":/probe", "--timeout", "60s", "--", "/probe/sdkclient", "anthropic", "claude-x", "hi")
 	if r.Code != 1 || !strings.Contains(r.Stdout, "ERROR") || !(strings.Contains(r.Stdout, "502") || strings.Contains(r.Stdout, "503")) {
 		t.Fatalf("upstream down = %d %q %q", r.Code, r.Stdout, r.Stderr)

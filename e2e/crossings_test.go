@@ -3,6 +3,8 @@ package e2e
 import (
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // A sandbox hammering state reads reaches its receipt bound: afterwards
@@ -11,7 +13,7 @@ import (
 // sandbox of the same workload is unaffected (control: its reads pass
 // and are receipted).
 func TestCrossingsReceiptBound(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	const bound = 30
 	cfg := stateConfig(t, "bound-e2e", "testing", "state: {quota_bytes: 1500, quota_entries: 10, max_value_bytes: 1KiB}\ncrossings: {max_receipts: 30}\n")

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // custodyUpstream is a provider that tries to hand the custodied key back
@@ -78,10 +80,10 @@ func (u *custodyUpstream) models() []string {
 // request whose image_generation mask is a remote URL never reaches the
 // upstream. Receipts name the refusal.
 func TestModelBrokerCustodyGaps(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	up := newCustodyUpstream(t)
-	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "")
+	cfg := gatewayConfig(t, up.srv.URL, "")
 	call := func(model string) string {
 		return fmt.Sprintf(`echo "=== %[1]s"; curl -sS -i --max-time 20 -H 'content-type: application/json' -H 'accept-encoding: gzip' `+
 			`-d '{"model":"%[1]s","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}' "$ANTHROPIC_BASE_URL/v1/messages"; echo`, model)

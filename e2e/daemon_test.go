@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -266,7 +267,7 @@ func userWorkspace(t *testing.T) string {
 // call, exec runs under the same boundary with the caller's stdio, stop
 // is final, rm is idempotent.
 func TestDaemonLifecycle(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	ws := userWorkspace(t)
@@ -398,7 +399,7 @@ func (d *daemon) assertNoResidue(live map[string]bool) {
 // malformed JSON, names with path characters, a caller without access to
 // the socket, and another user's sandbox.
 func TestDaemonRefusals(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	raw := func(b []byte) string {
@@ -447,7 +448,7 @@ func TestDaemonRefusals(t *testing.T) {
 // With --group, group members may create their own sandboxes (with a
 // workspace they own, sent as a descriptor) and act only on those.
 func TestDaemonPerUserAuthorization(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st, "--group", "1000")
 	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
@@ -530,7 +531,7 @@ func TestDaemonPerUserAuthorization(t *testing.T) {
 // adopted and still works, everything else is gone (no cgroup, record,
 // lease or socket left), and nothing is provisioned twice.
 func TestDaemonCrashRecovery(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	ws := userWorkspace(t)
 	for _, tc := range []struct {
 		point string
@@ -602,11 +603,11 @@ func TestDaemonCrashRecovery(t *testing.T) {
 // A daemon restart adopts a running sandbox: its main program keeps
 // running, exec works, its gateway listeners are reopened.
 func TestDaemonRestartAdoptsAndReopensGateway(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
-	up := newFakeUpstream(t, fakeKey, "via-adopted-gateway")
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, "via-adopted-gateway")
+	cfg := gatewayConfig(t, up.URL(), "")
 	if r := d.cli("sandbox", "create", "gw", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
 		t.Fatalf("create: %s", r.Stderr)
 	}
@@ -643,7 +644,7 @@ func TestDaemonRestartAdoptsAndReopensGateway(t *testing.T) {
 // until it is re-admitted. Policy drift (the host policy directory) and
 // runtime drift (another cordon binary) are both detected.
 func TestDaemonDriftDrains(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	pdir := t.TempDir()
 	os.WriteFile(filepath.Join(pdir, "host.cedar"), []byte(`@id("no-evil") forbid(principal, action == Action::"model.invoke", resource == Model::"evil");`), 0o644)
@@ -691,7 +692,7 @@ func TestDaemonDriftDrains(t *testing.T) {
 // bypasses, marks those boundaries UNVERIFIED, and resets to SAFE_GUIDED
 // when the daemon restarts.
 func TestDaemonProfiles(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	r := d.cli("sandbox", "create", "lab", "--profile", "FULL_CONTROL_LAB")
@@ -733,7 +734,7 @@ func TestDaemonProfiles(t *testing.T) {
 // stop --all ends every sandbox; the stop is persisted, a restart does
 // not resume it.
 func TestDaemonStopAll(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	var pids []int
@@ -768,7 +769,7 @@ func TestDaemonStopAll(t *testing.T) {
 // Named volumes: managed by the daemon, bound by name, outliving the
 // sandbox; another user cannot use one; rm refuses while in use.
 func TestDaemonVolumes(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st, "--group", "1000")
 	if r := d.cli("volume", "create", "cache"); r.Code != 0 {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // hostileModel is a model name an agent sends to forge the operator's view
@@ -19,10 +21,10 @@ const hostileModel = "claude-x\x1b[2K\x1b]0;pwned\x07\x1b[1A\r\u202eFORGED\u009b
 // escaped name; `cordon receipts --json` has the exact name — the positive
 // control that the raw value really is stored and carried to the printer.
 func TestReceiptsEscapeAgentModelName(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	up := newFakeUpstream(t, fakeKey, "answer")
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, "answer")
+	cfg := gatewayConfig(t, up.URL(), "")
 	r := cordon(t, cordonBin, st, "run", "--config", cfg, "--ro", probeDir+":/probe", "--", "/probe/sdkclient", "anthropic", hostileModel, "hi")
 	if r.Code != 0 && !strings.Contains(r.Stdout, "ERROR") {
 		t.Fatalf("sdkclient = %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)

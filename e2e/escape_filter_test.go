@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/sandbox/linux/filter"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 const (
@@ -28,12 +29,10 @@ const (
 	childDirEnv    = "CORDON_E2E_ESCAPE_DIR"    // mount: the directory to mount on
 )
 
-// init dispatches before TestMain builds anything: a re-executed child
-// does its one attempt and exits.
-func init() {
-	if mode := os.Getenv(childModeEnv); mode != "" {
-		os.Exit(filterChild(mode, os.Getenv(childFilterEnv) == "1", os.Getenv(childDirEnv)))
-	}
+// escapeFilterChild is the re-executed child (see children in
+// harness_test.go): it does its one attempt and exits.
+func escapeFilterChild() int {
+	return filterChild(os.Getenv(childModeEnv), os.Getenv(childFilterEnv) == "1", os.Getenv(childDirEnv))
 }
 
 // filterChild prints one probe-style result line. Exit 2: setup failed.
@@ -114,16 +113,11 @@ func filterChild(mode string, withFilter bool, dir string) int {
 // gives the child its stdin and session (the TIOCSTI control).
 func runFilterChild(t *testing.T, mode string, withFilter bool, dir string, stdin *os.File, attr *syscall.SysProcAttr) ProbeResult {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := "0"
 	if withFilter {
 		f = "1"
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = []string{childModeEnv + "=" + mode, childFilterEnv + "=" + f, childDirEnv + "=" + dir}
+	cmd := testkit.Child(t, "escape-filter", childModeEnv+"="+mode, childFilterEnv+"="+f, childDirEnv+"="+dir)
 	cmd.Stdin = stdin
 	cmd.SysProcAttr = attr
 	out, err := cmd.Output()

@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // withoutLayer runs the test build with one hardening layer left out.
@@ -48,7 +50,7 @@ func mustNotExist(t *testing.T, what, p string) {
 // and the sandbox's own root (seen from the host) stay unchanged, while a
 // write to /workspace lands on the host.
 func TestEscapeWriteOutsideWritable(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	name := "cordon-escape-" + randHex(6)
 	ws := workspace(t)
@@ -115,7 +117,7 @@ func TestEscapeWriteOutsideWritable(t *testing.T) {
 // seccomp, chmod 04755 works and the host sees a setuid file owned by the
 // workspace owner: the filter is what closes it.
 func TestEscapeSetIDFiles(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	scan := func(t *testing.T, ws string) map[string]os.FileMode {
 		t.Helper()
@@ -169,7 +171,7 @@ func TestEscapeSetIDFiles(t *testing.T) {
 // in anything the sandbox printed. The host probe reading them all is the
 // control that shows a leak would be seen.
 func TestEscapeReadHostSecrets(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	tag := randHex(6)
 	secrets := map[string]string{}
@@ -255,7 +257,7 @@ func TestEscapeReadHostSecrets(t *testing.T) {
 // sandbox's workspace, by its host path or through the other's /proc root,
 // while that sandbox reads it fine.
 func TestEscapeOtherSandboxWorkspace(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	wsA := workspace(t)
 	secret := "sandbox-a-" + randHex(16)
@@ -299,7 +301,7 @@ func TestEscapeOtherSandboxWorkspace(t *testing.T) {
 // ESRCH, ptrace EPERM from seccomp and ESRCH without it, no /proc entry)
 // and is still alive afterwards; the probe on the host can signal it.
 func TestEscapeHostProcess(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	target := exec.Command("sleep", "60")
 	if err := target.Start(); err != nil {
@@ -344,7 +346,7 @@ func TestEscapeHostProcess(t *testing.T) {
 // TestEscapeOtherSandboxProcess: a concurrent sandbox's init and program
 // are invisible and untouched; the host probe can signal them.
 func TestEscapeOtherSandboxProcess(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t) // one store: distinct leases for concurrent sandboxes
 	a := startHeld(t, cordonBin, st, probeArgs(nil, "hold", "ids")...)
@@ -382,7 +384,7 @@ func TestEscapeOtherSandboxProcess(t *testing.T) {
 // host's observation that the init survived; SIGKILL from the host ends
 // the run, so this test would see a dead init.
 func TestEscapeSandboxInit(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	r := cordon(t, cordonBin, newStateDir(t), probeArgs([]string{"--json"}, "pid1")...)
 	if r.Code != 0 || r.Outcome.Signal != 0 || r.Outcome.ExitCode != 0 {
@@ -430,7 +432,7 @@ func TestEscapeSandboxInit(t *testing.T) {
 // address, and a host abstract Unix socket, are unreachable from inside
 // and accept nothing; the probe on the host reaches all three.
 func TestEscapeNetwork(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	var targets []string
 	counts := map[string]*atomic.Int32{}
@@ -514,7 +516,7 @@ func hostAddress() string {
 // the child never runs (its marker never appears on the host). On the host
 // the same probe's child runs and leaves its marker.
 func TestEscapeNestedUserns(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name, bin, errno string
@@ -553,7 +555,7 @@ func TestEscapeNestedUserns(t *testing.T) {
 // created and the host sees them; bpf and mount are shown on the host in
 // TestEscapeFilterAloneDenies.
 func TestEscapeKernelObjects(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		kind, fd string // fd: what /proc/PID/fd/N points to
@@ -644,7 +646,7 @@ func TestEscapeKernelObjects(t *testing.T) {
 // of capabilities too. As root on the host, with the sandbox's seccomp
 // filter installed, they fail with EPERM; without it they work.
 func TestEscapeFilterAloneDenies(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	const tmpfsMagic = "fstype=0x1021994"
 	dir := t.TempDir()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,7 +142,7 @@ func (p *pty) queued(t *testing.T) string {
 // EPERM). The probe on the host, on its controlling terminal as an
 // ordinary user, does inject, and the test sees it.
 func TestEscapeTIOCSTI(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	cordonCmd := func(bin, state string, args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)

@@ -9,16 +9,18 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // The process that parses agent traffic holds no privilege: observed from
 // the host, the gateway runs as a non-root uid of its own with no
 // capabilities, no_new_privs, and is not dumpable.
 func TestGatewayProcessUnprivileged(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), "")
 	cmd := exec.Command(cordonBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/sleep", "5")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

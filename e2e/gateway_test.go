@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 const fakeKey = "sk-ant-real-custodied-key-7f3a9c1e5b"
 
 // gatewayConfig writes a config for a fake model upstream and returns its
 // path. The secret comes from a file only the trusted side can read.
-func gatewayConfig(t *testing.T, up *fakeUpstream, extra string) string {
+func gatewayConfig(t *testing.T, upstreamURL string, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "key")
@@ -36,7 +38,7 @@ models:
     models: ["gpt-*"]
 secrets:
   upstream-key: {file: %[2]s}
-%[3]s`, up.srv.URL, keyFile, extra)
+%[3]s`, upstreamURL, keyFile, extra)
 	p := filepath.Join(dir, "cordon.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -47,11 +49,11 @@ secrets:
 // The official SDKs inside the sandbox reach the fake upstream only through
 // the broker, which injects the real key; the placeholder never arrives.
 func TestGatewaySDKClients(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	const answer = "hello from the fake upstream"
-	up := newFakeUpstream(t, fakeKey, answer)
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	cfg := gatewayConfig(t, up.URL(), "")
 	for _, tc := range []struct{ op, model string }{
 		{"anthropic", "claude-test-1"},
 		{"anthropic-stream", "claude-test-1"},
@@ -66,7 +68,7 @@ func TestGatewaySDKClients(t *testing.T) {
 			}
 		})
 	}
-	seen := up.seen()
+	seen := up.Seen()
 	if len(seen) < 5 {
 		t.Fatalf("upstream saw %d requests, want >= 5", len(seen))
 	}
@@ -90,10 +92,10 @@ func TestGatewaySDKClients(t *testing.T) {
 // The key is never in the sandbox: not in the environment, not in any
 // file the program can read.
 func TestGatewayKeyNeverInSandbox(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), "")
 	r := cordon(t, cordonBin, st, "run", "--config", cfg, "--", "/bin/sh", "-c",
 		"env; grep -rs --no-messages -l '"+fakeKey+"' /etc /tmp /home /workspace /proc/self/environ /proc/1/environ 2>/dev/null; echo done")
 	if r.Code != 0 || strings.Contains(r.Stdout, fakeKey) || !strings.Contains(r.Stdout, "ANTHROPIC_BASE_URL=http://127.0.0.1:80") {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // slowUpstream is an Anthropic Messages upstream whose streams send a
@@ -32,9 +34,9 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
-		sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_slow", "type": "message", "role": "assistant",
+		testkit.SSE(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_slow", "type": "message", "role": "assistant",
 			"model": "claude-test-1", "content": []any{}, "stop_reason": nil, "usage": map[string]any{"input_tokens": 12, "output_tokens": 1}}})
-		sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
+		testkit.SSE(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": map[string]any{"type": "text", "text": ""}})
 		select {
 		case u.started <- struct{}{}:
 		default:
@@ -50,13 +52,13 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 			case <-r.Context().Done():
 				return
 			case <-time.After(100 * time.Millisecond):
-				sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "tok "}})
+				testkit.SSE(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": map[string]any{"type": "text_delta", "text": "tok "}})
 			}
 		}
-		sse(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
-		sse(w, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
+		testkit.SSE(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+		testkit.SSE(w, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn", "stop_sequence": nil},
 			"usage": map[string]any{"output_tokens": 7}})
-		sse(w, "message_stop", map[string]any{"type": "message_stop"})
+		testkit.SSE(w, "message_stop", map[string]any{"type": "message_stop"})
 	}))
 	t.Cleanup(u.srv.Close)
 	return u
@@ -163,13 +165,12 @@ func receiptsOf(t *testing.T, st string) []receiptLine {
 // charged budget cannot hold is refused. Control: before the loss the
 // same call passes twice (a settled call charges what was used).
 func TestGatewayLostIsCharged(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	up := newSlowUpstream(t)
-	fake := &fakeUpstream{srv: up.srv}
 	// sdkclient asks max_tokens 256: one reservation of 256 output
 	// tokens fits a budget of 400, two do not.
-	cfg := gatewayConfig(t, fake, "budgets:\n  output_tokens: 400\n")
+	cfg := gatewayConfig(t, up.srv.URL, "budgets:\n  output_tokens: 400\n")
 	call := []string{"run", "--config", cfg, "--ro", probeDir + ":/probe", "--", "/probe/sdkclient", "anthropic-stream", "claude-test-1", "hi"}
 
 	// Control: two settled calls pass (7 tokens each are charged).
@@ -248,7 +249,7 @@ func gatewayPidIn(t *testing.T, name string) int {
 // gateway, the largest process there — and the crossing is still charged
 // in full, as gateway_lost.
 func TestGatewaySurvivesSandboxOOM(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	const attack = `curl -sSN --max-time 60 -H 'content-type: application/json' ` +
 		`-d '{"model":"claude-test-1","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hi"}]}' ` +
 		`http://127.0.0.1:80/v1/messages >/dev/null & sleep 2; dd if=/dev/zero of=/tmp/fill bs=1M count=400; wait; sleep 1`
@@ -264,7 +265,7 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newStateDir(t)
 			up := newSlowUpstream(t)
-			cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "")
+			cfg := gatewayConfig(t, up.srv.URL, "")
 			cmd := exec.Command(tc.bin, append(append([]string{"--state-dir", st}, tc.extra...), "run", "--json", "--config", cfg,
 				"--memory", "64M", "--tmp-size", "512M", "--", "/bin/sh", "-c", attack)...)
 			p := startCmd(t, cmd)
@@ -334,10 +335,10 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 // with a gateway_lost receipt, durably: the next call the charged budget
 // cannot hold is refused.
 func TestGatewayLostAfterCordonKilled(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	up := newSlowUpstream(t)
-	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "budgets:\n  output_tokens: 400\n")
+	cfg := gatewayConfig(t, up.srv.URL, "budgets:\n  output_tokens: 400\n")
 	call := []string{"run", "--config", cfg, "--ro", probeDir + ":/probe", "--", "/probe/sdkclient", "anthropic-stream", "claude-test-1", "hi"}
 	p := startCordon(t, st, runOpts{}, call...)
 	id, _ := waitSandboxRunning(t, p, st, "sdkclient")
@@ -392,11 +393,11 @@ func TestGatewayLostAfterCordonKilled(t *testing.T) {
 // old gateway left open is charged in full (gateway_lost), and the next
 // call the charged budget cannot hold is refused.
 func TestDaemonRestartChargesLostCrossings(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	up := newSlowUpstream(t)
-	cfg := gatewayConfig(t, &fakeUpstream{srv: up.srv}, "budgets:\n  output_tokens: 400\n")
+	cfg := gatewayConfig(t, up.srv.URL, "budgets:\n  output_tokens: 400\n")
 	if r := d.cli("sandbox", "create", "gw", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
 		t.Fatalf("create: %s", r.Stderr)
 	}

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // Binaries built once by TestMain.
@@ -19,6 +22,21 @@ var (
 	probeDir  string // a root-owned, world-readable dir holding the probe
 	baseDir   string // 0711 parent for state dirs (the sandbox init must traverse them)
 )
+
+// children are what this test binary runs when a test re-executes it
+// (testkit.Child). They dispatch in an init, before TestMain builds
+// anything; never in the sandbox init this binary also is (package
+// sbinit dispatches on argv[0] first).
+var children = map[string]func() int{
+	"escape-filter":  escapeFilterChild,
+	"daemon-spawner": spawnDaemonSandbox,
+}
+
+func init() {
+	if len(os.Args) > 0 && os.Args[0] != sbinit.Argv0 {
+		testkit.Dispatch(children)
+	}
+}
 
 func TestMain(m *testing.M) {
 	code, err := setup(m)
@@ -74,19 +92,6 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	return m.Run(), nil
-}
-
-// requireRoot skips without root, except under CI=true where it fails:
-// CI runs as root on a machine with every feature.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this isolation test needs root; under CI=true it may not skip")
-	}
-	t.Skip("needs root (cordon builds sandboxes as root)")
 }
 
 // newStateDir returns a fresh state dir the sandbox init can traverse.

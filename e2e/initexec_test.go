@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,26 +20,22 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
-	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // This file drives the provider's daemon mode next to the cordon binary.
 // The test binary imports the provider, so it is a sandbox init too
-// (package sbinit's init dispatches on argv[0], as in cordon); with
-// spawnerEnv set it is a daemon stand-in instead, before TestMain builds
-// anything: it spawns a daemon-mode sandbox, prints it and waits to be
-// killed.
+// (package sbinit's init dispatches on argv[0], as in cordon); as the
+// child "daemon-spawner" (see children in harness_test.go) it is a daemon
+// stand-in instead, before TestMain builds anything: it spawns a
+// daemon-mode sandbox in the state dir spawnerEnv names, prints it and
+// waits to be killed.
 
 const spawnerEnv = "CORDON_E2E_DAEMON_SPAWNER"
 
-func init() {
-	if dir := os.Getenv(spawnerEnv); dir != "" && len(os.Args) > 0 && os.Args[0] != sbinit.Argv0 {
-		os.Exit(spawnDaemonSandbox(dir))
-	}
-}
-
-func spawnDaemonSandbox(dir string) int {
+func spawnDaemonSandbox() int {
+	dir := os.Getenv(spawnerEnv)
 	ctx := context.Background()
 	st, err := store.Open(dir, store.DefaultPool)
 	if err != nil {
@@ -70,7 +65,7 @@ func spawnDaemonSandbox(dir string) int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
-	ds := sb.(linux.DaemonSandbox)
+	ds := sb
 	fmt.Printf("SPAWNED %s %d %d\n", ds.ID(), ds.InitPid(), ds.InitStartTime())
 	time.Sleep(time.Hour)
 	return 0
@@ -81,20 +76,10 @@ func spawnDaemonSandbox(dir string) int {
 // never reclaim it, although its owner is gone; a later process attaches
 // to it and execs under the same boundary, then removes it without residue.
 func TestInitExecDaemonSandboxOutlivesSpawner(t *testing.T) {
-	requireRoot(t)
-	if sbinit.CgoEnabled {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("run the e2e tests with CGO_ENABLED=0: this test binary is a sandbox init")
-		}
-		t.Skip("this test binary is a sandbox init: build it with CGO_ENABLED=0")
-	}
+	testkit.RequireRoot(t)
+	testkit.RequireStaticBuild(t)
 	state := newStateDir(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helper := exec.Command(self)
-	helper.Env = append(os.Environ(), spawnerEnv+"="+state)
+	helper := testkit.Child(t, "daemon-spawner", spawnerEnv+"="+state)
 	helper.Stderr = os.Stderr
 	out, err := helper.StdoutPipe()
 	if err != nil {
@@ -204,7 +189,7 @@ func TestInitExecDaemonSandboxOutlivesSpawner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := h.(linux.DaemonSandbox)
+	ds := h
 	rd, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // Two sandboxes from two different state directories, alive at the same
 // time, must not share a UID/GID range: the store only knows its own
 // directory, so the host-wide lease locks are what keeps them apart.
 func TestLeaseAcrossStateDirs(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	dirs := []string{newStateDir(t), newStateDir(t)}
 	ev := []string{filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")}
 	var wg sync.WaitGroup

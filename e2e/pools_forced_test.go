@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // TestHostPoolTCPForcedCharges: the v1 TCP limit (memory.kmem.tcp) is not
@@ -27,7 +29,7 @@ import (
 // Positive control (test build without the watch): the same program
 // holds well over twice the limit.
 func TestHostPoolTCPForcedCharges(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	const limit = 64 << 20
 	const conns = "5000"
@@ -71,7 +73,7 @@ func TestHostPoolTCPForcedCharges(t *testing.T) {
 // bound. Positive control (test build without the watch): the same
 // program holds them all.
 func TestHostPoolTCPUnaccepted(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	const limit = 64 << 20
 	const conns = "200"
@@ -112,7 +114,7 @@ func TestHostPoolTCPUnaccepted(t *testing.T) {
 // network namespace) shows 80 while sockstat shows at most 2 sockets and
 // /proc/INIT/net/tcp almost no bytes: the counts the watch used to gate on.
 func TestHostPoolTCPResetUnaccepted(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	if _, err := exec.LookPath("ss"); err != nil {
 		t.Fatalf("ss (iproute2) reads the accept queues from outside: %v", err)
@@ -161,17 +163,12 @@ func TestHostPoolTCPResetUnaccepted(t *testing.T) {
 // program holds all its connections waiting, the sandbox alive, and the
 // socket table shows almost nothing queued.
 func TestHostPoolTCPMultipath(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	if _, err := exec.LookPath("ss"); err != nil {
 		t.Fatalf("ss (iproute2) reads the accept queues from outside: %v", err)
 	}
-	if _, err := os.Stat("/proc/sys/net/mptcp/enabled"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("this machine kind has Multipath TCP: %v", err)
-		}
-		t.Skip("no Multipath TCP in this kernel")
-	}
+	testkit.RequireFile(t, "/proc/sys/net/mptcp/enabled", "no Multipath TCP in this kernel (this machine kind has it)")
 	const limit = 64 << 20
 	const conns = 40
 	st := newStateDir(t)
@@ -358,7 +355,7 @@ func queuedIn(pid int) (int64, bool) {
 // without the watch): the same program holds them all and the sandbox
 // lives on.
 func TestHostPoolTCPWatchAfterDaemonRestart(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	const limit = 64 << 20
 	const bound = limit + limit/4 + 64<<20
 	run := func(skip bool) (queued int64, r result, initAlive bool) {

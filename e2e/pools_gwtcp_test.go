@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // TestHostPoolTCPGateway: the gateway's own cgroup (<id>--gw) has a v1 TCP
@@ -23,7 +25,7 @@ import (
 // control (test build without the watch): the same program holds all
 // tunnels and the gateway's charge passes the bound.
 func TestHostPoolTCPGateway(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	requireV1TCP(t)
 	st := newStateDir(t)
 	// The upstream: sends forever on every connection, never reads.
@@ -58,8 +60,8 @@ func TestHostPoolTCPGateway(t *testing.T) {
 		}
 	}()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, fmt.Sprintf(`egress:
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), fmt.Sprintf(`egress:
   allow:
     - host: allowed.test
       ports: [%s]
@@ -98,12 +100,7 @@ crossings:
 // on this machine kind, which is v1.
 func requireV1TCP(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.kmem.tcp.usage_in_bytes"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("v1 memory.kmem.tcp expected on this machine kind: %v", err)
-		}
-		t.Skip("no v1 memory.kmem.tcp")
-	}
+	testkit.RequireFile(t, "/sys/fs/cgroup/memory/memory.kmem.tcp.usage_in_bytes", "no v1 memory.kmem.tcp (expected on this machine kind)")
 }
 
 // watchGatewayTCPPeak runs bin with args (the probe under hold), polling

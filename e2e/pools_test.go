@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,7 +62,7 @@ func nsOwner(t *testing.T, pid int) int {
 // at its own per-namespace limit, while host root (whose 128 a sandbox
 // once took whole) and a second sandbox still create theirs.
 func TestHostPoolInotify(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json"}, "hold", "inotify", "100000")...)
@@ -145,7 +146,7 @@ func TestHostPoolInotify(t *testing.T) {
 // the same time. Positive control: without the seccomp layer (test build)
 // the same io_setup inside succeeds and the host's aio-nr rises.
 func TestHostPoolAIO(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	h := startHeld(t, cordonBin, st, probeArgs([]string{"--json"}, "hold", "aio", "4096")...)
@@ -173,7 +174,7 @@ func TestHostPoolAIO(t *testing.T) {
 // second sandbox still open ptys. Positive control: the host's
 // kernel.pty.nr shows the sandbox's ptys.
 func TestHostPoolPty(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	before := readInt(t, "/proc/sys/kernel/pty/nr")
@@ -214,7 +215,7 @@ func TestHostPoolPty(t *testing.T) {
 // Positive control: with the TCP limit lifted (test build), the same
 // program queues well past 64 MiB.
 func TestHostPoolTCPMemory(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	const limit, margin = 64 << 20, 16 << 20
 	const conns = "32" // ~10 MiB of socket buffers each when nothing bounds them
@@ -358,7 +359,7 @@ func netnsQueued(t *testing.T, pid int) int64 {
 // unprivileged host user and a second sandbox still get full-size pipes.
 // Positive control: the first sandbox's memory cgroup holds the bytes.
 func TestHostPoolPipes(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	softPages := readInt(t, "/proc/sys/fs/pipe-user-pages-soft")

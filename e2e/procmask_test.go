@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // PathView mirrors the probe's view of one path.
@@ -155,7 +156,7 @@ func evidenceFacts(t *testing.T, path string) map[string]bool {
 // file has content; the host sees the same through the program's root.
 // The control run without the masks reads the host's exact bytes.
 func TestProcMasksHideHostFacts(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	paths := maskPaths(t)
 	host := map[string]hostFile{}
@@ -272,7 +273,7 @@ func TestProcMasksHideHostFacts(t *testing.T) {
 // on the host as root: umount2 works without it, EPERM with it) and the
 // missing CAP_SYS_ADMIN (the test build without seccomp is refused too).
 func TestProcMasksCannotBeRemoved(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	paths := []string{"/proc/cmdline", "/proc/interrupts", "/proc/bus", "/proc/sys", "/proc/sys/kernel/random/boot_id"}
 	hostCmdline := readHost(t, "/proc/cmdline").content

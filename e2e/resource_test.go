@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // factGot returns what the trusted side read for fact name of boundary b.
@@ -25,7 +27,7 @@ func factGot(t *testing.T, rec evidenceRecord, b, name string) string {
 // 137, oom in --json and the evidence) and removes the cgroup. Under the
 // limit the same allocation succeeds.
 func TestResourceMemory(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	tests := []struct {
@@ -81,7 +83,7 @@ func TestResourceMemory(t *testing.T) {
 // cgroup removal, seen from the host). Without the limit the same probe
 // gets every child it asks for. Sequential: it scans the leased range.
 func TestResourcePids(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	tests := []struct {
 		name      string

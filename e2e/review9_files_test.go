@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ import (
 // refused, and (control) that the same run without the attack writes the
 // record where asked.
 func TestEvidenceWriteNeverFollowsTheSandbox(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 
@@ -205,7 +206,7 @@ type trap struct {
 // socket it left makes the next run refuse, saying which path to remove.
 // Control: a clean workspace, and links that stay inside, report nothing.
 func TestWorkspaceTrapsReported(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	run := func(t *testing.T, ws, script string) (result, []trapReport, []trapReport) {
@@ -329,7 +330,7 @@ mkfifo docs/pipe
 // stop reply lists the traps exactly (--json) and stderr names them.
 // Control: a sandbox whose program leaves nothing reports none.
 func TestDaemonWorkspaceTrapsAtStop(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	for _, tt := range []struct {
@@ -389,7 +390,7 @@ func TestDaemonWorkspaceTrapsAtStop(t *testing.T) {
 // other sandbox; stop reports the traps it could fit and says the list was
 // cut. Control: the stop reply does list traps (the scan saw them).
 func TestDaemonTrapReportFitsReplies(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	if r := d.cli("sandbox", "create", "bystander", "--", "/bin/sh", "-c", "exec sleep 1000"); r.Code != 0 {
@@ -445,7 +446,7 @@ ln -s "$@" . && touch done; exec sleep 1000`
 // because the server was stopped first, or reported). Control: the
 // immediate link is on the host and reported (the tool server did act).
 func TestToolServerBindTrapsReported(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	data := t.TempDir()
 	if err := os.Chown(data, 1000, 1000); err != nil {
@@ -514,7 +515,7 @@ func TestToolServerBindTrapsReported(t *testing.T) {
 // host file in the volume is in the stop reply. Control: the link is on
 // the host, in the volume's directory.
 func TestDaemonVolumeTrapsAtStop(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	if r := d.cli("volume", "create", "vol"); r.Code != 0 {

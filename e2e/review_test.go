@@ -9,12 +9,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // A descriptor cordon inherits (a shell's "exec 7<>file") must never reach
 // the program: it would carry a root-only host file past every namespace.
 func TestEscapeInheritedFD(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	secret := filepath.Join(t.TempDir(), "secret")
 	const content = "inherited-secret-4711"
@@ -48,7 +50,7 @@ func TestEscapeInheritedFD(t *testing.T) {
 
 // A socket too deep for a path walk (beyond PATH_MAX) is still found.
 func TestEscapeDeepSocketRefused(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	ws := t.TempDir()
 	if err := os.Chown(ws, 2345, 2345); err != nil {
@@ -96,7 +98,7 @@ func TestEscapeDeepSocketRefused(t *testing.T) {
 // A writable bind whose group is a system group is refused: the program
 // would act as that group on the host.
 func TestEscapeSystemGroupWorkspaceRefused(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	ws := t.TempDir()
 	if err := os.Chown(ws, 2345, 0); err != nil {
@@ -118,7 +120,7 @@ func TestEscapeSystemGroupWorkspaceRefused(t *testing.T) {
 // Crash signals sent to the init from inside do not take it down: the
 // program keeps running and the run ends with the program's own status.
 func TestEscapeCrashInit(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	for _, sig := range []syscall.Signal{syscall.SIGSEGV, syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGBUS} {
 		start := time.Now()

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
@@ -513,7 +514,7 @@ func fileSHA256(t *testing.T, path string) string {
 // TestRunStdio: stdin reaches the program, its stdout and stderr come out
 // on cordon's stdout and stderr, unmixed, byte for byte.
 func TestRunStdio(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	var in bytes.Buffer
@@ -560,7 +561,7 @@ func firstDiff(a, b string) string {
 // program that is not there, 126 for one that cannot be executed, 128+n
 // for one killed by signal n; --json says the same.
 func TestRunExitCodes(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	tests := []struct {
@@ -604,7 +605,7 @@ func TestRunExitCodes(t *testing.T) {
 // file is parsed and judged field by field; the binary digest is checked
 // against the cordon file on disk.
 func TestRunEvidence(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	ev := filepath.Join(t.TempDir(), "evidence.json")
@@ -707,7 +708,7 @@ func TestRunEvidence(t *testing.T) {
 // TestRunEnvironment: the program sees the sandbox defaults plus --env,
 // never the environment cordon was started with.
 func TestRunEnvironment(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	hostEnv := []string{"PATH=/usr/bin:/bin", "CORDON_E2E_HOST_SECRET=s3cr3t-e2e", "AWS_SECRET_ACCESS_KEY=host-only", "HOME=/root", "TERM=host-term"}
@@ -769,7 +770,7 @@ func TestRunEnvironment(t *testing.T) {
 // TestRunWorkspace: the program works in /workspace; what it creates
 // there belongs on the host to the directory's owner, never to the lease.
 func TestRunWorkspace(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	const owner = 2345
@@ -819,7 +820,7 @@ func TestRunWorkspace(t *testing.T) {
 // TestRunUnsafeRootWorkspace: a root-owned workspace is refused unless
 // --unsafe-root-workspace, and then the files belong to its owner, root.
 func TestRunUnsafeRootWorkspace(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	ws := t.TempDir() // owned by root
@@ -849,7 +850,7 @@ func TestRunUnsafeRootWorkspace(t *testing.T) {
 // which the test sees through inotify on the cgroup trees. Sequential: the
 // watch sees every sandbox on the host.
 func TestRunWorkspaceRefused(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	dir := t.TempDir()
 	real := filepath.Join(dir, "real")
@@ -927,7 +928,7 @@ func mustMkdirOwned(t *testing.T, p string, uid int) {
 // exits 128+n soon after and nothing of the sandbox is left running.
 // Sequential: it scans the host for processes in the leased range.
 func TestRunSignals(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(unix.SignalName(sig), func(t *testing.T) {
 			st := newStateDir(t)
@@ -957,7 +958,7 @@ func TestRunSignals(t *testing.T) {
 
 // TestRunTimeout: --timeout kills the program and cordon exits 124.
 func TestRunTimeout(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	began := time.Now()
@@ -987,7 +988,7 @@ func TestRunTimeout(t *testing.T) {
 // remains on the host is the cgroups and the lease record, which cordon gc
 // or the next cordon run reclaims. Sequential: it scans the leased range.
 func TestRunSIGKILLResidue(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	tests := []struct {
 		name    string
 		reclaim func(t *testing.T, st string) (reclaimed []string, nextLease uint64)
@@ -1084,7 +1085,7 @@ func leaseLockHeld(t *testing.T, uid, size uint64) bool {
 // TestRunConcurrentLeases: two sandboxes alive at once get different ids
 // and disjoint UID/GID ranges.
 func TestRunConcurrentLeases(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	dir := t.TempDir()
@@ -1120,7 +1121,7 @@ func TestRunConcurrentLeases(t *testing.T) {
 // the new database to WAL, which SQLite does without waiting on its busy
 // handler).
 func TestRunFreshStateDirConcurrent(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	for i := range 25 {
 		st := newStateDir(t)
@@ -1141,7 +1142,7 @@ func TestRunFreshStateDirConcurrent(t *testing.T) {
 // must get it wait for such a holder, and only a refusal while nobody else
 // holds the slot fails.
 func TestRunLeaseExhausted(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	const slot0, size = 0x40000000, 65536 // store.DefaultPool's first range
 	// waitSlotFree waits (up to 30s) until no process holds slot 0.
@@ -1215,7 +1216,7 @@ func waitRunningOrRefused(t *testing.T, p *cordonProc, st, comm string) bool {
 // create nothing on the host (inotify on the cgroup trees, then gc).
 // Sequential: the watch sees every sandbox on the host.
 func TestRunRefusesBadInput(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	if r := runCordon(t, st, runOpts{}, "run", "--", "/bin/true"); r.Code != 0 {
 		t.Fatalf("control cordon run /bin/true = %d\nstderr: %s", r.Code, r.Stderr)
@@ -1272,7 +1273,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 
 // TestRunDoctor: doctor proves DEDICATED_CONTAINER with a probe sandbox.
 func TestRunDoctor(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	r := runCordon(t, st, runOpts{}, "doctor")
@@ -1304,7 +1305,7 @@ func TestRunDoctor(t *testing.T) {
 // TestRunNonRoot: without root cordon refuses, says what it needs, and
 // creates nothing.
 func TestRunNonRoot(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
@@ -1322,7 +1323,7 @@ func TestRunNonRoot(t *testing.T) {
 // TestRunRootfs: --rootfs runs the program on that tree, read-only,
 // instead of the host's /usr layout.
 func TestRunRootfs(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	t.Parallel()
 	st := newStateDir(t)
 	root := filepath.Join(t.TempDir(), "rootfs")

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -138,7 +139,7 @@ const compromiseMarker = "CORDON-TEST-COMPROMISE "
 // connection; the model's own upstream IS dialled through the dialer; the
 // tool server DOES receive its credential from the tool broker process.
 func TestCompromisedGatewayModel(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	// Traversable by the gateway's uid: only the broker process's
 	// confinement, not file permissions, may stop it.
@@ -339,7 +340,7 @@ func runCompromised(t *testing.T, st, cfg string, spec []byte) (*compromiseRepor
 // pathname Unix socket, which no network namespace isolates: the filter
 // (TestCompromisedGatewayModel, with it) is the layer that stops that.
 func TestCompromisedGatewayLayers(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	// Traversable by the gateway's uid: only the broker process's
 	// confinement, not file permissions, may stop it.
@@ -355,8 +356,8 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 	if err := os.Chmod(sock, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), "")
 	spec, _ := json.Marshal(map[string]any{"broker": "model", "skip_filter": true,
 		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}})
 	rep, _, _ := runCompromised(t, st, cfg, spec)
@@ -414,10 +415,10 @@ func childrenNamed(parent int, name string) map[int]string {
 // namespace of its own — not the host's, not the sandbox's, not a
 // sibling's — that has only a loopback device, down.
 func TestBrokerProcessesSeparated(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	up := newFakeUpstream(t, fakeKey, "x")
-	cfg := gatewayConfig(t, up, "")
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), "")
 	cmd := exec.Command(cordonBin, "--state-dir", st, "run", "--config", cfg, "--", "/bin/sleep", "5")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -497,7 +498,7 @@ func TestBrokerProcessesSeparated(t *testing.T) {
 // sandbox gets no partial way out — and no gateway process is left. The
 // control: the same run without the tool server runs the program.
 func TestBrokerProcessFailureFailsTheStart(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	ws := filepath.Join(t.TempDir(), "ws")
 	if err := os.Mkdir(ws, 0o700); err != nil {

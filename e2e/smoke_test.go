@@ -1,9 +1,13 @@
 package e2e
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+)
 
 func TestSmokeEcho(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	r := cordon(t, cordonBin, st, "run", "--json", "--", "/bin/echo", "hello")
 	if r.Code != 0 || r.Outcome.LevelAdmitted != "DEDICATED_CONTAINER" || r.Outcome.EnforcementMode != "VERIFIED" {

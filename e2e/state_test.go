@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // stateConfig writes a config for workload and purpose (tenant acme)
@@ -26,7 +28,7 @@ func stateConfig(t *testing.T, workload, purpose, stateBlock string) string {
 // scope's entry is answered exactly like an absent one), bounded by its
 // quota, versioned, and reset one scope at a time by the operator.
 func TestStateBroker(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	const limits = "state: {quota_bytes: 1500, quota_entries: 10, max_value_bytes: 1KiB}\n"
 	mine := stateConfig(t, "state-e2e", "testing", limits)
@@ -165,7 +167,7 @@ func TestStateBroker(t *testing.T) {
 // Policy decides state operations too: a forbid on State::"*" keeps the
 // agent from resetting its state, and a forbid on a key from reading it.
 func TestStatePolicy(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "state.cedar")

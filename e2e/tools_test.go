@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	_ "modernc.org/sqlite"
 )
 
@@ -21,12 +22,7 @@ func mcpfsDir(t *testing.T) string {
 	if d == "" {
 		d = "/opt/cordon-test/mcpfs"
 	}
-	if _, err := os.Stat(filepath.Join(d, mcpfsEntry)); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the filesystem MCP server is not installed at %s (scripts/test.sh installs it): %v", d, err)
-		}
-		t.Skipf("the filesystem MCP server is not installed at %s; run scripts/test.sh", d)
-	}
+	testkit.RequireFile(t, filepath.Join(d, mcpfsEntry), "the filesystem MCP server is not installed (scripts/test.sh installs it)")
 	return d
 }
 
@@ -68,7 +64,7 @@ func writeConfig(t *testing.T, body string) string {
 // official Go SDK client in the agent's sandbox reaches it only through
 // the tool broker: schema-checked, redacted, receipted, replay-safe.
 func TestToolBrokerFilesystemServer(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	fs := mcpfsDir(t)
 	st := newStateDir(t)
 	data := t.TempDir()
@@ -138,7 +134,7 @@ tools:
 // declared binds, its secret in its environment and never the agent's;
 // an unanswered call is quarantined, never retried; big results withheld.
 func TestToolServerContained(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	data := t.TempDir()
 	os.Chown(data, 1000, 1000)
@@ -241,15 +237,15 @@ func clipLine(r toolResultLine) toolResultLine {
 // Claude Code, configured with the gateway's MCP URL, calls a tool of the
 // real filesystem server through the broker and answers with its result.
 func TestAgentClaudeCodeMCP(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	dir := claudeDir(t)
 	fs := mcpfsDir(t)
 	st := newStateDir(t)
 	data := t.TempDir()
 	os.WriteFile(filepath.Join(data, "note.txt"), []byte("the-tool-content-7731"), 0o644)
-	up := newFakeUpstream(t, fakeKey, "unused")
-	up.toolName, up.toolInput = "mcp__cordon__fs__read_text_file", `{"path":"/data/note.txt"}`
-	cfg := gatewayConfig(t, up, fmt.Sprintf(`tools:
+	up := testkit.NewModelUpstream(t, fakeKey, "unused")
+	up.ToolName, up.ToolInput = "mcp__cordon__fs__read_text_file", `{"path":"/data/note.txt"}`
+	cfg := gatewayConfig(t, up.URL(), fmt.Sprintf(`tools:
   - name: fs
     command: [/usr/bin/node, /opt/mcpfs/%s, /data]
     binds: [{source: %s, target: /opt/mcpfs}, {source: %s, target: /data}]
@@ -264,7 +260,7 @@ func TestAgentClaudeCodeMCP(t *testing.T) {
 		"/opt/claude/node_modules/@anthropic-ai/claude-code/bin/claude.exe", "-p", "read the note", "--model", "claude-sonnet-4-5",
 		"--mcp-config", mcpConfig, "--allowedTools", "mcp__cordon__fs__read_text_file")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "the-tool-content-7731") {
-		t.Fatalf("claude -p with MCP = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v\ntool results: %v", r.Code, r.Stdout, r.Stderr, up.seen(), up.toolResults)
+		t.Fatalf("claude -p with MCP = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v\ntool results: %v", r.Code, r.Stdout, r.Stderr, up.Seen(), up.ToolResults())
 	}
 	rcs := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "tool")
 	if !strings.Contains(rcs.Stdout, `"target":"fs/read_text_file"`) || !strings.Contains(rcs.Stdout, `"decision":"allow"`) {
@@ -277,7 +273,7 @@ func TestAgentClaudeCodeMCP(t *testing.T) {
 // and only that exact request; without a decision in time the agent gets
 // a typed "approval pending" result. Nothing inside the sandbox approves.
 func TestToolApprovalFlow(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	pol := filepath.Join(t.TempDir(), "p.cedar")
 	os.WriteFile(pol, []byte(`
@@ -368,7 +364,7 @@ approvals: {wait: 1s}
 // afterwards (as someone with the database file would) is reported with
 // its position.
 func TestEvidenceLogVerifiesAndDetectsTampering(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	cfg := writeConfig(t, fmt.Sprintf(`tools:
   - name: t
@@ -419,7 +415,7 @@ func TestEvidenceLogVerifiesAndDetectsTampering(t *testing.T) {
 // flight: after gc (or the next run) the approval is revoked — it can never
 // authorise a later sandbox — and the call in flight is quarantined.
 func TestToolCrossingsReleasedAfterKill(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	pol := filepath.Join(t.TempDir(), "p.cedar")
 	os.WriteFile(pol, []byte(`

@@ -2,8 +2,6 @@ package approval
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // requireChromium returns the path of Debian's chromium. Without it the
@@ -18,17 +17,7 @@ import (
 // fails instead.
 func requireChromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	const why = "chromium not found (Debian: apt-get install chromium; scripts/test.sh installs it)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why + "; under CI=true this test must run")
-	}
-	t.Skip(why)
-	return ""
+	return testkit.RequireCommand(t, "Debian: apt-get install chromium; scripts/test.sh installs it", "chromium", "chromium-browser")
 }
 
 // TestConsoleInChromium drives the console in headless Chromium the way an

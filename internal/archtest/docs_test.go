@@ -29,31 +29,6 @@ var planes = map[string]bool{
 // everything below it. A pending package whose doc already passes is
 // logged, so the set can only shrink.
 var pending = map[string]string{
-	// The gateway splits into a root side, gateway/proc (unprivileged) and
-	// gateway/wire (issue 10, items 3 and 4).
-	"internal/gateway/...": "rewritten: planes as packages",
-	// Each broker gets its agent-facing half and its trusted half in its
-	// own folder (issue 10, item 4).
-	"internal/broker/...": "rewritten: each broker owns its crossing",
-	// Flags and printing only once the lifecycle moves to internal/launch
-	// (issue 10, item 1).
-	"internal/cli": "rewritten: one lifecycle",
-	// The daemon calls launch; its protocol carries binds and tool servers
-	// (issue 10, item 1).
-	"internal/hostmgr":       "rewritten: one lifecycle",
-	"internal/hostmgr/proto": "rewritten: one lifecycle",
-	// New: the one lifecycle (issue 10, item 1).
-	"internal/launch": "new: one lifecycle",
-	// The provider seam gains what callers reached by type assertions
-	// (issue 10, item 2); its levels move to internal/sandbox/level,
-	// whose draft doc says "Plane: shared by the root plane and the CLI".
-	"internal/sandbox":       "rewritten: the seam is the only way in",
-	"internal/sandbox/level": "new: the seam is the only way in",
-	// The taxonomy's doc says "Plane: every plane"; its owner rewords it.
-	"internal/failure": "rewritten: one failure taxonomy",
-	// New: shared test helpers (issue 10, item 7); its draft doc says
-	// "Plane: none — test code only" where this check wants "test-only".
-	"internal/testkit": "new: shared test helpers",
 }
 
 // TestPackageDocs checks the doc of every package under internal/ and cmd/.

@@ -167,7 +167,7 @@ func (g *globals) probeSandbox(ctx context.Context, prov *linux.Provider) *Probe
 	}
 	defer sb.Deprovision(context.WithoutCancel(ctx))
 	adm, err := sb.Start(ctx)
-	if rec, ok := adm.Record.(*evidence.Record); ok {
+	if rec := adm.Record; rec != nil {
 		pr.LevelAdmitted, pr.EnforcementMode = rec.LevelAdmitted, rec.EnforcementMode
 		for name, b := range rec.Boundaries {
 			pr.Boundaries[name] = b.Verified

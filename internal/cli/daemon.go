@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"os/user"
@@ -15,14 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/failure"
-	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/hostmgr"
-	"github.com/cordon-project/cordon/internal/policy"
-	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
-	"github.com/cordon-project/cordon/internal/store"
 )
 
 func daemonCmd(g *globals) *cobra.Command {
@@ -116,7 +109,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 	exe, _ := os.Executable()
 	d, err := hostmgr.New(hostmgr.Options{
 		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: g.logger(),
-		Gateways:      &daemonGateways{st: st, log: g.logger()},
+		Version:       Version,
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
 		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
 		Tenants: g.daemonTenants, MaxPerUser: g.daemonPerUser,
@@ -131,80 +124,4 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 		return nil
 	}
 	return err
-}
-
-// daemonGateways builds daemon sandboxes' gateways from what the client
-// sent, with the same plumbing as cordon run.
-type daemonGateways struct {
-	st  *store.Store
-	log *slog.Logger
-}
-
-// load parses the configuration and policy a client sent, without reading
-// any path they name.
-func (dg *daemonGateways) load(gs *hostmgr.GatewaySpec, host []hostmgr.PolicySource, lab bool) (*config.Config, *policy.Set, error) {
-	cfg, err := config.ParseDetached(gs.Config, gs.Source)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(cfg.Tools) > 0 {
-		return nil, nil, errors.New("tool servers are not supported in daemon sandboxes yet (use cordon run)")
-	}
-	for name := range cfg.Secrets {
-		if _, ok := gs.Secrets[name]; !ok && gs.Secrets != nil {
-			return nil, nil, fmt.Errorf("secret %s: the client sent no value for it", name)
-		}
-	}
-	if len(gs.Policies) != len(cfg.Policy) {
-		return nil, nil, fmt.Errorf("the configuration names %d policy files, the client sent %d", len(cfg.Policy), len(gs.Policies))
-	}
-	var srcs []policy.Source
-	for i, p := range gs.Policies {
-		if p.Name != cfg.Policy[i] {
-			return nil, nil, fmt.Errorf("policy file %d: the client sent %s, the configuration names %s", i, p.Name, cfg.Policy[i])
-		}
-		srcs = append(srcs, policy.Source{Name: p.Name, Data: p.Data})
-	}
-	if lab {
-		// FULL_CONTROL_LAB replaces the sandbox's own policy with
-		// permit-all; the host policy directory (the operator's) still
-		// applies.
-		srcs = nil
-	}
-	if len(srcs) == 0 && len(host) == 0 {
-		return cfg, policy.Default(), nil
-	}
-	if len(srcs) == 0 {
-		srcs = append(srcs, policy.DefaultSource())
-	}
-	for _, h := range host {
-		srcs = append(srcs, policy.Source{Name: "host/" + h.Name, Data: h.Data})
-	}
-	set, err := policy.LoadSources(srcs...)
-	return cfg, set, err
-}
-
-func (dg *daemonGateways) Prepare(gs *hostmgr.GatewaySpec, host []hostmgr.PolicySource) ([]string, string, error) {
-	_, set, err := dg.load(gs, host, false)
-	if err != nil {
-		return nil, "", err
-	}
-	return gateway.Env(), set.Digest(), nil
-}
-
-func (dg *daemonGateways) Start(sb sandbox.Sandbox, gs *hostmgr.GatewaySpec, host []hostmgr.PolicySource, profile hostmgr.Profile) (hostmgr.Gateway, error) {
-	lab := profile == hostmgr.FullControlLab
-	cfg, set, err := dg.load(gs, host, lab)
-	if err != nil {
-		return nil, err
-	}
-	p := &gatewayPlan{cfg: cfg, secrets: gs.Secrets, policy: set, lab: lab}
-	if p.secrets == nil {
-		p.secrets = map[string][]byte{}
-	}
-	proc, err := p.start(sb, dg.st, dg.log, nil)
-	if err != nil {
-		return nil, err // not a nil *Process in a non-nil interface
-	}
-	return proc, nil
 }

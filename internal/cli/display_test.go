@@ -233,25 +233,6 @@ func TestLogsOutputChoice(t *testing.T) {
 	}
 }
 
-// A tool server's stderr reaches the operator's terminal escaped, a line
-// per line, each marked with the server's name.
-func TestToolStderrEscaped(t *testing.T) {
-	var buf bytes.Buffer
-	w := toolStderr(&buf, "fs")
-	w.Write([]byte(hostile[:9]))
-	w.Write([]byte(hostile[9:] + "\n"))
-	out := buf.String()
-	for _, line := range strings.SplitAfter(strings.TrimSuffix(out, "\n"), "\n") {
-		if !strings.HasPrefix(line, "tool fs: ") {
-			t.Errorf("line %q lacks the prefix (output %q)", line, out)
-		}
-	}
-	assertSafe(t, "tool stderr", out+textsafe.Line(hostile))
-	if strings.ContainsAny(out, "\x1b\r\u202e") {
-		t.Errorf("tool stderr holds controls: %q", out)
-	}
-}
-
 // Log lines (the gateway's and the daemon's, slog's text format) carry
 // agent text in values: slog quotes any value with a non-printable rune
 // using strconv, so no control or bidi character reaches stderr raw.

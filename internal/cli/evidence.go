@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
@@ -104,66 +106,8 @@ Examples:
       --checkpoint cp-1767225600.txt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireRoot("evidence verify"); err != nil {
-				return err
-			}
-			if pubkey == "" {
-				pubkey = filepath.Join(evlog.KeyDir(g.stateDir), evlog.PubFile)
-			}
-			v, err := evlog.LoadVerifier(pubkey)
-			if errors.Is(err, fs.ErrNotExist) {
-				return failure.Failf(failure.KindUsage, "evidence verify", "no public key at %s: the log's key is made by the first checkpoint or by 'cordon evidence keygen'; pass --pubkey FILE to use another", pubkey)
-			}
-			if err != nil {
-				return failure.Fail(failure.KindUsage, "evidence verify", err)
-			}
-			var external [][]byte
-			for _, path := range checkpoints {
-				b, err := readSmall(path, maxCheckpointFile)
-				if err != nil {
-					return failure.Fail(failure.KindUsage, "evidence verify --checkpoint", err)
-				}
-				external = append(external, b)
-			}
-			st, err := g.openStore()
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			ctx := cmd.Context()
-			rep, err := evlog.Verify(ctx, st, v, external...)
-			if err != nil {
-				return failure.Fail(failure.KindStore, "evidence verify", err)
-			}
-			out := verifyOutput{OK: rep.OK(), Report: rep}
-			if cmd.Flags().Changed("receipt") {
-				p, err := evlog.Prove(ctx, st, receipt)
-				switch {
-				case errors.Is(err, store.ErrNotInLog), errors.Is(err, evlog.ErrNotCheckpointed):
-					out.ProofError = err.Error()
-				case err != nil:
-					return failure.Fail(failure.KindStore, "evidence verify --receipt", err)
-				default:
-					out.Proof = &p
-					if err := p.Check(v); err != nil {
-						out.ProofError = err.Error()
-					}
-				}
-				if out.ProofError != "" {
-					out.OK = false
-				}
-			}
-			if asJSON {
-				if err := writeJSON(g.stdout, out); err != nil {
-					return err
-				}
-			} else {
-				printVerify(g.stdout, out, cmd.Flags().Changed("receipt"), receipt)
-			}
-			if !out.OK {
-				return &exitError{code: 1}
-			}
-			return nil
+			vf := verifyFlags{asJSON: asJSON, receipt: receipt, withProof: cmd.Flags().Changed("receipt"), pubkey: pubkey, checkpoints: checkpoints}
+			return g.evidenceVerify(cmd.Context(), vf)
 		},
 	}
 	fl := cmd.Flags()
@@ -172,6 +116,88 @@ Examples:
 	fl.StringVar(&pubkey, "pubkey", "", "verifier key file (default <state-dir>/evidence/log.pub)")
 	fl.StringArrayVar(&checkpoints, "checkpoint", nil, "also check this signed checkpoint note kept elsewhere (repeatable)")
 	return cmd
+}
+
+// verifyFlags are evidence verify's flags.
+type verifyFlags struct {
+	asJSON      bool
+	receipt     int64
+	withProof   bool // --receipt was given
+	pubkey      string
+	checkpoints []string
+}
+
+// evidenceVerify checks the whole log (and one receipt's proof) and prints
+// the report; a failed check exits 1.
+func (g *globals) evidenceVerify(ctx context.Context, f verifyFlags) error {
+	if err := requireRoot("evidence verify"); err != nil {
+		return err
+	}
+	if f.pubkey == "" {
+		f.pubkey = filepath.Join(evlog.KeyDir(g.stateDir), evlog.PubFile)
+	}
+	v, err := evlog.LoadVerifier(f.pubkey)
+	if errors.Is(err, fs.ErrNotExist) {
+		return failure.Failf(failure.KindUsage, "evidence verify", "no public key at %s: the log's key is made by the first checkpoint or by 'cordon evidence keygen'; pass --pubkey FILE to use another", f.pubkey)
+	}
+	if err != nil {
+		return failure.Fail(failure.KindUsage, "evidence verify", err)
+	}
+	var external [][]byte
+	for _, path := range f.checkpoints {
+		b, err := readSmall(path, maxCheckpointFile)
+		if err != nil {
+			return failure.Fail(failure.KindUsage, "evidence verify --checkpoint", err)
+		}
+		external = append(external, b)
+	}
+	st, err := g.openStore()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rep, err := evlog.Verify(ctx, st, v, external...)
+	if err != nil {
+		return failure.Fail(failure.KindStore, "evidence verify", err)
+	}
+	out := verifyOutput{OK: rep.OK(), Report: rep}
+	if f.withProof {
+		if err := proveInto(ctx, st, v, f.receipt, &out); err != nil {
+			return err
+		}
+	}
+	if f.asJSON {
+		if err := writeJSON(g.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		printVerify(g.stdout, out, f.withProof, f.receipt)
+	}
+	if !out.OK {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+// proveInto adds receipt's inclusion proof, checked with v, to out; a
+// receipt without a proof yet is a failed check, not an error.
+func proveInto(ctx context.Context, st *store.Store, v note.Verifier, receipt int64, out *verifyOutput) error {
+	p, err := evlog.Prove(ctx, st, receipt)
+	switch {
+	case errors.Is(err, store.ErrNotInLog), errors.Is(err, evlog.ErrNotCheckpointed):
+		out.ProofError = err.Error()
+	case err != nil:
+		return failure.Fail(failure.KindStore, "evidence verify --receipt", err)
+	default:
+		out.Proof = &p
+		if err := p.Check(v); err != nil {
+			out.ProofError = err.Error()
+		}
+	}
+	if out.ProofError != "" {
+		out.OK = false
+	}
+	return nil
 }
 
 func printVerify(w io.Writer, out verifyOutput, withProof bool, receipt int64) {

@@ -15,6 +15,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
@@ -227,9 +228,7 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		Workload: cfg.Workload, Tenant: cfg.Tenant, Purpose: cfg.Purpose, User: r.User,
 		Action: r.Action, Resource: r.Resource, Context: r.Context,
 	})
-	servers, allow := toolOffer(toolServersOf(cfg))
-	adm := gateway.Admit(gateway.ChildConfig{Routes: routesOf(cfg), Egress: egressConfig(cfg.Egress)},
-		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg),
+	adm := launch.AdmitConfig(cfg,
 		gateway.AdmitRequest{Action: r.Action, Resource: r.Resource.ID, Server: r.Resource.Server, Port: r.Context.Port,
 			API: r.API, Operation: r.Operation})
 	rep := ExplainReport{Allow: adm.Allow && x.Allow, Config: adm, PolicyAllow: x.Allow, Decision: x.Decision, Policies: x.Policies}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,9 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/evidence"
-	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux"
@@ -126,7 +125,7 @@ type GatewayOutcome struct {
 	LostCrossings    int64 `json:"lost_crossings,omitempty"`
 }
 
-// parseSpec validates every flag before anything is created.
+// parseSpec parses and validates every flag before anything is created.
 func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 	fail := func(format string, a ...any) (sandbox.Spec, error) {
 		return sandbox.Spec{}, failure.Failf(failure.KindUsage, "run", format, a...)
@@ -135,80 +134,24 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 	if err != nil {
 		return fail("--level: %v", err)
 	}
-	spec := sandbox.Spec{Argv: argv, Level: level, Workload: f.workload, UnsafeRootWorkspace: f.unsafeRoot}
-	if f.workspace != "" {
-		if !filepath.IsAbs(f.workspace) {
-			return fail("--workspace %s: must be an absolute path", f.workspace)
-		}
-		spec.Workspace = f.workspace
-	}
-	for _, p := range []struct {
-		vals []string
-		rw   bool
-		name string
-	}{{f.ro, false, "--ro"}, {f.rw, true, "--rw"}} {
-		for _, v := range p.vals {
-			host, target, ok := strings.Cut(v, ":")
-			if !ok {
-				target = host
-			}
-			if !filepath.IsAbs(host) || !filepath.IsAbs(target) {
-				return fail("%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
-			}
-			if _, err := os.Lstat(host); err != nil {
-				return fail("%s %s: %v", p.name, v, err)
-			}
-			spec.Binds = append(spec.Binds, sandbox.Bind{Source: host, Target: target, Writable: p.rw})
-		}
-	}
-	if f.rootfs != "" {
-		if !filepath.IsAbs(f.rootfs) {
-			return fail("--rootfs %s: must be an absolute path", f.rootfs)
-		}
-		spec.Rootfs = f.rootfs
+	spec := sandbox.Spec{Argv: argv, Level: level, Workload: f.workload, UnsafeRootWorkspace: f.unsafeRoot,
+		Workspace: f.workspace, Rootfs: f.rootfs, Env: f.env}
+	if spec.Binds, err = parseBinds(f.ro, f.rw); err != nil {
+		return sandbox.Spec{}, err
 	}
 	if f.memory != "" {
 		if spec.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil {
 			return fail("--memory: %v", err)
-		}
-		if spec.Limits.MemoryBytes < 8<<20 {
-			return fail("--memory %s is too small to start a sandbox (the minimum is 8MiB)", f.memory)
-		}
-		if spec.Limits.MemoryBytes > 1<<50 {
-			return fail("--memory %s is absurdly large", f.memory)
 		}
 	}
 	if f.tmp != "" {
 		if spec.Limits.TmpBytes, err = ParseSize(f.tmp); err != nil {
 			return fail("--tmp-size: %v", err)
 		}
-		if spec.Limits.TmpBytes < 1<<20 {
-			return fail("--tmp-size %s is below the 1MiB minimum", f.tmp)
-		}
 	}
-	switch {
-	case f.pids < 0:
-		return fail("--pids %d: must be positive", f.pids)
-	case f.pids > 0 && f.pids < 8:
-		return fail("--pids %d is too small to start a sandbox (the minimum is 8)", f.pids)
-	case f.pids > 1<<22:
-		return fail("--pids %d is absurdly large", f.pids)
-	}
-	spec.Limits.Pids = f.pids
-	if math.IsNaN(f.cpus) || f.cpus < 0 || f.cpus > 4096 || (f.cpus > 0 && f.cpus < 0.01) {
-		return fail("--cpus %v: want a number of cores between 0.01 and 4096", f.cpus)
-	}
-	spec.Limits.CPUs = f.cpus
-	if f.timeout < 0 {
-		return fail("--timeout %s: must be positive", f.timeout)
-	}
-	spec.Limits.Timeout = f.timeout
-	for _, kv := range f.env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.ContainsAny(k, "\x00") || strings.Contains(kv, "\x00") {
-			return fail("--env %q: want K=V", kv)
-		}
-		spec.Env = append(spec.Env, kv)
+	spec.Limits.Pids, spec.Limits.CPUs, spec.Limits.Timeout = f.pids, f.cpus, f.timeout
+	if err := launch.Validate(&spec); err != nil {
+		return sandbox.Spec{}, err
 	}
 	if f.evidenceFile != "" && !filepath.IsAbs(f.evidenceFile) {
 		abs, err := filepath.Abs(f.evidenceFile)
@@ -225,82 +168,139 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 	return spec, nil
 }
 
-func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
-	began := time.Now()
-	out := Outcome{LevelRequested: sandbox.DedicatedContainer}
-	tr := newTracer(began)
-	defer tr.flush(g.stderr)
-	finish := func(code int, err error) error {
-		out.DurationMS = time.Since(began).Milliseconds()
-		if err != nil {
-			out.FailureKind, out.Error = failure.KindOf(err), err.Error()
-			var xe *linux.ExecError
-			if errors.As(err, &xe) {
-				out.FailureKind = failure.KindExec
+// parseBinds parses --ro and --rw HOST[:SANDBOX] flags; each host path
+// must exist (the caller's own path: cordon run reads it as the caller
+// asked).
+func parseBinds(ro, rw []string) ([]sandbox.Bind, error) {
+	var out []sandbox.Bind
+	for _, p := range []struct {
+		vals []string
+		rw   bool
+		name string
+	}{{ro, false, "--ro"}, {rw, true, "--rw"}} {
+		for _, v := range p.vals {
+			host, target, ok := strings.Cut(v, ":")
+			if !ok {
+				target = host
 			}
-			fmt.Fprintf(g.stderr, "cordon: %s\n", describe(err))
+			if !filepath.IsAbs(host) || !filepath.IsAbs(target) {
+				return nil, failure.Failf(failure.KindUsage, "run", "%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
+			}
+			if _, err := os.Lstat(host); err != nil {
+				return nil, failure.Failf(failure.KindUsage, "run", "%s %s: %v", p.name, v, err)
+			}
+			out = append(out, sandbox.Bind{Source: host, Target: target, Writable: p.rw})
 		}
-		out.ExitCode = code
-		if f.json {
-			_ = writeJSON(g.stdout, out)
-		}
-		return &exitError{code: code}
 	}
-	spec, err := f.parseSpec(argv)
+	return out, nil
+}
+
+// aRun is one cordon run: its flags, its outcome and its trace.
+type aRun struct {
+	g     *globals
+	f     *runFlags
+	began time.Time
+	tr    *tracer
+	out   Outcome
+	spec  sandbox.Spec
+	l     *launch.Launch
+	prov  sandbox.Provider
+}
+
+func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
+	r := &aRun{g: g, f: f, began: time.Now(), out: Outcome{LevelRequested: sandbox.DedicatedContainer}}
+	r.tr = newTracer(r.began)
+	defer r.tr.flush(g.stderr)
+	code, err := r.do(ctx, argv)
+	return r.finish(code, err)
+}
+
+// finish prints the outcome and returns the exit status.
+func (r *aRun) finish(code int, err error) error {
+	r.out.DurationMS = time.Since(r.began).Milliseconds()
 	if err != nil {
-		return finish(failure.ExitRefused, err)
+		r.out.FailureKind, r.out.Error = failure.KindOf(err), err.Error()
+		var xe *sandbox.ExecError
+		if errors.As(err, &xe) {
+			r.out.FailureKind = failure.KindExec
+		}
+		fmt.Fprintf(r.g.stderr, "cordon: %s\n", describe(err))
+	}
+	r.out.ExitCode = code
+	if r.f.json {
+		_ = writeJSON(r.g.stdout, r.out)
+	}
+	return &exitError{code: code}
+}
+
+// do is the run through the lifecycle (package launch): it returns the
+// exit status, and the error that made cordon refuse or fail.
+func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
+	g := r.g
+	spec, err := r.f.parseSpec(argv)
+	if err != nil {
+		return failure.ExitRefused, err
 	}
 	if spec.UnsafeRootWorkspace {
 		g.logger().Warn("UNSAFE: --unsafe-root-workspace: writable binds of directories owned by root or a system account are allowed")
 	}
-	out.LevelRequested = spec.Level
-	if spec.Level == sandbox.DedicatedVM {
-		return finish(failure.ExitRefused, failure.Failf(failure.KindPolicyRejected, "run", "no provider on this host can evidence DEDICATED_VM (the native Linux provider reaches DEDICATED_CONTAINER); nothing was started"))
-	}
+	r.out.LevelRequested = spec.Level
 	if err := requireRoot("run"); err != nil {
-		return finish(failure.ExitRefused, err)
+		return failure.ExitRefused, err
 	}
 	st, err := g.openStore()
 	if err != nil {
-		return finish(failure.ExitRefused, err)
+		return failure.ExitRefused, err
 	}
-	defer func() { st.Close(); tr.mark("store_close") }()
-	tr.mark("store_open")
+	defer func() { st.Close(); r.tr.mark("store_close") }()
+	r.tr.mark("store_open")
+	if r.prov, err = g.runProvider(ctx, st); err != nil {
+		return failure.ExitRefused, err
+	}
+	r.tr.mark("reclaim")
+	var plan *launch.Plan
+	if r.f.config != "" {
+		if plan, err = launch.LoadPlan(r.f.config, r.f.workload, func(w string) { g.logger().Warn(w) }); err != nil {
+			return failure.ExitRefused, err
+		}
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
+	host := &launch.Host{Provider: r.prov, Store: st, StateDir: g.stateDir, Logger: g.logger(), Version: Version,
+		ToolStderr: g.stderr, CheckpointEvery: checkpointEvery}
+	r.l, err = launch.Provision(ctx, host, spec, plan)
+	r.tr.mark("provision")
+	if err != nil {
+		return failure.ExitRefused, err
+	}
+	defer func() { r.l.Close(context.WithoutCancel(ctx)); r.tr.mark("deprovision") }()
+	r.spec, r.out.SandboxID = r.l.Spec(), r.l.Sandbox().ID()
+	defer r.forwardSignals()()
+	if code, err := r.start(ctx); err != nil {
+		return code, err
+	}
+	return r.wait(ctx)
+}
+
+// runProvider is the native provider for a standalone run, after the
+// residue of standalone runs whose owner is provably gone is reclaimed.
+func (g *globals) runProvider(ctx context.Context, st *store.Store) (sandbox.Provider, error) {
 	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip})
 	if err != nil {
-		return finish(failure.ExitRefused, err)
+		return nil, err
 	}
-	// Residue of standalone runs whose owner is provably gone.
 	if _, err := linux.Reclaim(ctx, st, prov.Layout()); err != nil {
 		g.logger().Warn("reclaim residue", "err", err)
 	}
-	tr.mark("reclaim")
-	capab, err := prov.Probe(ctx)
-	if err != nil {
-		return finish(failure.ExitRefused, err)
-	}
-	if _, err := sandbox.Select(spec.Level, []sandbox.Candidate{{Provider: prov, Capability: capab}}); err != nil {
-		return finish(failure.ExitRefused, failure.Failf(failure.KindUnsupported, "run", "this host cannot build the boundary for %s: missing %s", spec.Level, strings.Join(capab.Missing, "; ")))
-	}
-	gw, err := g.prepareGateway(f, &spec)
-	if err != nil {
-		return finish(failure.ExitRefused, err)
-	}
-	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
-	tr.mark("probe")
-	sb, err := prov.Provision(ctx, spec)
-	if err != nil {
-		return finish(failure.ExitRefused, err)
-	}
-	tr.mark("provision")
-	defer func() { sb.Deprovision(context.WithoutCancel(ctx)); tr.mark("deprovision") }()
-	out.SandboxID = sb.ID()
+	return prov, nil
+}
 
-	// SIGINT/SIGTERM/SIGHUP to cordon: forward to the program, and end the
-	// whole tree if it has not ended within the grace period.
+// forwardSignals forwards SIGINT/SIGTERM/SIGHUP to the program, and ends
+// the whole tree if it has not ended within the grace period. It returns
+// the function that stops forwarding.
+func (r *aRun) forwardSignals() func() {
+	sb := r.l.Sandbox()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	go func() {
 		for s := range sigs {
 			sb.Signal(s.(syscall.Signal))
@@ -310,133 +310,118 @@ func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 			}()
 		}
 	}()
+	return func() { signal.Stop(sigs) }
+}
 
-	adm, err := sb.Start(ctx)
-	tr.sub(sb, "start")
-	rec, _ := adm.Record.(*evidence.Record)
-	if rec != nil {
-		rec.LevelRequested = spec.Level
-		out.LevelAdmitted, out.EnforcementMode = rec.LevelAdmitted, rec.EnforcementMode
+// start builds the boundary, admits from evidence, starts the gateway and
+// executes the program.
+func (r *aRun) start(ctx context.Context) (int, error) {
+	err := r.l.Start(ctx, nil, true)
+	r.tr.sub(r.l.Sandbox(), "start")
+	if rec := r.l.Record; rec != nil {
+		r.out.LevelAdmitted, r.out.EnforcementMode = rec.LevelAdmitted, rec.EnforcementMode
 		for _, name := range evidence.Boundaries() {
 			if !rec.Boundaries[name].Verified {
-				out.Unverified = append(out.Unverified, name)
+				r.out.Unverified = append(r.out.Unverified, name)
 			}
 		}
-	}
-	// writeEvidence writes the record where --evidence says. The path may
-	// be in the workspace the program could change: see writeRecord.
-	writeEvidence := func() error {
-		if f.evidenceFile == "" || rec == nil {
-			return nil
-		}
-		werr := writeRecord(f.evidenceFile, rec)
-		if werr != nil {
-			fmt.Fprintf(g.stderr, "cordon: %s\n", describe(werr))
-		}
-		return werr
 	}
 	if err != nil {
-		writeEvidence()
-		return finish(failure.ExitRefused, err)
+		r.writeEvidence()
+		return failure.ExitRefused, err
 	}
-	if adm.Level < spec.Level {
-		writeEvidence()
-		return finish(failure.ExitRefused, failure.Failf(failure.KindEvidence, "admission",
-			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
-			adm.Level, spec.Level, strings.Join(out.Unverified, ", ")))
+	if err := r.l.StartGateway(ctx); err != nil {
+		return failure.ExitRefused, err
 	}
-	var proc *gateway.Process
-	var tools *toolServers // nil: none
-	if gw != nil {
-		// Receipts are leaves of the evidence log; it signs a checkpoint
-		// every few seconds and once more after the gateway has stopped
-		// (this defer runs after the gateway's). No log, no crossings.
-		evlog, err := evlog.Open(st, g.stateDir)
-		if err != nil {
-			return finish(failure.ExitRefused, failure.Fail(failure.KindStore, "evidence log", err))
-		}
-		evlog.Logger = g.logger()
-		cctx, stopCheckpoints := context.WithCancel(context.WithoutCancel(ctx))
-		checkpointed := make(chan error, 1)
-		go func() { checkpointed <- evlog.RunCheckpointer(cctx, checkpointEvery) }()
-		defer func() {
-			stopCheckpoints()
-			if err := <-checkpointed; err != nil {
-				g.logger().Error("evidence log: final checkpoint", "err", err)
-			}
-			tr.mark("checkpoint")
-		}()
-		tools, err = gw.startTools(ctx, prov, st, g.logger(), g.stderr)
-		if err != nil {
-			return finish(failure.ExitRefused, err)
-		}
-		defer tools.stop(context.WithoutCancel(ctx))
-		proc, err = gw.start(sb, st, g.logger(), tools)
-		if err != nil {
-			return finish(failure.ExitRefused, err)
-		}
-		defer proc.Stop()
-		tr.mark("gateway")
+	if r.l.Gateway() != nil {
+		r.tr.mark("gateway")
 	}
-	if err := sb.Exec(ctx); err != nil {
-		writeEvidence()
-		var xe *linux.ExecError
+	if err := r.l.Exec(ctx); err != nil {
+		r.writeEvidence()
+		var xe *sandbox.ExecError
 		if errors.As(err, &xe) {
 			if xe.NotFound() {
-				return finish(failure.ExitNotFound, failure.Failf(failure.KindExec, argv[0], "%s (not found in the sandbox)", xe.Msg))
+				return failure.ExitNotFound, failure.Failf(failure.KindExec, r.spec.Argv[0], "%s (not found in the sandbox)", xe.Msg)
 			}
-			return finish(failure.ExitNoExec, failure.Failf(failure.KindExec, argv[0], "%s (cannot be executed)", xe.Msg))
+			return failure.ExitNoExec, failure.Failf(failure.KindExec, r.spec.Argv[0], "%s (cannot be executed)", xe.Msg)
 		}
-		return finish(failure.ExitRefused, err)
+		return failure.ExitRefused, err
 	}
-	tr.mark("exec")
-	ex, err := sb.Wait(ctx)
+	r.tr.mark("exec")
+	return 0, nil
+}
+
+// writeEvidence writes the record where --evidence says. The path may
+// be in the workspace the program could change: see writeRecord.
+func (r *aRun) writeEvidence() error {
+	rec := r.l.Record
+	if r.f.evidenceFile == "" || rec == nil {
+		return nil
+	}
+	werr := writeRecord(r.f.evidenceFile, rec)
+	if werr != nil {
+		fmt.Fprintf(r.g.stderr, "cordon: %s\n", describe(werr))
+	}
+	return werr
+}
+
+// wait waits for the program, scans for traps, writes the evidence and
+// reports how the program ended.
+func (r *aRun) wait(ctx context.Context) (int, error) {
+	ex, err := r.l.Wait(ctx)
 	if err != nil {
-		return finish(failure.ExitRefused, err)
+		return failure.ExitRefused, err
 	}
-	tr.mark("wait")
+	r.tr.mark("wait")
 	// The program and everything it started have ended: report what it
 	// left in the workspace that can trap the host user next. Tool
 	// servers write their binds for the program: they are stopped first
 	// (nothing writes after the scan) and their writable binds scanned too.
-	out.WorkspaceTraps = append(sb.ScanTraps(), tools.haltAndScan(context.WithoutCancel(ctx))...)
-	printTraps(g.stderr, out.WorkspaceTraps)
-	tr.mark("trap_scan")
+	r.out.WorkspaceTraps = r.l.ScanTraps(context.WithoutCancel(ctx))
+	printTraps(r.g.stderr, r.out.WorkspaceTraps)
+	r.tr.mark("trap_scan")
 	now := time.Now().UTC()
-	if rec != nil {
+	if rec := r.l.Record; rec != nil {
 		rec.FinishedAt = &now
 		rec.Outcome = &evidence.Outcome{ExitCode: ex.Code, Signal: ex.Signal, OOM: ex.OOM, TimedOut: ex.TimedOut}
-		rec.WorkspaceTraps = out.WorkspaceTraps
+		rec.WorkspaceTraps = r.out.WorkspaceTraps
 	}
-	evErr := writeEvidence()
-	if proc != nil {
-		out.Gateway = g.gatewayOutcome(prov, sb.ID(), proc)
+	evErr := r.writeEvidence()
+	if gw := r.l.Gateway(); gw != nil {
+		r.out.Gateway = r.g.gatewayOutcome(r.l.Sandbox(), gw.Proc)
 	}
-	out.Signal, out.OOM, out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
-	code := ex.Code
-	switch {
-	case ex.TimedOut:
-		code = failure.ExitTimeout
-		fmt.Fprintf(g.stderr, "cordon: %s: the program ran longer than --timeout %s and was killed\n", failure.KindTimeout, f.timeout)
-	case ex.Signal != 0:
-		code = 128 + ex.Signal
-		if ex.SocketMemory {
-			// The sandbox's or its gateway's group: cordon's log says which.
-			fmt.Fprintf(g.stderr, "cordon: the sandbox was killed: the TCP socket memory of the sandbox or of its gateway passed its bound (1.25 x its TCP limit; see docs/host-pools.md)\n")
-		} else if ex.OOM {
-			fmt.Fprintf(g.stderr, "cordon: the program was killed by the out-of-memory killer (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
-		}
-	case ex.OOM:
-		fmt.Fprintf(g.stderr, "cordon: the out-of-memory killer acted in the sandbox (memory limit %s)\n", FormatSize(prov.Limits(spec).MemoryBytes))
-	}
+	r.out.Signal, r.out.OOM, r.out.TimedOut = ex.Signal, ex.OOM, ex.TimedOut
+	code := r.exitCode(ex)
 	if evErr != nil {
 		// The caller asked for the record and does not have it: that is
 		// cordon failing, whatever the program did (already on stderr).
-		fmt.Fprintf(g.stderr, "cordon: the program exited with status %d, but the evidence record was not written\n", code)
-		out.FailureKind, out.Error = failure.KindOf(evErr), evErr.Error()
+		fmt.Fprintf(r.g.stderr, "cordon: the program exited with status %d, but the evidence record was not written\n", code)
+		r.out.FailureKind, r.out.Error = failure.KindOf(evErr), evErr.Error()
 		code = failure.ExitRefused
 	}
-	return finish(code, nil)
+	return code, nil
+}
+
+// exitCode is cordon's exit status for how the program ended, with what a
+// person must know said on stderr.
+func (r *aRun) exitCode(ex sandbox.Exit) int {
+	memory := func() string { return FormatSize(r.prov.Limits(r.spec).MemoryBytes) }
+	switch {
+	case ex.TimedOut:
+		fmt.Fprintf(r.g.stderr, "cordon: %s: the program ran longer than --timeout %s and was killed\n", failure.KindTimeout, r.f.timeout)
+		return failure.ExitTimeout
+	case ex.Signal != 0:
+		if ex.SocketMemory {
+			// The sandbox's or its gateway's group: cordon's log says which.
+			fmt.Fprintf(r.g.stderr, "cordon: the sandbox was killed: the TCP socket memory of the sandbox or of its gateway passed its bound (1.25 x its TCP limit; see docs/host-pools.md)\n")
+		} else if ex.OOM {
+			fmt.Fprintf(r.g.stderr, "cordon: the program was killed by the out-of-memory killer (memory limit %s)\n", memory())
+		}
+		return 128 + ex.Signal
+	case ex.OOM:
+		fmt.Fprintf(r.g.stderr, "cordon: the out-of-memory killer acted in the sandbox (memory limit %s)\n", memory())
+	}
+	return ex.Code
 }
 
 // checkpointEvery is how often a run signs an evidence-log checkpoint.
@@ -520,14 +505,14 @@ func printTraps(w io.Writer, reps []trapscan.Report) {
 
 // gatewayOutcome reads the gateway's cgroup back and reports on stderr
 // what a person must know: the gateway was OOM-killed or ended early.
-func (g *globals) gatewayOutcome(prov *linux.Provider, id string, proc *gateway.Process) *GatewayOutcome {
+func (g *globals) gatewayOutcome(sb sandbox.Sandbox, proc *gateway.Process) *GatewayOutcome {
 	o := &GatewayOutcome{EndedEarly: proc.Exited(), LostCrossings: proc.Lost()}
-	f, kills, err := prov.GatewayFacts(id)
+	f, err := sb.HelperFacts()
 	if err != nil {
 		g.logger().Warn("read the gateway's cgroup", "err", err)
 	}
-	o.MemoryLimitBytes, o.PidsLimit, o.OOMKills = f.MemoryBytes, f.Pids, kills
-	if kills > 0 {
+	o.MemoryLimitBytes, o.PidsLimit, o.OOMKills = f.MemoryBytes, f.Pids, f.OOMKills
+	if f.OOMKills > 0 {
 		fmt.Fprintf(g.stderr, "cordon: the out-of-memory killer acted in the gateway's own cgroup (memory limit %s)\n", FormatSize(f.MemoryBytes))
 	}
 	if o.EndedEarly {

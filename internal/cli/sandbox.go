@@ -151,7 +151,8 @@ func printInfo(g *globals, is []hostmgr.Info) {
 
 type createFlags struct {
 	workspace, config, profile, accept, level, memory, tmp string
-	env, volumes                                           []string
+	rootfs                                                 string
+	env, volumes, ro, rw                                   []string
 	pids                                                   int64
 	cpus                                                   float64
 	unsafeRoot                                             bool
@@ -203,6 +204,9 @@ resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
 	fl.StringVar(&f.accept, "accept", "", "the exact risk-acceptance phrase FULL_CONTROL_LAB requires")
 	fl.StringVar(&f.level, "level", "", "isolation level that must be evidenced (default DEDICATED_CONTAINER)")
 	fl.StringArrayVar(&f.env, "env", nil, "K=V for every program's environment (repeatable)")
+	fl.StringArrayVar(&f.ro, "ro", nil, "read-only bind HOST[:SANDBOX] of a directory or file you own (opened by this command, sent as a descriptor; repeatable)")
+	fl.StringArrayVar(&f.rw, "rw", nil, "read-write bind HOST[:SANDBOX] of a directory or file you own (opened by this command, sent as a descriptor; repeatable)")
+	fl.StringVar(&f.rootfs, "rootfs", "", "a root directory you own, read-only, instead of the host's /usr layout (opened by this command, sent as a descriptor)")
 	fl.StringArrayVar(&f.volumes, "volume", nil, "NAME:/TARGET[:ro] — a daemon-managed volume (cordon volume create NAME) bound at TARGET (repeatable)")
 	fl.StringVar(&f.memory, "memory", "", "memory limit, swap included (default 4GiB)")
 	fl.StringVar(&f.tmp, "tmp-size", "", "size of /tmp and HOME, each (default 1GiB)")
@@ -244,17 +248,9 @@ func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*o
 		}
 		ca.Spec.Volumes = append(ca.Spec.Volumes, hostmgr.VolumeMount{Name: parts[0], Target: parts[1], ReadOnly: len(parts) == 3})
 	}
-	var files []*os.File
-	if f.workspace != "" {
-		// Opened here, as the caller, without following symlinks: the
-		// daemon binds this very directory.
-		fd, err := unix.Openat2(unix.AT_FDCWD, f.workspace, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS})
-		if err != nil {
-			return fail("--workspace %s: %v", f.workspace, err)
-		}
-		files = append(files, os.NewFile(uintptr(fd), f.workspace))
-		ca.Spec.Workspace = true
+	files, err := f.openFiles(&ca.Spec)
+	if err != nil {
+		return hostmgr.CreateArgs{}, nil, err
 	}
 	if f.config != "" {
 		gs, err := gatewaySpec(f.config)
@@ -267,6 +263,71 @@ func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*o
 		ca.Spec.Gateway = gs
 	}
 	return ca, files, nil
+}
+
+// openFiles opens, here and as the caller, without following symlinks,
+// what the daemon is to bind: the workspace, each --ro/--rw source, the
+// --rootfs. They travel as descriptors, in that order; the daemon binds
+// these very files and opens no path.
+func (f *createFlags) openFiles(s *hostmgr.Spec) (files []*os.File, err error) {
+	defer func() {
+		if err != nil {
+			for _, fl := range files {
+				fl.Close()
+			}
+			files = nil
+		}
+	}()
+	open := func(flag, path string, dir bool) error {
+		if !filepath.IsAbs(path) {
+			return failure.Failf(failure.KindUsage, "sandbox create", "%s %s: must be an absolute path", flag, path)
+		}
+		flags := unix.O_PATH | unix.O_CLOEXEC
+		if dir {
+			flags |= unix.O_DIRECTORY
+		}
+		fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if err != nil {
+			return failure.Failf(failure.KindUsage, "sandbox create", "%s %s: %v", flag, path, err)
+		}
+		files = append(files, os.NewFile(uintptr(fd), path))
+		return nil
+	}
+	if f.workspace != "" {
+		if err := open("--workspace", f.workspace, true); err != nil {
+			return nil, err
+		}
+		s.Workspace = true
+	}
+	for _, p := range []struct {
+		vals []string
+		rw   bool
+		name string
+	}{{f.ro, false, "--ro"}, {f.rw, true, "--rw"}} {
+		for _, v := range p.vals {
+			host, target, ok := strings.Cut(v, ":")
+			if !ok {
+				target = host
+			}
+			if !filepath.IsAbs(target) {
+				return nil, failure.Failf(failure.KindUsage, "sandbox create", "%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
+			}
+			if err := open(p.name, host, false); err != nil {
+				return nil, err
+			}
+			s.Binds = append(s.Binds, hostmgr.BindSpec{Target: target, Writable: p.rw})
+		}
+	}
+	if f.rootfs != "" {
+		if err := open("--rootfs", f.rootfs, true); err != nil {
+			return nil, err
+		}
+		s.Rootfs = true
+	}
+	if len(files) > proto.MaxFiles {
+		return nil, failure.Failf(failure.KindUsage, "sandbox create", "%d descriptors (workspace, binds, rootfs): a request carries at most %d", len(files), proto.MaxFiles)
+	}
+	return files, nil
 }
 
 // gatewaySpec reads a configuration, its policy files and its secrets as

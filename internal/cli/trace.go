@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/sandbox"
 )
 
 // tracer times the phases of a run. With CORDON_TRACE=1 in cordon's own
@@ -16,7 +16,7 @@ import (
 type tracer struct {
 	on     bool
 	last   time.Time
-	phases []linux.Phase
+	phases []sandbox.Phase
 }
 
 func newTracer(start time.Time) *tracer {
@@ -25,27 +25,22 @@ func newTracer(start time.Time) *tracer {
 
 func (t *tracer) mark(name string) {
 	now := time.Now()
-	t.phases = append(t.phases, linux.Phase{Name: name, Dur: now.Sub(t.last)})
+	t.phases = append(t.phases, sandbox.Phase{Name: name, Dur: now.Sub(t.last)})
 	t.last = now
 }
 
 // sub records a sandbox's own phases in place of one mark.
-func (t *tracer) sub(sb any, prefix string) {
-	ps, ok := sb.(interface{ Phases() []linux.Phase })
-	if !ok {
-		t.mark(prefix)
-		return
-	}
+func (t *tracer) sub(sb sandbox.Sandbox, prefix string) {
 	var sum time.Duration
-	for _, p := range ps.Phases() {
-		t.phases = append(t.phases, linux.Phase{Name: prefix + "." + p.Name, Dur: p.Dur, Nested: p.Nested})
+	for _, p := range sb.Phases() {
+		t.phases = append(t.phases, sandbox.Phase{Name: prefix + "." + p.Name, Dur: p.Dur, Nested: p.Nested})
 		if !p.Nested {
 			sum += p.Dur
 		}
 	}
 	now := time.Now()
 	if rest := now.Sub(t.last) - sum; rest > 0 {
-		t.phases = append(t.phases, linux.Phase{Name: prefix + ".other", Dur: rest})
+		t.phases = append(t.phases, sandbox.Phase{Name: prefix + ".other", Dur: rest})
 	}
 	t.last = now
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/custody"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -202,7 +204,7 @@ type Budgets struct {
 	ToolCalls int64
 }
 
-// Limits returns the budgets as the ledger's limits (zero is unlimited).
+// Limits returns the budgets as the authority's limits (zero is unlimited).
 // ConcurrentStreams and Window are not amounts and are not included.
 func (b Budgets) Limits() crossing.Amount {
 	return crossing.Amount{
@@ -242,20 +244,20 @@ type Limits struct {
 	// MaxMCPMessageBytes bounds one MCP message from the agent; default
 	// 1MiB. Key: max_mcp_message_bytes.
 	MaxMCPMessageBytes int64
+	// DefaultMaxOutputTokens is the output cap the model broker sets (and
+	// reserves) on a request that sets none, 1 to MaxOutputTokensLimit;
+	// 0 (absent) is the broker's default, 4096. Key:
+	// default_max_output_tokens.
+	DefaultMaxOutputTokens int64
 }
 
-// Secret says where the custodian reads one secret. Exactly one field is
-// set.
-type Secret struct {
-	// Env is the name of a variable in the trusted side's environment
-	// (never the sandbox's). Key: env.
-	Env string
-	// File is an absolute, clean path to a regular file of the trusted
-	// side, read once at start by package custody (not a symbolic link,
-	// not writable by group or others; trailing newlines dropped). Key:
-	// file.
-	File string
-}
+// MaxOutputTokensLimit bounds limits.default_max_output_tokens (the model
+// broker accepts output caps up to it).
+const MaxOutputTokensLimit = 10_000_000
+
+// Secret says where the custodian reads one secret (custody.Source):
+// exactly one of Env (key: env) and File (key: file) is set.
+type Secret = custody.Source
 
 // Load reads and parses the configuration file at path.
 func Load(path string) (*Config, error) {

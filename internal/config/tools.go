@@ -112,6 +112,8 @@ type rawApprovals struct {
 
 var toolNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
+// buildTools checks the tool servers, the approval timings and the tool
+// broker's limits and budget.
 func buildTools(c *Config, raw *rawConfig, ix *index) {
 	seen := map[string]bool{}
 	for i, t := range raw.Tools {
@@ -123,90 +125,115 @@ func buildTools(c *Config, raw *rawConfig, ix *index) {
 			ix.errf(p+".name", "tool server %q is declared twice", t.Name)
 		}
 		seen[t.Name] = true
-		tool := Tool{Name: t.Name, Command: t.Command, Env: t.Env, SecretEnv: t.SecretEnv, URL: t.URL, Credential: t.Credential,
-			Allow: t.Allow, Timeout: DefaultToolTimeout, Memory: DefaultToolMemory}
-		switch {
-		case (len(t.Command) == 0) == (t.URL == ""):
-			ix.errf(p, "want exactly one of command (a local server cordon contains) or url (a remote server)")
-		case len(t.Command) > 0:
-			if !filepath.IsAbs(t.Command[0]) {
-				ix.errf(p+".command", "the program must be an absolute path inside the server's sandbox")
-			}
-			if t.Credential != "" {
-				ix.errf(p+".credential", "only for url servers; give a local server its secret with secret_env")
-			}
-		default:
-			u, err := checkUpstream(t.URL)
-			if err != nil {
-				ix.errf(p+".url", "%v", err)
-			} else if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
-				ix.errf(p+".url", "plain http beyond loopback would send the credential in clear; use https")
-			}
-			if len(t.Binds) > 0 || len(t.Env) > 0 || len(t.SecretEnv) > 0 || len(t.Egress.Allow) > 0 {
-				ix.errf(p, "binds, env, secret_env and egress apply to local (command) servers only")
-			}
-			if t.Credential != "" {
-				if _, ok := raw.Secrets[t.Credential]; !ok {
-					ix.errf(p+".credential", "names no secret declared under secrets")
-				}
-			}
-		}
-		for j, b := range t.Binds {
-			bp := fmt.Sprintf("%s.binds[%d]", p, j)
-			tb := ToolBind{Source: b.Source, Target: b.Target, Writable: b.Writable}
-			if tb.Target == "" {
-				tb.Target = tb.Source
-			}
-			if !filepath.IsAbs(tb.Source) || filepath.Clean(tb.Source) != tb.Source || !filepath.IsAbs(tb.Target) || filepath.Clean(tb.Target) != tb.Target {
-				ix.errf(bp, "source and target must be absolute, clean paths")
-			}
-			tool.Binds = append(tool.Binds, tb)
-		}
-		for _, k := range sortedKeys(t.Env) {
-			if !envNameRE.MatchString(k) || strings.ContainsRune(t.Env[k], 0) {
-				ix.errf(join(p+".env", k), "want NAME: value with a variable name of letters, digits and _")
-			}
-		}
-		for _, k := range sortedKeys(t.SecretEnv) {
-			if !envNameRE.MatchString(k) {
-				ix.errf(join(p+".secret_env", k), "want a variable name of letters, digits and _")
-			}
-			if _, ok := raw.Secrets[t.SecretEnv[k]]; !ok {
-				ix.errf(join(p+".secret_env", k), "names no secret declared under secrets")
-			}
-		}
-		for j, g := range t.Allow {
-			if _, err := path.Match(g, ""); g == "" || err != nil {
-				ix.errf(fmt.Sprintf("%s.allow[%d]", p, j), "%q is not a valid glob (path.Match syntax)", g)
-			}
-		}
-		if t.Timeout != "" {
-			d, err := time.ParseDuration(t.Timeout)
-			if err != nil || d < 100*time.Millisecond || d > time.Hour {
-				ix.errf(p+".timeout", "%q: want a duration from 100ms to 1h", t.Timeout)
-			}
-			tool.Timeout = d
-		}
-		if t.Memory.set {
-			if t.Memory.n < 8<<20 {
-				ix.errf(p+".memory", "is %d; want at least 8MiB", t.Memory.n)
-			}
-			tool.Memory = t.Memory.n
-		}
-		var e Config
-		buildEgress(&e, &t.Egress, ix)
-		tool.Egress = e.Egress
-		c.Tools = append(c.Tools, tool)
+		c.Tools = append(c.Tools, buildTool(&t, p, raw, ix))
 	}
+	buildApprovals(c, &raw.Approvals, ix)
+	buildToolLimits(c, raw, ix)
+}
 
+// buildTool checks one tool server declared at p (its name is checked by
+// the caller) and returns it with the defaults filled in.
+func buildTool(t *rawTool, p string, raw *rawConfig, ix *index) Tool {
+	tool := Tool{Name: t.Name, Command: t.Command, Env: t.Env, SecretEnv: t.SecretEnv, URL: t.URL, Credential: t.Credential,
+		Allow: t.Allow, Timeout: DefaultToolTimeout, Memory: DefaultToolMemory}
+	checkToolKind(t, p, raw, ix)
+	for j, b := range t.Binds {
+		bp := fmt.Sprintf("%s.binds[%d]", p, j)
+		tb := ToolBind{Source: b.Source, Target: b.Target, Writable: b.Writable}
+		if tb.Target == "" {
+			tb.Target = tb.Source
+		}
+		if !filepath.IsAbs(tb.Source) || filepath.Clean(tb.Source) != tb.Source || !filepath.IsAbs(tb.Target) || filepath.Clean(tb.Target) != tb.Target {
+			ix.errf(bp, "source and target must be absolute, clean paths")
+		}
+		tool.Binds = append(tool.Binds, tb)
+	}
+	checkToolEnv(t, p, raw, ix)
+	for j, g := range t.Allow {
+		if _, err := path.Match(g, ""); g == "" || err != nil {
+			ix.errf(fmt.Sprintf("%s.allow[%d]", p, j), "%q is not a valid glob (path.Match syntax)", g)
+		}
+	}
+	if t.Timeout != "" {
+		d, err := time.ParseDuration(t.Timeout)
+		if err != nil || d < 100*time.Millisecond || d > time.Hour {
+			ix.errf(p+".timeout", "%q: want a duration from 100ms to 1h", t.Timeout)
+		}
+		tool.Timeout = d
+	}
+	if t.Memory.set {
+		if t.Memory.n < 8<<20 {
+			ix.errf(p+".memory", "is %d; want at least 8MiB", t.Memory.n)
+		}
+		tool.Memory = t.Memory.n
+	}
+	var e Config
+	buildEgress(&e, &t.Egress, ix)
+	tool.Egress = e.Egress
+	return tool
+}
+
+// checkToolKind checks a tool server is exactly one of a local server
+// (command, which cordon contains) or a remote one (url), with only the
+// settings that kind takes.
+func checkToolKind(t *rawTool, p string, raw *rawConfig, ix *index) {
+	switch {
+	case (len(t.Command) == 0) == (t.URL == ""):
+		ix.errf(p, "want exactly one of command (a local server cordon contains) or url (a remote server)")
+	case len(t.Command) > 0:
+		if !filepath.IsAbs(t.Command[0]) {
+			ix.errf(p+".command", "the program must be an absolute path inside the server's sandbox")
+		}
+		if t.Credential != "" {
+			ix.errf(p+".credential", "only for url servers; give a local server its secret with secret_env")
+		}
+	default:
+		u, err := checkUpstream(t.URL)
+		if err != nil {
+			ix.errf(p+".url", "%v", err)
+		} else if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+			ix.errf(p+".url", "plain http beyond loopback would send the credential in clear; use https")
+		}
+		if len(t.Binds) > 0 || len(t.Env) > 0 || len(t.SecretEnv) > 0 || len(t.Egress.Allow) > 0 {
+			ix.errf(p, "binds, env, secret_env and egress apply to local (command) servers only")
+		}
+		if t.Credential != "" {
+			if _, ok := raw.Secrets[t.Credential]; !ok {
+				ix.errf(p+".credential", "names no secret declared under secrets")
+			}
+		}
+	}
+}
+
+// checkToolEnv checks a tool server's environment: variable names, no NUL
+// in values, and secret_env entries that name declared secrets.
+func checkToolEnv(t *rawTool, p string, raw *rawConfig, ix *index) {
+	for _, k := range sortedKeys(t.Env) {
+		if !envNameRE.MatchString(k) || strings.ContainsRune(t.Env[k], 0) {
+			ix.errf(join(p+".env", k), "want NAME: value with a variable name of letters, digits and _")
+		}
+	}
+	for _, k := range sortedKeys(t.SecretEnv) {
+		if !envNameRE.MatchString(k) {
+			ix.errf(join(p+".secret_env", k), "want a variable name of letters, digits and _")
+		}
+		if _, ok := raw.Secrets[t.SecretEnv[k]]; !ok {
+			ix.errf(join(p+".secret_env", k), "names no secret declared under secrets")
+		}
+	}
+}
+
+// buildApprovals sets how long a tool call waits for an approval and how
+// long a granted one lasts: the defaults, overridden within bounds.
+func buildApprovals(c *Config, a *rawApprovals, ix *index) {
 	c.Approvals = Approvals{Wait: DefaultApprovalWait, TTL: DefaultApprovalTTL}
 	for _, f := range []struct {
 		key, v string
 		lo, hi time.Duration
 		dst    *time.Duration
 	}{
-		{"approvals.wait", raw.Approvals.Wait, 0, 10 * time.Minute, &c.Approvals.Wait},
-		{"approvals.ttl", raw.Approvals.TTL, time.Second, 7 * 24 * time.Hour, &c.Approvals.TTL},
+		{"approvals.wait", a.Wait, 0, 10 * time.Minute, &c.Approvals.Wait},
+		{"approvals.ttl", a.TTL, time.Second, 7 * 24 * time.Hour, &c.Approvals.TTL},
 	} {
 		if f.v == "" {
 			continue
@@ -217,7 +244,11 @@ func buildTools(c *Config, raw *rawConfig, ix *index) {
 		}
 		*f.dst = d
 	}
+}
 
+// buildToolLimits sets the tool broker's message size limits (defaults,
+// overridden up to a ceiling each) and its tool-call budget.
+func buildToolLimits(c *Config, raw *rawConfig, ix *index) {
 	l := &raw.Limits
 	c.Limits.MaxToolArgumentBytes, c.Limits.MaxToolResultBytes, c.Limits.MaxMCPMessageBytes = DefaultMaxToolArgBytes, DefaultMaxToolResultBytes, DefaultMaxMCPMessageBytes
 	for _, f := range []struct {

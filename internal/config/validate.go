@@ -69,14 +69,15 @@ type rawBudgets struct {
 }
 
 type rawLimits struct {
-	MaxRequestBytes       sizeValue `yaml:"max_request_bytes"`
-	MaxResponseBytes      sizeValue `yaml:"max_response_bytes"`
-	MaxAttachments        intValue  `yaml:"max_attachments"`
-	MaxAttachmentBytes    sizeValue `yaml:"max_attachment_bytes"`
-	AllowedAttachmentMIME *[]string `yaml:"allowed_attachment_mime"`
-	MaxToolArgumentBytes  sizeValue `yaml:"max_tool_argument_bytes"`
-	MaxToolResultBytes    sizeValue `yaml:"max_tool_result_bytes"`
-	MaxMCPMessageBytes    sizeValue `yaml:"max_mcp_message_bytes"`
+	MaxRequestBytes        sizeValue `yaml:"max_request_bytes"`
+	MaxResponseBytes       sizeValue `yaml:"max_response_bytes"`
+	MaxAttachments         intValue  `yaml:"max_attachments"`
+	MaxAttachmentBytes     sizeValue `yaml:"max_attachment_bytes"`
+	AllowedAttachmentMIME  *[]string `yaml:"allowed_attachment_mime"`
+	MaxToolArgumentBytes   sizeValue `yaml:"max_tool_argument_bytes"`
+	MaxToolResultBytes     sizeValue `yaml:"max_tool_result_bytes"`
+	MaxMCPMessageBytes     sizeValue `yaml:"max_mcp_message_bytes"`
+	DefaultMaxOutputTokens intValue  `yaml:"default_max_output_tokens"`
 }
 
 type rawSecret struct {
@@ -186,7 +187,21 @@ func build(raw *rawConfig, ix *index) *Config {
 	for _, f := range []struct{ key, v string }{{"workload", raw.Workload}, {"tenant", raw.Tenant}, {"purpose", raw.Purpose}} {
 		checkName(ix, f.key, f.v)
 	}
+	buildSecrets(c, raw, ix)
+	buildEgress(c, &raw.Egress, ix)
+	buildModels(c, raw, ix)
+	buildBudgets(c, &raw.Budgets, ix)
+	buildLimits(c, &raw.Limits, ix)
+	buildTools(c, raw, ix)
+	buildState(c, &raw.State, ix)
+	buildCrossings(c, &raw.Crossings, ix)
+	buildPolicy(c, raw.Policy, ix)
+	return c
+}
 
+// buildSecrets checks each declared secret names exactly one source on the
+// trusted side (an environment variable or a file) without ever quoting it.
+func buildSecrets(c *Config, raw *rawConfig, ix *index) {
 	for _, name := range sortedKeys(raw.Secrets) {
 		s, p := raw.Secrets[name], join("secrets", name)
 		if !secretNameRE.MatchString(name) {
@@ -204,9 +219,11 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		c.Secrets[name] = Secret{Env: s.Env, File: s.File}
 	}
+}
 
-	buildEgress(c, &raw.Egress, ix)
-
+// buildModels checks the model upstreams: unique names, a known API, an
+// upstream URL, a declared credential and valid model globs.
+func buildModels(c *Config, raw *rawConfig, ix *index) {
 	seen := map[string]bool{}
 	for i, m := range raw.Models {
 		p := fmt.Sprintf("models[%d]", i)
@@ -240,8 +257,11 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		c.Models = append(c.Models, Model{Name: m.Name, API: m.API, Upstream: m.Upstream, UpstreamURL: u, Credential: m.Credential, Models: slices.Clone(m.Models)})
 	}
+}
 
-	b := &raw.Budgets
+// buildBudgets checks the budget window and that no budget is negative
+// (0 is unlimited).
+func buildBudgets(c *Config, b *rawBudgets, ix *index) {
 	if b.Window != "" {
 		w, err := parseWindow(b.Window)
 		if err != nil {
@@ -266,8 +286,11 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		*f.dst = f.v
 	}
+}
 
-	l := &raw.Limits
+// buildLimits sets the model broker's size and attachment limits: the
+// defaults, overridden by positive sizes and well-formed media types.
+func buildLimits(c *Config, l *rawLimits, ix *index) {
 	c.Limits = Limits{
 		MaxRequestBytes:       DefaultMaxRequestBytes,
 		MaxResponseBytes:      DefaultMaxResponseBytes,
@@ -298,6 +321,12 @@ func build(raw *rawConfig, ix *index) *Config {
 		}
 		c.Limits.MaxAttachments = int(l.MaxAttachments.n)
 	}
+	if l.DefaultMaxOutputTokens.set {
+		if n := l.DefaultMaxOutputTokens.n; n < 1 || n > MaxOutputTokensLimit {
+			ix.errf("limits.default_max_output_tokens", "is %d; want 1 to %d", n, MaxOutputTokensLimit)
+		}
+		c.Limits.DefaultMaxOutputTokens = l.DefaultMaxOutputTokens.n
+	}
 	if l.AllowedAttachmentMIME != nil {
 		c.Limits.AllowedAttachmentMIME = []string{}
 		for i, t := range *l.AllowedAttachmentMIME {
@@ -312,11 +341,6 @@ func build(raw *rawConfig, ix *index) *Config {
 			c.Limits.AllowedAttachmentMIME = append(c.Limits.AllowedAttachmentMIME, t)
 		}
 	}
-	buildTools(c, raw, ix)
-	buildState(c, &raw.State, ix)
-	buildCrossings(c, &raw.Crossings, ix)
-	buildPolicy(c, raw.Policy, ix)
-	return c
 }
 
 // buildPolicy resolves the policy files against the configuration's

@@ -178,9 +178,9 @@ var ErrApprovalPending = errors.New("approval pending")
 // or the sandbox has too many approvals waiting.
 var ErrApprovalDenied = errors.New("approval denied")
 
-// ErrUnavailable means the ledger (store) cannot be reached: the crossing
+// ErrUnavailable means the authority (store) cannot be reached: the crossing
 // must be refused, never let through.
-var ErrUnavailable = errors.New("ledger unavailable")
+var ErrUnavailable = errors.New("authority unavailable")
 
 // Authority reserves budget before a crossing, settles it after, and records
 // receipts. Implementations are safe for concurrent use. Reserve must be

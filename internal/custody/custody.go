@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
@@ -115,12 +114,25 @@ type Custodian struct {
 
 var _ crossing.Secrets = (*Custodian)(nil)
 
+// Source says where the custodian reads one secret. Exactly one field is
+// set (internal/config validates it; the config key is secrets.NAME).
+type Source struct {
+	// Env is the name of a variable in the trusted side's environment
+	// (never the sandbox's). Key: env.
+	Env string
+	// File is an absolute, clean path to a regular file of the trusted
+	// side, read once at start by Load (not a symbolic link, not
+	// writable by group or others; trailing newlines dropped). Key:
+	// file.
+	File string
+}
+
 // Load resolves every secret in c: Env from getenv (os.Getenv when nil),
 // File by reading the file, which must be a regular file reached without
 // following a final symbolic link and not writable by group or others;
 // trailing newlines are dropped. Every problem is reported, each as an
 // *Error (joined when there are several).
-func Load(c map[string]config.Secret, getenv func(string) string) (*Custodian, error) {
+func Load(c map[string]Source, getenv func(string) string) (*Custodian, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/cordon-project/cordon/internal/config"
 )
 
 const (
@@ -40,7 +38,7 @@ func writeSecret(t *testing.T, dir, name, content string, mode os.FileMode) stri
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	file := writeSecret(t, dir, "key", fileValue+"\r\n\n", 0o600)
-	c, err := Load(map[string]config.Secret{
+	c, err := Load(map[string]Source{
 		"from-env":  {Env: "ANTHROPIC_API_KEY"},
 		"from-file": {File: file},
 	}, env(map[string]string{"ANTHROPIC_API_KEY": envValue}))
@@ -85,25 +83,25 @@ func TestLoadErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		secret config.Secret
+		secret Source
 		env    map[string]string
 		want   error
 		source string
 	}{
-		{"unset env", config.Secret{Env: "NOPE"}, nil, ErrMissing, "env NOPE"},
-		{"empty env", config.Secret{Env: "E"}, map[string]string{"E": ""}, ErrMissing, "env E"},
-		{"short env", config.Secret{Env: "E"}, map[string]string{"E": "abc"}, ErrTooShort, "env E"},
-		{"missing file", config.Secret{File: filepath.Join(dir, "missing")}, nil, ErrMissing, "file " + filepath.Join(dir, "missing")},
-		{"empty file", config.Secret{File: writeSecret(t, dir, "empty", "\n", 0o600)}, nil, ErrMissing, ""},
-		{"symlink", config.Secret{File: link}, nil, ErrUnsafeFile, ""},
-		{"group writable", config.Secret{File: writeSecret(t, dir, "gw", fileValue, 0o620)}, nil, ErrUnsafeFile, ""},
-		{"world writable", config.Secret{File: writeSecret(t, dir, "ww", fileValue, 0o602)}, nil, ErrUnsafeFile, ""},
-		{"directory", config.Secret{File: dir}, nil, ErrUnsafeFile, ""},
-		{"fifo", config.Secret{File: fifo}, nil, ErrUnsafeFile, ""},
-		{"too large", config.Secret{File: writeSecret(t, dir, "big", strings.Repeat("x", MaxFileBytes+1), 0o600)}, nil, ErrTooLarge, ""},
-		{"both", config.Secret{Env: "E", File: good}, map[string]string{"E": envValue}, nil, ""},
+		{"unset env", Source{Env: "NOPE"}, nil, ErrMissing, "env NOPE"},
+		{"empty env", Source{Env: "E"}, map[string]string{"E": ""}, ErrMissing, "env E"},
+		{"short env", Source{Env: "E"}, map[string]string{"E": "abc"}, ErrTooShort, "env E"},
+		{"missing file", Source{File: filepath.Join(dir, "missing")}, nil, ErrMissing, "file " + filepath.Join(dir, "missing")},
+		{"empty file", Source{File: writeSecret(t, dir, "empty", "\n", 0o600)}, nil, ErrMissing, ""},
+		{"symlink", Source{File: link}, nil, ErrUnsafeFile, ""},
+		{"group writable", Source{File: writeSecret(t, dir, "gw", fileValue, 0o620)}, nil, ErrUnsafeFile, ""},
+		{"world writable", Source{File: writeSecret(t, dir, "ww", fileValue, 0o602)}, nil, ErrUnsafeFile, ""},
+		{"directory", Source{File: dir}, nil, ErrUnsafeFile, ""},
+		{"fifo", Source{File: fifo}, nil, ErrUnsafeFile, ""},
+		{"too large", Source{File: writeSecret(t, dir, "big", strings.Repeat("x", MaxFileBytes+1), 0o600)}, nil, ErrTooLarge, ""},
+		{"both", Source{Env: "E", File: good}, map[string]string{"E": envValue}, nil, ""},
 	} {
-		_, err := Load(map[string]config.Secret{"s": tc.secret}, env(tc.env))
+		_, err := Load(map[string]Source{"s": tc.secret}, env(tc.env))
 		var e *Error
 		if !errors.As(err, &e) || e.Secret != "s" {
 			t.Errorf("%s: Load = %v, want an *Error for secret s", tc.name, err)
@@ -122,7 +120,7 @@ func TestLoadErrors(t *testing.T) {
 }
 
 func TestLoadReportsEverySecret(t *testing.T) {
-	_, err := Load(map[string]config.Secret{"a": {Env: "A"}, "b": {Env: "B"}, "c": {Env: "C"}}, env(map[string]string{"B": envValue}))
+	_, err := Load(map[string]Source{"a": {Env: "A"}, "b": {Env: "B"}, "c": {Env: "C"}}, env(map[string]string{"B": envValue}))
 	if err == nil || !strings.Contains(err.Error(), "secret a (env A)") || !strings.Contains(err.Error(), "secret c (env C)") || strings.Contains(err.Error(), "secret b") {
 		t.Errorf("Load = %v, want errors for a and c only", err)
 	}
@@ -130,7 +128,7 @@ func TestLoadReportsEverySecret(t *testing.T) {
 
 func TestLoadGetenvDefault(t *testing.T) {
 	t.Setenv("CORDON_TEST_SECRET", envValue)
-	c, err := Load(map[string]config.Secret{"k": {Env: "CORDON_TEST_SECRET"}}, nil)
+	c, err := Load(map[string]Source{"k": {Env: "CORDON_TEST_SECRET"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +140,7 @@ func TestLoadGetenvDefault(t *testing.T) {
 // TestNeverPrinted prints a Value and the Custodian every way a log line
 // or error might, and checks the value never appears.
 func TestNeverPrinted(t *testing.T) {
-	c, err := Load(map[string]config.Secret{"k": {Env: "K"}}, env(map[string]string{"K": envValue}))
+	c, err := Load(map[string]Source{"k": {Env: "K"}}, env(map[string]string{"K": envValue}))
 	if err != nil {
 		t.Fatal(err)
 	}

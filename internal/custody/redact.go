@@ -2,23 +2,39 @@ package custody
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
+	"unicode/utf8"
 )
 
-// Replacement is what every custodied value is replaced with.
+// The one redactor: every custodied value is replaced, wherever it
+// appears — in a log line, a receipt, a tool result or a model response —
+// raw and in each spelling a JSON encoder may give it, including across
+// the pieces of a stream.
+
+// Replacement is what every custodied value is replaced with. It holds no
+// byte that needs escaping in a JSON string, so a redacted JSON document
+// stays valid.
 const Replacement = "[REDACTED]"
 
 // MinLen is the shortest value the redactor handles; shorter values would
 // match ordinary text. Load refuses them.
 const MinLen = 4
 
-// Redactor replaces custodied values. Matching is leftmost-longest: at
-// each position the longest value that starts there is replaced and the
-// scan resumes after it, so overlapping values redact the first. A
-// Redactor is immutable and safe for concurrent use. It prints as
-// "redactor(N values)". Make one with NewRedactor.
+// maxHold bounds the bytes a Stream may hold back.
+const maxHold = 64 << 10
+
+// Redactor replaces custodied values. It matches each value raw and in
+// the escaped spellings a JSON encoder may write it in (Go's, with HTML
+// characters escaped; the ASCII-only form Python writes; each with "/"
+// as "\/"). Every byte covered by a match is replaced: overlapping
+// matches become one Replacement, so no piece of a value survives next
+// to another. A Redactor is immutable and safe for
+// concurrent use. It prints as "redactor(N values)". Make one with
+// NewRedactor.
 type Redactor struct {
 	m sealed[matcher]
 	n int
@@ -30,216 +46,330 @@ func (r *Redactor) Format(f fmt.State, _ rune) { io.WriteString(f, r.String()) }
 
 // matcher is a Redactor's state, sealed because it holds the values.
 type matcher struct {
-	// byFirst[c] are the values starting with byte c, longest first.
-	byFirst [256][][]byte
-	// isFirst[c] reports whether some value starts with c; firsts lists
-	// those bytes.
-	isFirst [256]uint8
-	firsts  []byte
-	// pairs has bit a<<8|b set when some value starts with bytes a, b: a
-	// cheap filter before comparing values.
-	pairs [256 * 256 / 64]uint64
-}
-
-func (r *matcher) pair(a, b byte) bool {
-	k := uint(a)<<8 | uint(b)
-	return r.pairs[k/64]&(1<<(k%64)) != 0
+	values [][]byte // what it was built from, to notice changes
+	pats   [][]byte // every spelling of every value of at least MinLen
+	maxLen int
+	first  [256]bool
 }
 
 // NewRedactor returns a redactor for values; values shorter than MinLen
 // are ignored. The values are copied.
 func NewRedactor(values [][]byte) *Redactor {
-	r := &matcher{}
+	m := &matcher{}
 	n := 0
 	for _, v := range values {
-		if len(v) < MinLen {
+		m.values = append(m.values, bytes.Clone(v))
+		if len(v) < MinLen || slices.ContainsFunc(m.values[:len(m.values)-1], func(w []byte) bool { return bytes.Equal(v, w) }) {
 			continue
 		}
-		c := v[0]
-		if slices.ContainsFunc(r.byFirst[c], func(w []byte) bool { return bytes.Equal(v, w) }) {
-			continue
-		}
-		r.byFirst[c] = append(r.byFirst[c], slices.Clone(v))
 		n++
-		k := uint(c)<<8 | uint(v[1])
-		r.pairs[k/64] |= 1 << (k % 64)
-		if r.isFirst[c] == 0 {
-			r.isFirst[c] = 1
-			r.firsts = append(r.firsts, c)
+		for _, p := range spellings(v) {
+			if !slices.ContainsFunc(m.pats, func(q []byte) bool { return bytes.Equal(p, q) }) {
+				m.pats = append(m.pats, p)
+				m.maxLen = max(m.maxLen, len(p))
+				m.first[p[0]] = true
+			}
 		}
 	}
-	for _, c := range r.firsts {
-		slices.SortStableFunc(r.byFirst[c], func(a, b []byte) int { return len(b) - len(a) })
+	return &Redactor{m: seal(m), n: n}
+}
+
+// spellings returns v and the forms a JSON encoder may write it in: Go's
+// (HTML characters escaped), the ASCII-only form Python writes by default,
+// and each of those with "/" written "\/".
+func spellings(v []byte) [][]byte {
+	out := [][]byte{bytes.Clone(v)}
+	if q, err := json.Marshal(string(v)); err == nil && len(q) >= 2 {
+		out = append(out, q[1:len(q)-1])
 	}
-	return &Redactor{m: seal(r), n: n}
+	ascii := appendJSONString(nil, string(v))
+	ascii = ascii[1 : len(ascii)-1]
+	var b []byte
+	for i := 0; i < len(ascii); {
+		r, n := utf8.DecodeRune(ascii[i:])
+		switch {
+		case r < utf8.RuneSelf:
+			b = append(b, ascii[i])
+		case r > 0xffff:
+			r1, r2 := (r-0x10000)>>10+0xd800, (r-0x10000)&0x3ff+0xdc00
+			b = appendU(appendU(b, r1), r2)
+		default:
+			b = appendU(b, r)
+		}
+		i += n
+	}
+	out = append(out, b)
+	// Encoders that write "/" as "\/" (PHP's json_encode by default).
+	for _, p := range out[1:] {
+		if bytes.IndexByte(p, '/') >= 0 {
+			out = append(out, bytes.ReplaceAll(p, []byte("/"), []byte(`\/`)))
+		}
+	}
+	return out
+}
+
+func appendU(b []byte, r rune) []byte {
+	const hex = "0123456789abcdef"
+	return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
+}
+
+// appendJSONString appends s as a JSON string: quotes, backslashes and
+// control characters escaped, other bytes as they are, invalid UTF-8 as
+// \ufffd.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c < 0x20:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			dst = append(dst, `\ufffd`...)
+		} else {
+			dst = append(dst, s[i:i+n]...)
+		}
+		i += n
+	}
+	return append(dst, '"')
+}
+
+// Same reports whether r was built from exactly values, in order.
+func (r *Redactor) Same(values [][]byte) bool {
+	return slices.EqualFunc(r.m().values, values, bytes.Equal)
+}
+
+// Empty reports whether r redacts nothing (no value of at least MinLen).
+func (r *Redactor) Empty() bool { return r == nil || len(r.m().pats) == 0 }
+
+type span struct{ start, end int }
+
+// spans appends the merged, sorted ranges of b covered by any pattern.
+func (m *matcher) spans(dst []span, b []byte) []span {
+	dst = dst[:0]
+	for _, p := range m.pats {
+		for i := 0; ; {
+			j := bytes.Index(b[i:], p)
+			if j < 0 {
+				break
+			}
+			dst = append(dst, span{i + j, i + j + len(p)})
+			i += j + 1
+		}
+	}
+	if len(dst) < 2 {
+		return dst
+	}
+	slices.SortFunc(dst, func(a, b span) int { return a.start - b.start })
+	out := dst[:1]
+	for _, s := range dst[1:] {
+		if last := &out[len(out)-1]; s.start < last.end {
+			last.end = max(last.end, s.end)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// partial returns the length of the longest suffix of b that is a proper
+// prefix of a pattern: bytes that might begin a value the next piece ends.
+func (m *matcher) partial(b []byte) int {
+	for i := max(0, len(b)-m.maxLen+1); i < len(b); i++ {
+		if !m.first[b[i]] {
+			continue
+		}
+		tail := b[i:]
+		for _, p := range m.pats {
+			if len(tail) < len(p) && bytes.HasPrefix(p, tail) {
+				return len(tail)
+			}
+		}
+	}
+	return 0
+}
+
+// apply appends b[:cut] to dst with the spans inside it replaced.
+func apply(dst, b []byte, spans []span, cut int) []byte {
+	at := 0
+	for _, s := range spans {
+		if s.start >= cut {
+			break
+		}
+		dst = append(append(dst, b[at:s.start]...), Replacement...)
+		at = s.end
+	}
+	if at < cut {
+		dst = append(dst, b[at:cut]...)
+	}
+	return dst
+}
+
+// AppendRedacted appends b to dst with every value replaced.
+func (r *Redactor) AppendRedacted(dst, b []byte) []byte {
+	if r.Empty() {
+		return append(dst, b...)
+	}
+	var buf [8]span
+	sp := r.m().spans(buf[:0], b)
+	return apply(dst, b, sp, len(b))
 }
 
 // Redact returns b with every value replaced. When nothing matched it
 // returns b itself, not a copy.
 func (r *Redactor) Redact(b []byte) []byte {
-	out, _, replaced := r.m().scan(nil, b, true)
-	if !replaced {
+	if !r.Contains(b) {
 		return b
 	}
-	return out
+	return r.AppendRedacted(make([]byte, 0, len(b)+len(Replacement)), b)
 }
 
 // RedactString is Redact for strings.
 func (r *Redactor) RedactString(s string) string {
-	out, _, replaced := r.m().scan(nil, []byte(s), true)
-	if !replaced {
+	b := []byte(s)
+	if !r.Contains(b) {
 		return s
 	}
-	return string(out)
+	return string(r.AppendRedacted(nil, b))
 }
 
-// index returns the index of the first position of data that may start
-// a value: its byte starts some value and, unless it is the last byte, so
-// does the pair it begins. It serves values with many distinct first
-// bytes; finder handles the common case.
-func (r *matcher) index(data []byte) int {
-	n := len(data)
-	t := &r.isFirst
-	for i := 0; i < n; i++ {
-		// Skip eight bytes at a time while none starts a value.
-		for ; i+8 <= n; i += 8 {
-			b := data[i : i+8 : i+8]
-			if t[b[0]]|t[b[1]]|t[b[2]]|t[b[3]]|t[b[4]]|t[b[5]]|t[b[6]]|t[b[7]] != 0 {
-				break
-			}
+// Contains reports whether b holds a value (in any spelling).
+func (r *Redactor) Contains(b []byte) bool {
+	if r.Empty() {
+		return false
+	}
+	for _, p := range r.m().pats {
+		if bytes.Contains(b, p) {
+			return true
 		}
-		if i == n {
+	}
+	return false
+}
+
+// ContainsFold is Contains with ASCII case folded: for header names,
+// which the HTTP stack canonicalises (a value "sk-abc" in a name reaches
+// the agent as "Sk-Abc"), and header values, where a case-changed value
+// still gives most of it away.
+func (r *Redactor) ContainsFold(b []byte) bool {
+	if r.Empty() {
+		return false
+	}
+	lb := bytes.ToLower(b)
+	for _, p := range r.m().pats {
+		if bytes.Contains(lb, bytes.ToLower(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Stream redacts a stream written in pieces: a value split across two
+// pieces is still caught, because the longest tail that could begin one
+// is held back until the next piece (or Flush) decides it, and a match
+// that runs past the end of a piece is held whole. Its output equals
+// AppendRedacted of everything written, except that a run of overlapping
+// matches longer than 64 KiB is sent (redacted) in parts. The zero Stream
+// redacts nothing until Reset. Not safe for concurrent use; it prints
+// without its contents.
+type Stream struct {
+	r     *Redactor
+	held  []byte
+	spans []span
+}
+
+func (s *Stream) String() string             { return "redacting stream" }
+func (s *Stream) GoString() string           { return s.String() }
+func (s *Stream) Format(f fmt.State, _ rune) { io.WriteString(f, s.String()) }
+
+// Reset empties s and makes it redact with r.
+func (s *Stream) Reset(r *Redactor) {
+	s.r, s.held = r, s.held[:0]
+}
+
+// Trim drops s's buffers when they grew past n bytes (for pooled
+// streams).
+func (s *Stream) Trim(n int) {
+	if cap(s.held) > n {
+		s.held = nil
+	}
+	if cap(s.spans) > n {
+		s.spans = nil
+	}
+}
+
+// Write appends to dst the redacted bytes of p that are safe to send now.
+func (s *Stream) Write(dst, p []byte) []byte {
+	if s.r.Empty() {
+		return append(dst, p...)
+	}
+	m := s.r.m()
+	buf := append(s.held, p...)
+	s.spans = m.spans(s.spans, buf)
+	cut := len(buf) - m.partial(buf)
+	for _, sp := range s.spans {
+		// A match that runs past cut is held whole, so a value that
+		// overlaps it is judged with the bytes that follow; a run of
+		// overlapping matches longer than maxHold is sent redacted.
+		if sp.start < cut && cut < sp.end {
+			if len(buf)-sp.start <= maxHold {
+				cut = sp.start
+			} else {
+				cut = sp.end
+			}
 			break
 		}
-		if c := data[i]; t[c] != 0 && (i+1 == n || r.pair(c, data[i+1])) {
-			return i
-		}
 	}
-	return -1
+	dst = apply(dst, buf, s.spans, cut)
+	// Spans ending after cut end inside the held tail: they are found again.
+	s.held = buf[:copy(buf, buf[cut:])]
+	return dst
 }
 
-// matchAt decides position j of data: n is the length of the longest value
-// starting there (0 for none); hold reports that more input could still
-// make a longer value match (never when final).
-func (r *matcher) matchAt(data []byte, j int, final bool) (n int, hold bool) {
-	rest := data[j:]
-	for _, v := range r.byFirst[data[j]] {
-		if len(rest) >= len(v) {
-			if bytes.Equal(rest[:len(v)], v) {
-				return len(v), false
-			}
-		} else if !final && bytes.Equal(rest, v[:len(rest)]) {
-			return 0, true
-		}
+// Flush appends everything held back, redacted, and empties s.
+func (s *Stream) Flush(dst []byte) []byte {
+	if len(s.held) == 0 {
+		return dst
 	}
-	return 0, false
+	dst = s.r.AppendRedacted(dst, s.held)
+	s.held = s.held[:0]
+	return dst
 }
 
-// scan redacts data. It stops at end, the first position that cannot be
-// decided without more input (len(data) when final); data[end:] must be
-// held. When replaced, dst has data[:end] redacted appended; otherwise dst
-// is returned untouched and data[:end] needs no change.
-func (r *matcher) scan(dst, data []byte, final bool) (out []byte, end int, replaced bool) {
-	var f finder
-	f.init(r, data)
-	i, last := 0, 0
-	end = len(data)
-	for i < len(data) {
-		j := f.next(i)
-		if j < 0 {
-			break
-		}
-		n, hold := r.matchAt(data, j, final)
-		if hold {
-			end = j
-			break
-		}
-		if n == 0 {
-			i = j + 1
-			continue
-		}
-		if !replaced {
-			// Room for the rest of data at once, not in doubling steps.
-			dst = slices.Grow(dst, len(data)+len(Replacement))
-			replaced = true
-		}
-		dst = append(dst, data[last:j]...)
-		dst = append(dst, Replacement...)
-		i = j + n
-		last = i
-	}
-	if replaced {
-		dst = append(dst, data[last:end]...)
-	}
-	return dst, end, replaced
-}
+// RedactorCache keeps the Redactor of the custodian's current values and
+// rebuilds it only when they change. Safe for concurrent use.
+type RedactorCache struct{ p atomic.Pointer[Redactor] }
 
-// maxAnchors is how many distinct first bytes the finder tracks with
-// IndexByte; more fall back to a table scan.
-const maxAnchors = 4
-
-// finder yields the positions of data that may start a value, in order.
-// With few distinct first bytes it keeps the next occurrence of each, found
-// by the vectorised bytes.IndexByte, and so reads data once per byte value.
-type finder struct {
-	r    *matcher
-	data []byte
-	// at[k] is the next position of r.firsts[k] at or after the last
-	// search, -1 when there is none left, -2 before the first search.
-	at [maxAnchors]int
-}
-
-func (f *finder) init(r *matcher, data []byte) {
-	f.r, f.data = r, data
-	for k := range f.at {
-		f.at[k] = -2
+// Get returns a Redactor built from values.
+func (c *RedactorCache) Get(values [][]byte) *Redactor {
+	if r := c.p.Load(); r != nil && r.Same(values) {
+		return r
 	}
-}
-
-// next returns the first position >= from that may start a value, or -1.
-func (f *finder) next(from int) int {
-	r, data := f.r, f.data
-	n := len(data)
-	if len(r.firsts) > maxAnchors {
-		if k := r.index(data[from:]); k >= 0 {
-			return from + k
-		}
-		return -1
-	}
-	for {
-		best := -1
-		for k, c := range r.firsts {
-			p := f.at[k]
-			if p == -2 || (p >= 0 && p < from) {
-				p = bytes.IndexByte(data[from:], c)
-				if p >= 0 {
-					p += from
-				}
-				f.at[k] = p
-			}
-			if p >= 0 && (best < 0 || p < best) {
-				best = p
-			}
-		}
-		if best < 0 || best+1 == n || r.pair(data[best], data[best+1]) {
-			return best
-		}
-		from = best + 1
-	}
+	r := NewRedactor(values)
+	c.p.Store(r)
+	return r
 }
 
 // Writer returns a writer that redacts everything written through it into
-// w, even a value split across writes: it holds back the input from the
-// first position that could still begin a value (the longest tail that is
-// a proper prefix of some value, so shorter than the longest value) and
-// writes it once decided, at the latest on Close. The output equals Redact
-// of everything written. Close flushes and does not close w. Each Write
-// makes at most one Write to w. Not safe for concurrent use.
+// w, even a value split across writes (Stream). Close writes what is held
+// and does not close w. Each Write makes at most one Write to w. Not safe
+// for concurrent use.
 func (r *Redactor) Writer(w io.Writer) io.WriteCloser {
-	return &redactWriter{seal(&writerState{m: r.m(), w: w})}
+	st := &writerState{w: w}
+	st.s.Reset(r)
+	return &redactWriter{seal(st)}
 }
 
-// maxKeep bounds the scratch buffers a writer keeps between writes.
+// maxKeep bounds the scratch buffer a writer keeps between writes.
 const maxKeep = 64 << 10
 
 // redactWriter is sealed: its buffers hold pieces of values.
@@ -248,10 +378,8 @@ type redactWriter struct {
 }
 
 type writerState struct {
-	m      *matcher
+	s      Stream
 	w      io.Writer
-	held   []byte // undecided tail of the input so far
-	join   []byte // held + the current write
 	out    []byte // redacted output of the current write
 	err    error  // sticky
 	closed bool
@@ -269,37 +397,22 @@ func (rw *redactWriter) Write(p []byte) (int, error) {
 	if st.closed {
 		return 0, ErrClosed
 	}
-	data := p
-	if len(st.held) > 0 {
-		st.join = append(append(st.join[:0], st.held...), p...)
-		data = st.join
-	}
-	if err := st.emit(data, false); err != nil {
+	if err := st.emit(st.s.Write(st.out[:0], p)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// emit redacts data, writes what is decided and holds the rest.
-func (st *writerState) emit(data []byte, final bool) error {
-	out, end, replaced := st.m.scan(st.out[:0], data, final)
-	chunk := data[:end]
-	if replaced {
-		chunk, st.out = out, out
-	}
-	// st.held never aliases data: data is p, st.join, or a held slice
-	// already detached by Close.
-	st.held = append(st.held[:0], data[end:]...)
-	if cap(st.join) > maxKeep {
-		st.join = nil
-	}
+// emit writes out (when not empty) and keeps its buffer.
+func (st *writerState) emit(out []byte) error {
+	st.out = out
 	if cap(st.out) > maxKeep {
 		st.out = nil
 	}
-	if len(chunk) == 0 {
+	if len(out) == 0 {
 		return nil
 	}
-	if _, err := st.w.Write(chunk); err != nil {
+	if _, err := st.w.Write(out); err != nil {
 		st.err = err
 		return err
 	}
@@ -313,10 +426,5 @@ func (rw *redactWriter) Close() error {
 		return st.err
 	}
 	st.closed = true
-	if len(st.held) == 0 {
-		return nil
-	}
-	held := st.held
-	st.held = nil
-	return st.emit(held, true)
+	return st.emit(st.s.Flush(st.out[:0]))
 }

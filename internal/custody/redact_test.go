@@ -6,29 +6,42 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// naive is the reference: leftmost-longest replacement, one position at a
-// time.
+// naive is the reference: every occurrence of every spelling of every
+// value, found one position at a time; overlapping occurrences merged and
+// each merged run replaced once.
 func naive(values []string, in string) string {
-	var b strings.Builder
-	for i := 0; i < len(in); {
-		best := 0
+	type run struct{ start, end int }
+	var runs []run
+	for i := range len(in) {
 		for _, v := range values {
-			if len(v) >= MinLen && len(v) > best && strings.HasPrefix(in[i:], v) {
-				best = len(v)
+			if len(v) < MinLen {
+				continue
+			}
+			for _, p := range spellings([]byte(v)) {
+				if strings.HasPrefix(in[i:], string(p)) {
+					runs = append(runs, run{i, i + len(p)})
+				}
 			}
 		}
-		if best > 0 {
-			b.WriteString(Replacement)
-			i += best
-			continue
-		}
-		b.WriteByte(in[i])
-		i++
 	}
+	slices.SortStableFunc(runs, func(a, b run) int { return a.start - b.start })
+	var b strings.Builder
+	at := 0
+	for k := 0; k < len(runs); {
+		r := runs[k]
+		for k++; k < len(runs) && runs[k].start < r.end; k++ {
+			r.end = max(r.end, runs[k].end)
+		}
+		b.WriteString(in[at:r.start])
+		b.WriteString(Replacement)
+		at = r.end
+	}
+	b.WriteString(in[at:])
 	return b.String()
 }
 
@@ -72,10 +85,11 @@ func TestRedact(t *testing.T) {
 		{"prefix only", []string{"sk-secret-1"}, "sk-secret-", "sk-secret-"},
 		{"short ignored", []string{"abc", "abcd"}, "abc abcd", "abc [REDACTED]"},
 		{"longest wins", []string{"abcd", "abcdefgh"}, "abcdefgh abcdefg", "[REDACTED] [REDACTED]efg"},
-		{"overlap first wins", []string{"abcdef", "defghi"}, "abcdefghi", "[REDACTED]ghi"},
+		{"overlap merged", []string{"abcdef", "defghi"}, "abcdefghi", "[REDACTED]"},
 		{"overlap second alone", []string{"abcdef", "defghi"}, "xxdefghi", "xx[REDACTED]"},
 		{"substring", []string{"secret", "topsecretvalue"}, "topsecretvalue secret", "[REDACTED] [REDACTED]"},
-		{"self overlap", []string{"aaaa"}, "aaaaaaa", "[REDACTED]aaa"},
+		{"self overlap", []string{"aaaa"}, "aaaaaaa", "[REDACTED]"},
+		{"json escaped", []string{"sk/ab\"cd"}, `{"k":"sk\/ab\"cd"} sk/ab"cd`, `{"k":"[REDACTED]"} [REDACTED]`},
 		{"four firsts", []string{"Aaaa", "Bbbb", "Cccc", "Dddd"}, "xDdddCcccBbbbAaaa", "x[REDACTED][REDACTED][REDACTED][REDACTED]"},
 		{"many firsts", []string{"Aaaa", "Bbbb", "Cccc", "Dddd", "Eeee", "Ffff"}, "0123456789xDdddCcccBbbbAaaaFfffEeeeFff", "0123456789x[REDACTED][REDACTED][REDACTED][REDACTED][REDACTED][REDACTED]Fff"},
 		{"duplicates", []string{"abcd", "abcd"}, "abcd", "[REDACTED]"},

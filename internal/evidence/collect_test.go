@@ -3,7 +3,7 @@ package evidence
 import (
 	"testing"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/level"
 )
 
 func TestParseMountinfo(t *testing.T) {
@@ -45,15 +45,15 @@ func TestAdmit(t *testing.T) {
 	tests := []struct {
 		name  string
 		b     map[string]Boundary
-		level sandbox.Level
+		level level.Level
 		mode  string
 	}{
-		{"all six", all(), sandbox.DedicatedContainer, Verified},
-		{"no network", all(Network), sandbox.DedicatedRuntime, Unverified},
-		{"no ipc", all(IPC), sandbox.DedicatedRuntime, Unverified},
-		{"no filesystem", all(Filesystem), sandbox.DomainIsolated, Unverified},
-		{"no credential", all(Credential), sandbox.Shared, Unverified},
-		{"nothing", map[string]Boundary{}, sandbox.Shared, Unverified},
+		{"all six", all(), level.DedicatedContainer, Verified},
+		{"no network", all(Network), level.DedicatedRuntime, Unverified},
+		{"no ipc", all(IPC), level.DedicatedRuntime, Unverified},
+		{"no filesystem", all(Filesystem), level.DomainIsolated, Unverified},
+		{"no credential", all(Credential), level.Shared, Unverified},
+		{"nothing", map[string]Boundary{}, level.Shared, Unverified},
 	}
 	for _, tt := range tests {
 		l, m := Admit(tt.b)

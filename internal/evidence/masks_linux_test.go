@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/level"
 )
 
 // The masks of a live sandbox as its mountinfo showed them (trimmed):
@@ -127,9 +127,9 @@ func TestMaskChecksRefuse(t *testing.T) {
 				b[n] = Boundary{Verified: true, Facts: []Check{{Name: "x", OK: true}}}
 			}
 			b[Filesystem] = judge(cs)
-			level, mode := Admit(b)
-			if b[Filesystem].Verified || mode != Unverified || level != sandbox.DomainIsolated {
-				t.Errorf("Admit with %s failing = %v, %v (filesystem verified %v), want DOMAIN_ISOLATED, UNVERIFIED", tt.bad, level, mode, b[Filesystem].Verified)
+			lvl, mode := Admit(b)
+			if b[Filesystem].Verified || mode != Unverified || lvl != level.DomainIsolated {
+				t.Errorf("Admit with %s failing = %v, %v (filesystem verified %v), want DOMAIN_ISOLATED, UNVERIFIED", tt.bad, lvl, mode, b[Filesystem].Verified)
 			}
 		})
 	}

@@ -3,7 +3,7 @@ package evidence
 import (
 	"time"
 
-	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/level"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
@@ -67,8 +67,8 @@ type Record struct {
 	Schema          string              `json:"schema"`
 	SandboxID       string              `json:"sandbox_id"`
 	Workload        string              `json:"workload,omitempty"`
-	LevelRequested  sandbox.Level       `json:"level_requested"`
-	LevelAdmitted   sandbox.Level       `json:"level_admitted"`
+	LevelRequested  level.Level         `json:"level_requested"`
+	LevelAdmitted   level.Level         `json:"level_admitted"`
 	EnforcementMode string              `json:"enforcement_mode"`
 	Boundaries      map[string]Boundary `json:"boundaries"`
 	Host            Host                `json:"host"`
@@ -141,7 +141,7 @@ var NonClaims = []string{
 // Admit returns the highest level the boundary verdicts support and the
 // enforcement mode. Only DEDICATED_CONTAINER requires all six boundaries;
 // DEDICATED_VM is never admitted by this provider's evidence.
-func Admit(b map[string]Boundary) (sandbox.Level, string) {
+func Admit(b map[string]Boundary) (level.Level, string) {
 	ok := func(names ...string) bool {
 		for _, n := range names {
 			if !b[n].Verified {
@@ -156,12 +156,12 @@ func Admit(b map[string]Boundary) (sandbox.Level, string) {
 	}
 	switch {
 	case mode == Verified:
-		return sandbox.DedicatedContainer, mode
+		return level.DedicatedContainer, mode
 	case ok(Credential, Process, Filesystem):
-		return sandbox.DedicatedRuntime, mode
+		return level.DedicatedRuntime, mode
 	case ok(Credential):
-		return sandbox.DomainIsolated, mode
+		return level.DomainIsolated, mode
 	default:
-		return sandbox.Shared, mode
+		return level.Shared, mode
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // fakeNsenter installs a script in place of nsenter that prints out.
@@ -55,9 +57,7 @@ func TestUserLimitsCheck(t *testing.T) {
 
 // The trusted side's own user namespace is the host's, owned by root.
 func TestNSOwnerUID(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("reads /proc/self/ns/user as root")
-	}
+	testkit.RequireRoot(t) // reads /proc/self/ns/user as root
 	uid, err := nsOwnerUID("/proc/self/ns/user")
 	if err != nil || uid != 0 {
 		t.Fatalf("nsOwnerUID(/proc/self/ns/user) = %d, %v; want 0", uid, err)

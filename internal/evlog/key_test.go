@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -113,9 +114,7 @@ func TestOpenRefusesUnsafeKey(t *testing.T) {
 			}
 		}},
 		{"key owned by another user", func(t *testing.T, kd string) {
-			if os.Geteuid() != 0 {
-				t.Skip("needs root to chown")
-			}
+			testkit.RequireRoot(t) // to chown
 			if err := os.Chown(filepath.Join(kd, KeyFile), 12345, 12345); err != nil {
 				t.Fatal(err)
 			}

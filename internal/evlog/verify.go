@@ -158,6 +158,29 @@ func Verify(ctx context.Context, st VerifyReader, v note.Verifier, external ...[
 		checkedUpTo = latest.Size
 	}
 
+	ext := parseExternal(&rep, v, external)
+	cps := &checkpointCursor{st: st, after: -1, limit: checkedUpTo, ext: ext}
+	w := walker{rep: &rep, v: v, d: newTree(), bad: map[int64]bool{}, pending: map[int64]pendingLeaf{}}
+	if err := w.walk(ctx, st, cps, n); err != nil {
+		return Report{}, err
+	}
+	w.flush()
+	if err := w.checkpointsBeyond(ctx, cps, n); err != nil {
+		return Report{}, err
+	}
+	reportStats(&rep, stats)
+	if w.latest != nil {
+		rep.Latest = w.latest
+		rep.Unsigned = n - w.latest.Size
+	} else {
+		rep.Unsigned = n
+	}
+	return rep, nil
+}
+
+// parseExternal parses the external checkpoints, reporting those that do
+// not parse or verify with v, and returns the others by size.
+func parseExternal(rep *Report, v note.Verifier, external [][]byte) []pendingCheck {
 	var ext []pendingCheck
 	for i, msg := range external {
 		src := fmt.Sprintf("external %d", i+1)
@@ -170,23 +193,25 @@ func Verify(ctx context.Context, st VerifyReader, v note.Verifier, external ...[
 		ext = append(ext, pendingCheck{c: c, stored: -1, source: src})
 	}
 	slices.SortFunc(ext, func(a, b pendingCheck) int { return cmp.Compare(a.c.Size, b.c.Size) })
+	return ext
+}
 
-	cps := &checkpointCursor{st: st, after: -1, limit: checkedUpTo, ext: ext}
-	w := walker{rep: &rep, v: v, d: newTree(), bad: map[int64]bool{}, pending: map[int64]pendingLeaf{}}
-
+// walk checks the log's n leaves in chunks, and after each leaf the
+// checkpoints of the tree that ends there (first those of the empty tree).
+func (w *walker) walk(ctx context.Context, st LeafReader, cps *checkpointCursor, n int64) error {
 	// Checkpoints of the empty tree.
 	if err := w.checkpointsAt(ctx, cps, 0); err != nil {
-		return Report{}, err
+		return err
 	}
 	for lo := int64(0); lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
 		leaves, err := st.LogLeaves(ctx, lo, hi)
 		if err != nil {
-			return Report{}, err
+			return err
 		}
 		stored, err := st.LogHashes(ctx, tlog.StoredHashIndex(0, lo), tlog.StoredHashIndex(0, hi))
 		if err != nil {
-			return Report{}, err
+			return err
 		}
 		for idx := lo; idx < hi; idx++ {
 			var lf *store.LogLeaf
@@ -194,31 +219,41 @@ func Verify(ctx context.Context, st VerifyReader, v note.Verifier, external ...[
 				lf, leaves = &leaves[0], leaves[1:]
 			}
 			if err := w.leaf(idx, lf, stored); err != nil {
-				return Report{}, err
+				return err
 			}
 			if err := w.checkpointsAt(ctx, cps, idx+1); err != nil {
-				return Report{}, err
+				return err
 			}
 		}
 	}
-	w.flush()
-	// Checkpoints left sign more leaves than the log has.
+	return nil
+}
+
+// checkpointsBeyond reports the checkpoints left once the walk is done:
+// they sign more leaves than the log's n has.
+func (w *walker) checkpointsBeyond(ctx context.Context, cps *checkpointCursor, n int64) error {
 	for {
 		pc, ok, err := cps.next(ctx)
 		if err != nil {
-			return Report{}, err
+			return err
 		}
 		if !ok {
-			break
+			return nil
 		}
-		rep.Checkpoints++
+		w.rep.Checkpoints++
 		if p, ok := w.signature(&pc); !ok {
-			rep.add(p)
+			w.rep.add(p)
 			continue
 		}
-		rep.add(Problem{Kind: KindCheckpointBeyondLog, Checkpoint: ptr(pc.c.Size), Source: pc.source,
+		w.rep.add(Problem{Kind: KindCheckpointBeyondLog, Checkpoint: ptr(pc.c.Size), Source: pc.source,
 			Detail: fmt.Sprintf("signs %d leaves but the log has %d: leaves [%d, %d) were removed", pc.c.Size, n, n, pc.c.Size)})
 	}
+}
+
+// reportStats reports what the store's counts show: stored hashes past the
+// log's end, and receipts that no leaf or several leaves name.
+func reportStats(rep *Report, stats store.LogStats) {
+	n := stats.Size
 	if want := tlog.StoredHashCount(n); stats.MaxHash >= want {
 		rep.add(Problem{Kind: KindHashExtra, HashIndex: ptr(stats.MaxHash),
 			Detail: fmt.Sprintf("stored hashes reach index %d but %d leaves account for %d: leaves at the end were removed", stats.MaxHash, n, want)})
@@ -229,13 +264,6 @@ func Verify(ctx context.Context, st VerifyReader, v note.Verifier, external ...[
 	for _, id := range stats.DuplicateLeaf {
 		rep.add(Problem{Kind: KindReceiptDuplicate, Receipt: ptr(id), Detail: "more than one leaf names this receipt"})
 	}
-	if w.latest != nil {
-		rep.Latest = w.latest
-		rep.Unsigned = n - w.latest.Size
-	} else {
-		rep.Unsigned = n
-	}
-	return rep, nil
 }
 
 // checkpointProblem turns a ParseCheckpoint error into a problem.

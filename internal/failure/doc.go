@@ -5,7 +5,7 @@
 // the same words and a kind survives every hop — the host protocol carries
 // it beside its own transport-level kind (see hostmgr/proto.Error).
 //
-// Plane: every plane (root, unprivileged gateway, CLI). It must never grow
+// Plane: any (root, unprivileged gateway, CLI). It must never grow
 // a kind that callers cannot act on differently, and never rename one: users,
 // scripts and evidence records match on the names.
 package failure

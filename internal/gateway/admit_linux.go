@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
@@ -53,7 +52,7 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 	case policy.ActionModelInvoke:
 		a := Admission{Check: "models"}
 		var routes []model.Route
-		for _, rt := range cfg.Routes {
+		for _, rt := range cfg.Model.Routes {
 			routes = append(routes, model.Route{Name: rt.Name, API: rt.API, Models: rt.Models})
 		}
 		if !model.ValidModelID(r.Resource) {
@@ -71,35 +70,11 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 		return a
 	case policy.ActionEgressConnect:
 		a := Admission{Check: "egress"}
-		var rules []egress.Rule
-		for _, x := range cfg.Egress.Allow {
-			rules = append(rules, egress.Rule{Host: x.Host, Ports: x.Ports})
-		}
-		var ranges []netip.Prefix
-		for _, s := range cfg.Egress.UnsafeAllowRanges {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				a.Reason = "egress.unsafe_allow_ranges: " + err.Error()
-				return a
-			}
-			ranges = append(ranges, p)
-		}
-		resolve := map[string][]netip.Addr{}
-		for h, as := range cfg.Egress.Resolve {
-			for _, s := range as {
-				ip, err := netip.ParseAddr(s)
-				if err != nil {
-					a.Reason = "egress.resolve: " + err.Error()
-					return a
-				}
-				resolve[h] = append(resolve[h], ip)
-			}
-		}
 		if r.Port < 1 || r.Port > 65535 {
 			a.Reason = fmt.Sprintf("port %d: a connection names a port 1–65535 (context.port)", r.Port)
 			return a
 		}
-		rule, reason, checked, err := egress.Admits(rules, ranges, resolve, r.Resource, r.Port)
+		rule, reason, checked, err := egress.Admits(cfg.Egress.Allow, cfg.Egress.UnsafeAllowRanges, cfg.Egress.Resolve, r.Resource, r.Port)
 		a.Rule = rule
 		switch {
 		case err != nil:

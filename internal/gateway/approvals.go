@@ -20,12 +20,12 @@ import (
 // an operator's approval; the gateway process (which parses agent bytes
 // and may be compromised) only carries the answer. A reservation that
 // opens a crossing policy holds for approval is served outside the
-// ledger's batch (the approval is its own store transaction): the budget
+// authority's batch (the approval is its own store transaction): the budget
 // is reserved, then the approval of that exact crossing is consumed —
 // or, when there is none, requested, the reservation released, and the
 // crossing refused with crossing.ErrApprovalPending until an operator
 // approves it with `cordon approvals` or the console. Tool calls keep
-// their own flow (toolledger.go), with the same store and guarantees.
+// their own flow (tool.go), with the same store and guarantees.
 
 // skipApprovals: FULL_CONTROL_LAB — approval-required permits do not
 // wait (the receipt's policy decision still says approval_required).
@@ -40,7 +40,7 @@ func (s *Authority) approvalTTL() time.Duration {
 	return DefaultApprovalTTL
 }
 
-// needsApproval reports whether a ledger request opens a crossing policy
+// needsApproval reports whether an authority request opens a crossing policy
 // holds for an approval: such a reserve is served by reserveApproved.
 func (s *Authority) needsApproval(req call) bool {
 	if req.Op != "reserve" || req.Ask == nil || s.skipApprovals() {

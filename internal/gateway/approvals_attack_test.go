@@ -14,7 +14,7 @@ import (
 )
 
 // Attacks on the approvals of model, egress and state crossings, made as
-// the sandbox's gateway process does (over the ledger socket) against the
+// the sandbox's gateway process does (over the authority socket) against the
 // privileged side with a real store, and observed in the store.
 
 func approvalModelAsk(body, operation string) crossing.Ask {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
@@ -48,7 +51,7 @@ func approvalHandlers(t *testing.T, text string, cfg ChildConfig) (map[string]ht
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := state.New(state.Options{Ledger: c})
+	sh, err := state.New(state.Options{Authority: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +71,10 @@ func TestModelApprovalOverHTTP(t *testing.T) {
 			}))
 			defer up.Close()
 			h, st := approvalHandlers(t, tc.text, ChildConfig{
-				Routes:  []Route{{Name: "claude", API: "anthropic", Upstream: up.URL, Credential: "key", Models: []string{"claude-*"}}},
-				Limits:  ModelLimits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentStreams: 4},
+				Model: model.Config{
+					Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: up.URL, Credential: "key", Models: []string{"claude-*"}}},
+					Limits: model.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentStreams: 4},
+				},
 				Secrets: map[string][]byte{"key": []byte("sk-ant-api03-secretsecretsecret")},
 			})
 			srv := serveWithIdentity(t, h["model"])
@@ -137,10 +142,10 @@ func TestEgressApprovalOverHTTP(t *testing.T) {
 	}))
 	defer up.Close()
 	port := up.Listener.Addr().(*net.TCPAddr).Port
-	h, st := approvalHandlers(t, approvalPolicy, ChildConfig{Egress: Egress{
-		Allow:             []EgressRule{{Host: "api.example.com", Ports: []int{port}}},
-		UnsafeAllowRanges: []string{"127.0.0.0/8"},
-		Resolve:           map[string][]string{"api.example.com": {"127.0.0.1"}},
+	h, st := approvalHandlers(t, approvalPolicy, ChildConfig{Egress: egress.Config{
+		Allow:             []egress.Rule{{Host: "api.example.com", Ports: []int{port}}},
+		UnsafeAllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Resolve:           map[string][]netip.Addr{"api.example.com": {netip.MustParseAddr("127.0.0.1")}},
 	}})
 	srv := serveWithIdentity(t, h["egress"])
 	authority := "api.example.com:" + strconv.Itoa(port)

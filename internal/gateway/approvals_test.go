@@ -18,7 +18,7 @@ import (
 )
 
 // approvalPolicy requires an approval on every action but tool calls
-// (toolledger_test.go covers those); controlPolicy is the same set
+// (tool_test.go covers those); controlPolicy is the same set
 // without the annotations.
 const approvalPolicy = `
 @id("models")

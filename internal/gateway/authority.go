@@ -3,18 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 
-	"github.com/cordon-project/cordon/internal/broker/egress"
-	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	stateauthority "github.com/cordon-project/cordon/internal/broker/state/authority"
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -25,11 +21,8 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// maxLedgerMessage bounds one ledger message either way.
-const maxLedgerMessage = 256 << 10
-
-// maxLedgerInFlight bounds the requests the privileged side serves at once.
-const maxLedgerInFlight = 256
+// maxAuthorityInFlight bounds the requests the privileged side serves at once.
+const maxAuthorityInFlight = 256
 
 // Denial receipts are rate-limited per sandbox (allowed crossings are
 // always recorded): an agent hammering a refused route must not fill the
@@ -39,6 +32,10 @@ const (
 	denyReceiptsBurst     = 200
 )
 
+// call is one request of an authority channel as the handlers take it,
+// decoded from its envelope by decodeCall (the broker is the channel's,
+// the op the internal one: tool_*, state_*). The JSON tags serve the
+// fuzzers, which decode arbitrary bytes into it.
 type call struct {
 	ID      uint64                `json:"id"`
 	Op      string                `json:"op"` // reserve, settle, settle_record, record, tool_*, state_*
@@ -49,17 +46,19 @@ type call struct {
 	Res     *crossing.Reservation `json:"res,omitempty"`
 	Used    crossing.Amount       `json:"used,omitempty"`
 	Receipt *crossing.Receipt     `json:"receipt,omitempty"`
-	// Tool broker operations (toolledger.go).
+	// Tool broker operations (tool.go).
 	Tools    []tool.Ref    `json:"tools,omitempty"`
 	Begin    *tool.Begin   `json:"begin,omitempty"`
 	End      *tool.End     `json:"end,omitempty"`
 	Approval string        `json:"approval,omitempty"`
 	Wait     time.Duration `json:"wait,omitempty"`
-	// State broker operations (stateledger.go); the op is "state_" and
+	// State broker operations (state.go); the op is "state_" and
 	// the request's op.
 	State *state.Request `json:"state,omitempty"`
 }
 
+// reply is a handler's answer to a call; encodeReply puts it in the
+// envelope, its body the one the call's op answers with.
 type reply struct {
 	ID    uint64               `json:"id"`
 	Res   crossing.Reservation `json:"res"`
@@ -75,7 +74,7 @@ type reply struct {
 	StateResp *state.Response `json:"state_resp,omitempty"`
 }
 
-// Authority answers the gateway's ledger requests from the store. The
+// Authority answers the gateway's authority requests from the store. The
 // identity of every request is the sandbox's, set here: the gateway
 // cannot spend or record for another workload.
 type Authority struct {
@@ -150,31 +149,6 @@ func (b *bucket) admit(now time.Time) (int64, bool) {
 	return d, true
 }
 
-// Brokers the authority serves, each with the operations its channel may
-// send: the envelope's op and the internal operation it is served as. A
-// channel is bound to one broker; a message for another broker, or an
-// operation not in its broker's list, is refused.
-var brokerOps = map[string]map[string]string{
-	model.Name:  meteredOps,
-	egress.Name: meteredOps,
-	tool.Name: {
-		tool.OpFilter: "tool_filter", tool.OpBegin: "tool_begin", tool.OpAwait: "tool_await", tool.OpEnd: "tool_end",
-		crossing.OpRecord: "record",
-	},
-	// Every op of the state channel is a state operation: its trusted
-	// half refuses (and receipts) one it does not know.
-	state.Name: {},
-}
-
-// meteredOps are the operations of a metered crossing (model, egress).
-var meteredOps = map[string]string{
-	crossing.OpReserve: "reserve", crossing.OpSettle: "settle", crossing.OpSettleRecord: "settle_record", crossing.OpRecord: "record",
-}
-
-// Brokers are the brokers an Authority serves channels for, in the
-// order the gateway process gets their channels.
-var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name}
-
 // Serve answers the requests of one authority channel, bound to broker,
 // until conn closes. One Authority serves every channel of its sandbox
 // at once (one per broker; the budgets, receipt bounds and approvals are
@@ -184,7 +158,7 @@ var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name}
 // being written is handled in one transaction (group commit), each under
 // its own savepoint.
 func (s *Authority) Serve(conn net.Conn, broker string) {
-	ops, ok := brokerOps[broker]
+	ch, ok := registry[broker]
 	if !ok {
 		s.log().Error("authority: no such broker; the channel is closed", "broker", broker)
 		conn.Close()
@@ -193,12 +167,12 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 	s.initLimits()
 	var wmu sync.Mutex
 	send := func(req call, resp reply) {
-		b, _ := json.Marshal(encodeReply(req, resp))
+		b := wire.AppendResponse(nil, encodeReply(ch, req, resp))
 		wmu.Lock()
 		_, _ = conn.Write(b)
 		wmu.Unlock()
 	}
-	reqs := make(chan call, maxLedgerInFlight)
+	reqs := make(chan call, maxAuthorityInFlight)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -223,12 +197,12 @@ func (s *Authority) Serve(conn net.Conn, broker string) {
 			s.ready(broker)
 			continue
 		}
-		req, err := decodeCall(env, broker, ops)
+		req, err := decodeCall(env, broker, ch)
 		if err != nil {
 			send(req, reply{ID: env.ID, Err: err.Error(), Kind: wire.Kind(err)})
 			continue
 		}
-		s.dispatch(req, reqs, send)
+		s.dispatch(ch, req, reqs, send)
 	}
 }
 
@@ -259,47 +233,34 @@ func (s *Authority) initLimits() {
 	})
 }
 
-// dispatch serves req: tool operations, approvals and state operations
-// each on their own (bounded), metered ones in the batch.
-func (s *Authority) dispatch(req call, batch chan<- call, send func(call, reply)) {
-	alone := func(sem *semaphore.Weighted, what string, serve func(call) reply) {
-		if !sem.TryAcquire(1) {
-			send(req, reply{ID: req.ID, Err: "too many " + what + " in flight", Kind: wire.KindUnavailable})
-			return
-		}
-		go func() {
-			defer sem.Release(1)
-			send(req, serve(req))
-		}()
-	}
-	switch {
-	case strings.HasPrefix(req.Op, "tool_"):
-		// Tool operations may wait (for an approval): never in the batch.
-		alone(s.toolOps, "tool operations", s.handleTool)
-	case s.needsApproval(req):
-		// Using an approval is its own transaction: never in the batch.
-		alone(s.toolOps, "operations", s.reserveApproved)
-	case strings.HasPrefix(req.Op, "state_"):
-		// Each state operation is its own transaction, with its receipt.
-		alone(s.stateOps, "state operations", s.handleState)
-	default:
+// dispatch serves req: on its own (bounded) when its broker's entry
+// says so — tool operations, approvals and state operations — else in
+// the batch.
+func (s *Authority) dispatch(ch channel, req call, batch chan<- call, send func(call, reply)) {
+	serve, sem, what := ch.alone(s, req)
+	if serve == nil {
 		batch <- req
+		return
 	}
+	if !sem.TryAcquire(1) {
+		send(req, reply{ID: req.ID, Err: "too many " + what + " in flight", Kind: wire.KindUnavailable})
+		return
+	}
+	go func() {
+		defer sem.Release(1)
+		send(req, serve(req))
+	}()
 }
 
 // decodeCall checks env against the channel's broker and decodes its
-// body. The broker is the channel's, never the message's.
-func decodeCall(env wire.Request, broker string, ops map[string]string) (call, error) {
+// body with the broker's entry. The broker is the channel's, never the
+// message's.
+func decodeCall(env wire.Request, broker string, ch channel) (call, error) {
 	req := call{ID: env.ID, Broker: broker}
 	if env.Broker != broker {
 		return req, fmt.Errorf("%w: this channel serves the %s broker, not %q", crossing.ErrPolicyDenied, broker, clipID(env.Broker))
 	}
-	op, ok := ops[env.Op]
-	if _, metered := meteredOps[env.Op]; broker == state.Name && !metered {
-		// The state broker's trusted half writes every state receipt
-		// itself: the channel has no metered operations.
-		op, ok = "state_"+env.Op, true
-	}
+	op, ok := ch.op(env.Op)
 	if !ok {
 		return req, fmt.Errorf("unknown %s operation %q", broker, clipID(env.Op))
 	}
@@ -308,52 +269,15 @@ func decodeCall(env wire.Request, broker string, ops map[string]string) (call, e
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
-	var err error
-	switch op {
-	case "reserve":
-		var b crossing.ReserveRequest
-		err = json.Unmarshal(body, &b)
-		req.Want, req.Streams, req.Ask = b.Want, b.Streams, b.Ask
-	case "settle", "settle_record":
-		var b struct {
-			Res     *crossing.Reservation `json:"res"`
-			Used    crossing.Amount       `json:"used"`
-			Receipt *crossing.Receipt     `json:"receipt"`
-		}
-		err = json.Unmarshal(body, &b)
-		req.Res, req.Used, req.Receipt = b.Res, b.Used, b.Receipt
-	case "record":
-		var b struct {
-			Receipt *crossing.Receipt `json:"receipt"`
-		}
-		err = json.Unmarshal(body, &b)
-		req.Receipt = b.Receipt
-	case "tool_filter":
-		var b tool.FilterRequest
-		err = json.Unmarshal(body, &b)
-		req.Tools = b.Tools
-	case "tool_begin":
-		req.Begin = new(tool.Begin)
-		err = json.Unmarshal(body, req.Begin)
-	case "tool_await":
-		var b tool.AwaitRequest
-		err = json.Unmarshal(body, &b)
-		req.Approval, req.Wait = b.Approval, b.Wait
-	case "tool_end":
-		req.End = new(tool.End)
-		err = json.Unmarshal(body, req.End)
-	default: // state_*
-		req.State = new(state.Request)
-		err = json.Unmarshal(body, req.State)
-	}
-	if err != nil {
+	if err := ch.decode(&req, body); err != nil {
 		return req, fmt.Errorf("%w: malformed %s %s request: %v", crossing.ErrPolicyDenied, broker, env.Op, err)
 	}
 	return req, nil
 }
 
-// encodeReply is resp in the envelope, its body the answer to req's op.
-func encodeReply(req call, resp reply) wire.Response {
+// encodeReply is resp in the envelope, its body the one the broker's
+// entry answers req's op with.
+func encodeReply(ch channel, req call, resp reply) wire.Response {
 	out := wire.Response{ID: resp.ID}
 	if resp.Err != "" {
 		kind := resp.Kind
@@ -362,41 +286,23 @@ func encodeReply(req call, resp reply) wire.Response {
 		}
 		out.Error = &wire.Error{Kind: kind, Message: resp.Err}
 	}
-	var body any
-	switch req.Op {
-	case "reserve":
-		body = crossing.ReserveResponse{Res: resp.Res, State: resp.State}
-	case "settle", "settle_record":
-		body = crossing.SettleResponse{State: resp.State}
-	case "tool_filter":
-		body = tool.FilterResponse{Allowed: resp.Allowed}
-	case "tool_begin":
-		if resp.Began != nil {
-			body = resp.Began
-		}
-	case "tool_await":
-		body = tool.AwaitResponse{State: resp.ApprovalState}
-	case "tool_end":
-		body = tool.EndResponse{Receipt: resp.ReceiptID}
-	default:
-		if resp.StateResp != nil {
-			body = resp.StateResp
-		}
+	if ch.encode == nil {
+		return out
 	}
-	if body != nil {
+	if body := ch.encode(req, resp); body != nil {
 		out.Body, _ = json.Marshal(body)
 	}
 	return out
 }
 
-// maxLedgerBatch bounds the requests committed together.
-const maxLedgerBatch = 64
+// maxAuthorityBatch bounds the requests committed together.
+const maxAuthorityBatch = 64
 
 func (s *Authority) batches(reqs <-chan call, send func(call, reply)) {
 	for first := range reqs {
 		batch := []call{first}
 	drain:
-		for len(batch) < maxLedgerBatch {
+		for len(batch) < maxAuthorityBatch {
 			select {
 			case r, ok := <-reqs:
 				if !ok {
@@ -422,159 +328,29 @@ func (s *Authority) batches(reqs <-chan call, send func(call, reply)) {
 	}
 }
 
-// ledgerOps are the store operations a request may make; *store.Tx in a
+// authorityOps are the store operations a request may make; *store.Tx in a
 // batch.
-type ledgerOps interface {
+type authorityOps interface {
 	BudgetState(workload string, b store.Budget) (crossing.BudgetState, error)
 	Reserve(id crossing.Identity, broker string, want crossing.Amount, streams int64, b store.Budget) (crossing.Reservation, crossing.BudgetState, error)
 	SettleRecord(r crossing.Reservation, usage crossing.Amount, b store.Budget, rc *crossing.Receipt) (crossing.BudgetState, error)
 	Record(rc crossing.Receipt) (int64, error)
 }
 
-func (s *Authority) handle(ops ledgerOps, req call) reply {
+func (s *Authority) handle(ops authorityOps, req call) reply {
 	resp := reply{ID: req.ID}
 	var err error
 	switch req.Op {
 	case "reserve":
-		if req.Broker != "model" && req.Broker != "egress" {
-			err = fmt.Errorf("unknown broker %q", req.Broker)
-			break
-		}
-		// Every reservation takes a receipt slot (crossbudget.go): a
-		// crossing writes its receipt when it settles, and any
-		// reservation left open by a gateway that dies is receipted as
-		// lost — an egress tunnel's byte chunks too, or a compromised
-		// gateway could hold (and lose) unbounded many. A crossing that
-		// opens (main) also counts against the crossing rate; the byte
-		// chunks of an open tunnel do not.
-		main := req.Broker == "model" || req.Want.Connections > 0
-		if err = s.admitCrossing(main, ops.Record); err != nil {
-			break
-		}
-		var d *crossing.PolicyDecision
-		if d, err = s.askPolicyIn(req, ops.BudgetState); err != nil {
-			resp.Res.Policy = d
-			s.receipts.end(false)
-			break
-		}
-		if d != nil && d.ApprovalRequired && !s.skipApprovals() {
-			// Decided differently from needsApproval a moment ago (a
-			// policy reading context.budget): never let it through here.
-			resp.Res.Policy = d
-			err = fmt.Errorf("%w: the crossing needs an approval; retry it", crossing.ErrUnavailable)
-			s.receipts.end(false)
-			break
-		}
-		resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
-		if err == nil {
-			resp.Res.Policy = d
-			s.remember(resp.Res.ID, d, resp.State)
-			s.opened(resp.Res.ID, req.Broker, req.Ask, main)
-		} else {
-			s.receipts.end(false)
-		}
+		err = s.reserve(ops, req, &resp)
 	case "settle":
-		if req.Res == nil {
-			err = errors.New("settle without a reservation")
-			break
-		}
-		r := *req.Res
-		r.Identity = s.ID
-		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, nil)
-		if err == nil {
-			// Nothing of the reservation stays keyed by its id: the store
-			// reuses a settled reservation's id, and a later reservation
-			// must not inherit its decision or approval. (An egress
-			// connection's record names its approval by id: grants.byID.)
-			s.forget(r.ID)
-			s.unbindGrant(r.ID)
-			switch held, main := s.closed(r.ID); {
-			case main:
-				s.receipts.settled() // its receipt comes in a record
-			case held:
-				s.receipts.end(false) // a byte chunk: no receipt
-			}
-		}
+		resp.State, err = s.settle(ops, req)
 	case "settle_record":
-		if req.Res == nil || req.Receipt == nil {
-			err = errors.New("settle_record without a reservation and a receipt")
-			break
-		}
-		r := *req.Res
-		r.Identity = s.ID
-		rc := *req.Receipt
-		rc.Identity = s.ID
-		rc.Policy = s.forget(r.ID)
-		rc.Approval = s.settledGrant(r.ID) // only an approval this side used
-		resp.State, err = ops.SettleRecord(r, req.Used, s.Budget, &rc)
-		if err == nil {
-			if held, _ := s.closed(r.ID); held {
-				s.receipts.end(true)
-			} else {
-				s.receipts.wrote() // a reservation of an earlier gateway
-			}
-		}
+		resp.State, err = s.settleRecord(ops, req)
 	case "record":
-		if req.Receipt == nil {
-			err = errors.New("record without a receipt")
-			break
-		}
-		rc := *req.Receipt
-		rc.Identity = s.ID
-		if rc.Broker != req.Broker {
-			// A channel records its own broker's receipts only.
-			err = fmt.Errorf("%w: record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
-			break
-		}
-		if rc.Broker == state.Name {
-			// The privileged side writes every state receipt itself.
-			err = errors.New("record: state receipts come only from state operations")
-			break
-		}
-		if rc.Broker == tool.Name && rc.Decision == crossing.Allow {
-			// A tool call is recorded allowed only by tool_end, from the
-			// call this side began.
-			err = errors.New("record: an allowed tool receipt comes only from tool_end")
-			break
-		}
-		// Fields only this side may set (tool_end, settle_record); an
-		// approval only when this side used it for an open crossing.
-		if rc.Decision != crossing.Allow || !s.recordedGrant(rc.Approval) {
-			rc.Approval = ""
-		}
-		rc.CallKey, rc.ResultDigest = "", ""
-		if rc.Policy != nil {
-			rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
-		}
-		if rc.Decision != crossing.Allow {
-			// A refusal's receipt needs a slot of the receipt budget;
-			// past the bound it is counted, not written.
-			if s.admitCrossing(false, ops.Record) != nil {
-				break
-			}
-			if dropped, ok := s.denials.admit(time.Now()); !ok {
-				s.receipts.end(false)
-				break
-			} else if dropped > 0 {
-				rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
-			}
-			_, err = ops.Record(rc)
-			s.receipts.end(err == nil)
-			break
-		}
-		// An allowed crossing's receipt is always written: it takes the
-		// slot its crossing held until it settled. One no crossing
-		// settled (only a compromised gateway sends it, or a settle that
-		// failed) needs a slot of its own: past the bound it is refused.
-		if !s.receipts.takePending() {
-			if err = s.admitCrossing(false, ops.Record); err != nil {
-				break
-			}
-		}
-		_, err = ops.Record(rc)
-		s.receipts.end(err == nil)
+		err = s.record(ops, req)
 	default:
-		err = fmt.Errorf("unknown ledger op %q", req.Op)
+		err = fmt.Errorf("unknown authority op %q", req.Op)
 	}
 	if err != nil {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)

@@ -28,9 +28,9 @@ func testStore(t *testing.T) *store.Store {
 	return s
 }
 
-// The privileged side stamps its own identity on every ledger request: a
+// The privileged side stamps its own identity on every authority request: a
 // gateway cannot spend another workload's budget or record for it.
-func TestLedgerIdentityIsTheSandboxes(t *testing.T) {
+func TestAuthorityIdentityIsTheSandboxes(t *testing.T) {
 	st := testStore(t)
 	id := crossing.Identity{Workload: "mine", Tenant: "t", Purpose: "p", SandboxID: "sb1"}
 	srv := &Authority{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{Requests: 1}}}
@@ -60,13 +60,13 @@ func TestLedgerIdentityIsTheSandboxes(t *testing.T) {
 	}
 }
 
-// A closed ledger fails crossings as unavailable, never as allowed.
-func TestLedgerUnavailable(t *testing.T) {
+// A closed authority fails crossings as unavailable, never as allowed.
+func TestAuthorityUnavailable(t *testing.T) {
 	a, b := net.Pipe()
 	c := wire.NewClient(a, "model")
 	b.Close()
 	if _, _, err := (crossing.Remote{C: c}).Reserve(context.Background(), crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0); !errors.Is(err, crossing.ErrUnavailable) {
-		t.Fatalf("Reserve on a closed ledger = %v, want ErrUnavailable", err)
+		t.Fatalf("Reserve on a closed authority = %v, want ErrUnavailable", err)
 	}
 }
 
@@ -86,8 +86,8 @@ func FuzzAuthorityRequest(f *testing.F) {
 			return
 		}
 		for _, bound := range Brokers {
-			req, err := decodeCall(env, bound, brokerOps[bound])
-			_, _ = json.Marshal(encodeReply(req, reply{ID: req.ID, Err: "x"}))
+			req, err := decodeCall(env, bound, registry[bound])
+			_, _ = json.Marshal(encodeReply(registry[bound], req, reply{ID: req.ID, Err: "x"}))
 			if err != nil {
 				continue
 			}
@@ -109,7 +109,7 @@ func FuzzAuthorityRequest(f *testing.F) {
 
 // A compromised gateway cannot settle another sandbox's reservation (its
 // usage would never be counted) nor hand budget back with negative amounts.
-func TestLedgerRefusesForeignSettleAndNegatives(t *testing.T) {
+func TestAuthorityRefusesForeignSettleAndNegatives(t *testing.T) {
 	st := testStore(t)
 	ctx := modelAsk(context.Background())
 	victim := crossing.Identity{Workload: "victim", SandboxID: "v1"}
@@ -156,7 +156,7 @@ func TestDenialReceiptsRateLimited(t *testing.T) {
 
 // Settle and record in one message: one commit, the sandbox's identity,
 // the receipt carrying the budget after the settlement.
-func TestLedgerSettleRecord(t *testing.T) {
+func TestAuthoritySettleRecord(t *testing.T) {
 	st := testStore(t)
 	id := crossing.Identity{Workload: "mine", SandboxID: "sb1"}
 	srv := &Authority{Store: st, ID: id, Budget: store.Budget{Limits: crossing.Amount{OutputTokens: 100}}}

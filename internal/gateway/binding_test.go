@@ -96,6 +96,25 @@ func TestChannelServesItsBrokerOnly(t *testing.T) {
 	if u := used(); u.Connections != 1 {
 		t.Fatalf("after the egress reserve the store holds %+v, want one connection", u)
 	}
+	// The egress broker's reservation cannot be settled on the model
+	// broker's channel; on its own it can.
+	res, _, err := egressCh.Reserve(egressAsk, id, "egress", crossing.Amount{Connections: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	modelCh0 := crossing.Remote{C: bound(t, srv, "model", "model")}
+	if _, err := modelCh0.Settle(ctx, res, crossing.Amount{}); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("settle of an egress reservation on the model channel = %v, want ErrPolicyDenied", err)
+	}
+	if u := used(); u.Connections != 2 {
+		t.Fatalf("after the refused settle the store holds %+v, want both connections held", u)
+	}
+	if _, err := egressCh.Settle(ctx, res, crossing.Amount{}); err != nil {
+		t.Fatalf("settle on the egress channel: %v", err)
+	}
+	if u := used(); u.Connections != 1 {
+		t.Fatalf("after the settle the store holds %+v, want one connection", u)
+	}
 	modelCh := crossing.Remote{C: bound(t, srv, "model", "model")}
 	if err := modelCh.Record(ctx, crossing.Receipt{Broker: "model", Decision: crossing.Deny, Reason: "control"}); err != nil {
 		t.Fatalf("model receipt on the model channel: %v", err)

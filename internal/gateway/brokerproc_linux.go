@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -45,7 +44,7 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 		return proc.Config{Identity: c.Identity, Version: c.Version, Broker: broker, Channels: []string{broker}, Listeners: []string{listener}}
 	}
 	var modelDests, modelSecrets []string
-	for _, r := range c.Routes {
+	for _, r := range c.Model.Routes {
 		hp, err := hostPort(r.Upstream)
 		if err != nil {
 			return nil, fmt.Errorf("model route %s: %w", r.Name, err)
@@ -53,7 +52,7 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 		modelDests, modelSecrets = append(modelDests, hp), append(modelSecrets, r.Credential)
 	}
 	var toolDests, toolSecrets []string
-	for _, s := range c.Tools {
+	for _, s := range c.Tool.Servers {
 		if s.URL == "" {
 			continue
 		}
@@ -66,7 +65,7 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 			toolSecrets = append(toolSecrets, s.Credential)
 		}
 	}
-	dests, err := egressDestinations(c.Egress)
+	dests, err := egress.NewDestinations(c.Egress.Allow, c.Egress.UnsafeAllowRanges, c.Egress.Resolve, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -83,18 +82,19 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 			others = append(others, n)
 		}
 	}
-	for _, s := range c.Tools {
+	for _, s := range c.Tool.Servers {
 		toolSecrets = append(toolSecrets, s.SecretEnv...)
 	}
 	modelSecrets, toolSecrets = append(modelSecrets, others...), append(toolSecrets, others...)
 	mc := base(model.Name, "model")
-	mc.Routes, mc.Limits, mc.Secrets = c.Routes, c.Limits, pick(c.Secrets, modelSecrets)
+	mc.Model, mc.Secrets = c.Model, pick(c.Secrets, modelSecrets)
 	ec := base(egress.Name, "egress")
 	// The process resolves nothing itself: the privileged side's dialer
 	// holds the static answers (and checks them).
-	ec.Egress = Egress{Allow: c.Egress.Allow, UnsafeAllowRanges: c.Egress.UnsafeAllowRanges}
+	ec.Egress = c.Egress
+	ec.Egress.Resolve = nil
 	tc := base(tool.Name, "tools")
-	tc.Tools, tc.ToolLimits, tc.Secrets = c.Tools, c.ToolLimits, pick(c.Secrets, toolSecrets)
+	tc.Tool, tc.Secrets = c.Tool, pick(c.Secrets, toolSecrets)
 	sc := base(state.Name, "state")
 	return []brokerSpec{
 		{broker: model.Name, port: ModelPort, cfg: mc, policy: dial.NewFixed(model.Name, modelDests, nil)},
@@ -102,34 +102,6 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 		{broker: tool.Name, port: ToolsPort, cfg: tc, policy: dial.NewFixed(tool.Name, toolDests, nil), pipes: o.ToolPipes},
 		{broker: state.Name, port: StatePort, cfg: sc, policy: dial.None{Broker: state.Name}},
 	}, nil
-}
-
-// egressDestinations compiles the egress broker's checks for the
-// privileged side's dialer from the process configuration.
-func egressDestinations(e Egress) (*egress.Destinations, error) {
-	var rules []egress.Rule
-	for _, r := range e.Allow {
-		rules = append(rules, egress.Rule{Host: r.Host, Ports: r.Ports})
-	}
-	var ranges []netip.Prefix
-	for _, s := range e.UnsafeAllowRanges {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("egress unsafe_allow_ranges %q: %w", s, err)
-		}
-		ranges = append(ranges, p)
-	}
-	resolve := map[string][]netip.Addr{}
-	for h, as := range e.Resolve {
-		for _, a := range as {
-			ip, err := netip.ParseAddr(a)
-			if err != nil {
-				return nil, fmt.Errorf("egress resolve %s: %w", h, err)
-			}
-			resolve[h] = append(resolve[h], ip)
-		}
-	}
-	return egress.NewDestinations(rules, ranges, resolve, nil)
 }
 
 // hostPort is an http(s) URL's host:port, the scheme's port when none.

@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"sort"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/gateway/dial"
 )
 
@@ -15,12 +19,12 @@ import (
 // broker's destinations in the dialer's policy.
 func TestBrokerSpecsSplitSecretsAndDestinations(t *testing.T) {
 	o := StartOptions{Config: ChildConfig{
-		Routes: []Route{{Name: "claude", API: "anthropic", Upstream: "https://192.0.2.10", Credential: "model-key"}},
-		Tools: []ToolServer{
+		Model: model.Config{Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: "https://192.0.2.10", Credential: "model-key"}}},
+		Tool: tool.Config{Servers: []tool.ServerConfig{
 			{Name: "remote", URL: "http://127.0.0.1:9000/mcp", Credential: "tool-key"},
 			{Name: "local", Stdio: true, SecretEnv: []string{"local-token"}},
-		},
-		Egress:  Egress{Allow: []EgressRule{{Host: "allowed.test", Ports: []int{443}}}, Resolve: map[string][]string{"allowed.test": {"1.2.3.4"}}},
+		}},
+		Egress:  egress.Config{Allow: []egress.Rule{{Host: "allowed.test", Ports: []int{443}}}, Resolve: map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("1.2.3.4")}}},
 		Secrets: map[string][]byte{"model-key": []byte("M"), "tool-key": []byte("T"), "local-token": []byte("L"), "unused": []byte("U")},
 	}}
 	specs, err := brokerSpecs(o)
@@ -45,7 +49,7 @@ func TestBrokerSpecsSplitSecretsAndDestinations(t *testing.T) {
 		if s.cfg.Broker != s.broker || !slices.Equal(s.cfg.Channels, []string{s.broker}) || len(s.cfg.Listeners) != 1 {
 			t.Errorf("%s process config: broker %q channels %v listeners %v", s.broker, s.cfg.Broker, s.cfg.Channels, s.cfg.Listeners)
 		}
-		if s.broker != "model" && len(s.cfg.Routes) > 0 || s.broker != "tool" && len(s.cfg.Tools) > 0 || s.broker != "egress" && len(s.cfg.Egress.Allow) > 0 {
+		if s.broker != "model" && len(s.cfg.Model.Routes) > 0 || s.broker != "tool" && len(s.cfg.Tool.Servers) > 0 || s.broker != "egress" && len(s.cfg.Egress.Allow) > 0 {
 			t.Errorf("%s process got another broker's configuration", s.broker)
 		}
 		if len(s.cfg.Egress.Resolve) > 0 {

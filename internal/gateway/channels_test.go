@@ -26,8 +26,8 @@ type testClient struct {
 var (
 	_ crossing.Authority      = (*testClient)(nil)
 	_ crossing.SettleRecorder = (*testClient)(nil)
-	_ tool.Ledger             = (*testClient)(nil)
-	_ state.Ledger            = (*testClient)(nil)
+	_ tool.Authority          = (*testClient)(nil)
+	_ state.Authority         = (*testClient)(nil)
 )
 
 // connect serves every broker's channel of srv over net.Pipe.

@@ -95,7 +95,7 @@ func TestCrossingRateBoundsApprovedCrossings(t *testing.T) {
 	}
 }
 
-// A compromised gateway speaks the ledger protocol itself. The receipt
+// A compromised gateway speaks the authority protocol itself. The receipt
 // bound holds against it too: it cannot grow the sandbox's receipts past
 // the bound by (a) recording allowed receipts no crossing settled, (b)
 // settling an egress byte-chunk reservation (which takes no policy

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
@@ -60,13 +63,15 @@ func TestExplainIsTheRuntime(t *testing.T) {
 	}
 	cfg := ChildConfig{
 		Identity: apprID,
-		Routes:   []Route{{Name: "claude", API: "anthropic", Upstream: up.URL, Credential: "key", Models: []string{"claude-*"}}},
-		Limits:   ModelLimits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentStreams: 4},
-		Secrets:  map[string][]byte{"key": []byte("sk-ant-api03-secretsecretsecret")},
-		Egress: Egress{
-			Allow:             []EgressRule{{Host: "api.example.com", Ports: []int{port}}, {Host: "blocked.example.com", Ports: []int{port}}},
-			UnsafeAllowRanges: []string{"127.0.0.0/8"},
-			Resolve:           map[string][]string{"api.example.com": {"127.0.0.1"}, "blocked.example.com": {"127.0.0.1"}},
+		Model: model.Config{
+			Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: up.URL, Credential: "key", Models: []string{"claude-*"}}},
+			Limits: model.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentStreams: 4},
+		},
+		Secrets: map[string][]byte{"key": []byte("sk-ant-api03-secretsecretsecret")},
+		Egress: egress.Config{
+			Allow:             []egress.Rule{{Host: "api.example.com", Ports: []int{port}}, {Host: "blocked.example.com", Ports: []int{port}}},
+			UnsafeAllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+			Resolve:           map[string][]netip.Addr{"api.example.com": {netip.MustParseAddr("127.0.0.1")}, "blocked.example.com": {netip.MustParseAddr("127.0.0.1")}},
 		},
 	}
 	tools := &ToolPolicy{Servers: map[string]bool{"fs": true}, Allow: map[string][]string{"fs": {"read_*"}}, ApprovalTTL: time.Minute}
@@ -79,7 +84,7 @@ func TestExplainIsTheRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh, err := state.New(state.Options{Ledger: c})
+	sh, err := state.New(state.Options{Authority: c})
 	if err != nil {
 		t.Fatal(err)
 	}

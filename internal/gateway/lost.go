@@ -9,7 +9,7 @@ import (
 )
 
 // A crossing the gateway opened but never settled — because the gateway
-// process was killed (the kernel's OOM killer, a crash) or its ledger
+// process was killed (the kernel's OOM killer, a crash) or its authority
 // connection dropped — has an outcome this side did not observe: a model
 // stream may already have reached the agent in full. It is charged its
 // whole reservation and receipted with reason store.ReasonGatewayLost,
@@ -41,6 +41,15 @@ func (s *Authority) opened(id int64, broker string, ask *crossing.Ask, main bool
 	s.open[id] = openCrossing{broker: broker, ask: ask, main: main}
 }
 
+// openedBy is the broker whose channel opened reservation id; false when
+// this Authority did not open it.
+func (s *Authority) openedBy(id int64) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	oc, ok := s.open[id]
+	return oc.broker, ok
+}
+
 // closed forgets a reservation being settled; held: it held a receipt
 // slot (a reservation of this gateway's), main: as in openCrossing.
 func (s *Authority) closed(id int64) (held, main bool) {
@@ -53,7 +62,7 @@ func (s *Authority) closed(id int64) (held, main bool) {
 
 // chargeLost charges every reservation the sandbox still holds in full,
 // each with a gateway_lost receipt carrying what this side knew of it.
-// Call it only once the gateway process has ended and its ledger
+// Call it only once the gateway process has ended and its authority
 // connection has been read to the end: then nothing can settle them.
 func (s *Authority) chargeLost(ctx context.Context) ([]store.LostCrossing, error) {
 	lost, err := s.Store.ChargeReservations(ctx, s.ID.SandboxID, s.Budget, func(rc *crossing.Receipt, r crossing.Reservation) {

@@ -30,7 +30,7 @@ func TestChargeLostCrossings(t *testing.T) {
 	if _, _, err := c.Reserve(ctx, id, "model", crossing.Amount{Requests: 1, OutputTokens: 600}, 1); err != nil {
 		t.Fatal(err)
 	}
-	// The gateway dies: its end of the ledger closes.
+	// The gateway dies: its end of the authority closes.
 	c.Close()
 	<-c.served
 	lost, err := srv.chargeLost(context.Background())

@@ -33,17 +33,6 @@ const Argv0 = proc.Argv0
 // sandboxes from signalling each other.
 const DefaultUID = 65534
 
-// The broker processes' configuration (proc.Config and its parts).
-type (
-	ChildConfig = proc.Config
-	Route       = proc.Route
-	ModelLimits = proc.ModelLimits
-	EgressRule  = proc.EgressRule
-	Egress      = proc.Egress
-	ToolServer  = proc.ToolServer
-	ToolLimits  = proc.ToolLimits
-)
-
 // ToolPipe is the tool broker process's end of a stdio tool server: it
 // writes requests to In and reads responses from Out.
 type ToolPipe struct{ In, Out *os.File }

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	stateauthority "github.com/cordon-project/cordon/internal/broker/state/authority"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/store"
+	"golang.org/x/sync/semaphore"
 )
 
 // maxStateOps bounds the state operations the privileged side serves at
@@ -48,4 +50,32 @@ func (s *Authority) handleState(req call) reply {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 	}
 	return resp
+}
+
+// stateChannel is the state broker's channel: every op is a state
+// operation, served on its own in its own transaction with its receipt
+// (its trusted half refuses, and receipts, an op it does not know). It
+// has no metered operations: the trusted half writes every state
+// receipt itself.
+var stateChannel = channel{
+	op: func(op string) (string, bool) {
+		switch op {
+		case crossing.OpReserve, crossing.OpSettle, crossing.OpSettleRecord, crossing.OpRecord:
+			return "", false
+		}
+		return "state_" + op, true
+	},
+	decode: func(req *call, body []byte) error {
+		req.State = new(state.Request)
+		return json.Unmarshal(body, req.State)
+	},
+	encode: func(_ call, resp reply) any {
+		if resp.StateResp != nil {
+			return resp.StateResp
+		}
+		return nil
+	},
+	alone: func(s *Authority, _ call) (func(call) reply, *semaphore.Weighted, string) {
+		return s.handleState, s.stateOps, "state operations"
+	},
 }

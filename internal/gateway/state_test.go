@@ -36,7 +36,7 @@ when { context.purpose == "locked" };
 
 var testState = &StatePolicy{QuotaBytes: 1 << 20, QuotaEntries: 4, MaxValueBytes: 1 << 10}
 
-// stateClient serves a ledger for id (and sp) on st and returns the
+// stateClient serves an authority for id (and sp) on st and returns the
 // gateway's client of it.
 func stateClient(t *testing.T, st *store.Store, id crossing.Identity, sp *StatePolicy) (*Authority, *testClient) {
 	t.Helper()
@@ -57,7 +57,7 @@ var (
 	idB = crossing.Identity{Workload: "w", Tenant: "acme", Purpose: "other", SandboxID: "sb-b"}
 )
 
-func TestStateLedgerPutGet(t *testing.T) {
+func TestStateAuthorityPutGet(t *testing.T) {
 	st := testStore(t)
 	srv, c := stateClient(t, st, idA, testState)
 	ctx := context.Background()
@@ -88,7 +88,7 @@ func TestStateLedgerPutGet(t *testing.T) {
 
 // Another scope's entry and an absent one get the same refusal, with the
 // same details; the denial receipts say the same too.
-func TestStateLedgerForeignIsAbsent(t *testing.T) {
+func TestStateAuthorityForeignIsAbsent(t *testing.T) {
 	st := testStore(t)
 	_, a := stateClient(t, st, idA, testState)
 	_, b := stateClient(t, st, idB, testState)
@@ -123,7 +123,7 @@ func TestStateLedgerForeignIsAbsent(t *testing.T) {
 	}
 }
 
-func TestStateLedgerPolicy(t *testing.T) {
+func TestStateAuthorityPolicy(t *testing.T) {
 	st := testStore(t)
 	_, c := stateClient(t, st, idA, testState)
 	ctx := context.Background()
@@ -163,7 +163,7 @@ func TestStateLedgerPolicy(t *testing.T) {
 	}
 }
 
-func TestStateLedgerRefusals(t *testing.T) {
+func TestStateAuthorityRefusals(t *testing.T) {
 	st := testStore(t)
 	_, c := stateClient(t, st, idA, testState)
 	ctx := context.Background()
@@ -230,13 +230,13 @@ func TestStateLedgerRefusals(t *testing.T) {
 	}
 }
 
-func TestStateLedgerExportAndReset(t *testing.T) {
+func TestStateAuthorityExportAndReset(t *testing.T) {
 	st := testStore(t)
 	sp := &StatePolicy{QuotaBytes: 1 << 20, QuotaEntries: 1000, MaxValueBytes: state.MaxValueBytesLimit}
 	_, c := stateClient(t, st, idA, sp)
 	ctx := context.Background()
 	// Three values of the largest size: one per export page, and each
-	// page still fits in one ledger message.
+	// page still fits in one authority message.
 	big := strings.Repeat("v", state.MaxValueBytesLimit)
 	for _, k := range []string{"notes/1", "notes/2", "notes/3"} {
 		if _, err := c.State(ctx, state.Request{Op: state.OpPut, Key: k, Value: []byte(big)}); err != nil {
@@ -275,7 +275,7 @@ func TestStateLedgerExportAndReset(t *testing.T) {
 	}
 }
 
-// seqpacketPair is the real transport of the ledger: one datagram per
+// seqpacketPair is the real transport of the authority: one datagram per
 // message, bounded by the socket's send buffer.
 func seqpacketPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
@@ -312,7 +312,7 @@ func TestStateMessagesFitOneDatagram(t *testing.T) {
 	fits := func(what string, v any) {
 		t.Helper()
 		if b, _ := json.Marshal(v); len(b) > 200<<10 {
-			t.Errorf("%s: a %d-byte ledger message", what, len(b))
+			t.Errorf("%s: a %d-byte authority message", what, len(b))
 		}
 	}
 	big := make([]byte, state.MaxValueBytesLimit)

@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	toolauthority "github.com/cordon-project/cordon/internal/broker/tool/authority"
+	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
+	"golang.org/x/sync/semaphore"
 )
 
 // maxToolOps bounds the tool operations the privileged side serves at
@@ -68,7 +71,7 @@ func (s *Authority) handleTool(req call) reply {
 		resp.ReceiptID, err = s.toolHalf().End(ctx, *req.End)
 		s.toolEnded(req.End.Call, err == nil)
 	default:
-		err = fmt.Errorf("unknown ledger op %q", req.Op)
+		err = fmt.Errorf("unknown authority op %q", req.Op)
 	}
 	if err != nil {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
@@ -82,4 +85,62 @@ func clipID(id string) string {
 		return id[:40] + "…"
 	}
 	return id
+}
+
+// toolChannel is the tool broker's channel: its calls' begin and end,
+// the filter of tools/list and approval waits, each served on its own
+// (it may wait for an approval), and the receipts of its refusals.
+var toolChannel = channel{
+	op: func(op string) (string, bool) {
+		switch op {
+		case tool.OpFilter, tool.OpBegin, tool.OpAwait, tool.OpEnd:
+			return "tool_" + op, true
+		case crossing.OpRecord:
+			return op, true
+		}
+		return "", false
+	},
+	decode: func(req *call, body []byte) error {
+		switch req.Op {
+		case "tool_filter":
+			var b tool.FilterRequest
+			err := json.Unmarshal(body, &b)
+			req.Tools = b.Tools
+			return err
+		case "tool_begin":
+			req.Begin = new(tool.Begin)
+			return json.Unmarshal(body, req.Begin)
+		case "tool_await":
+			var b tool.AwaitRequest
+			err := json.Unmarshal(body, &b)
+			req.Approval, req.Wait = b.Approval, b.Wait
+			return err
+		case "tool_end":
+			req.End = new(tool.End)
+			return json.Unmarshal(body, req.End)
+		}
+		return decodeMetered(req, body) // record
+	},
+	encode: func(req call, resp reply) any {
+		switch req.Op {
+		case "tool_filter":
+			return tool.FilterResponse{Allowed: resp.Allowed}
+		case "tool_begin":
+			if resp.Began != nil {
+				return resp.Began
+			}
+		case "tool_await":
+			return tool.AwaitResponse{State: resp.ApprovalState}
+		case "tool_end":
+			return tool.EndResponse{Receipt: resp.ReceiptID}
+		}
+		return nil
+	},
+	alone: func(s *Authority, req call) (func(call) reply, *semaphore.Weighted, string) {
+		if req.Op == crossing.OpRecord {
+			return nil, nil, "" // a refusal's receipt: in the batch
+		}
+		// Tool operations may wait (for an approval): never in the batch.
+		return s.handleTool, s.toolOps, "tool operations"
+	},
 }

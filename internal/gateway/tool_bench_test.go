@@ -10,10 +10,10 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
-// BenchmarkToolLedger is the privileged side of one tool call, over the
+// BenchmarkToolAuthority is the privileged side of one tool call, over the
 // real socket protocol and store: Begin (replay check, policy, write-ahead
 // record) and End (receipt, stored result) — two round trips, two commits.
-func BenchmarkToolLedger(b *testing.B) {
+func BenchmarkToolAuthority(b *testing.B) {
 	t := &testing.T{}
 	_, c, _ := policyServer(t)
 	ctx := context.Background()

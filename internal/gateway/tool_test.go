@@ -50,7 +50,7 @@ func policyServer(t *testing.T) (*Authority, *testClient, *store.Store) {
 
 // Policy decides on the privileged side, with the sandbox's identity; a
 // forbid wins; the receipt carries this side's decision.
-func TestLedgerAsksPolicy(t *testing.T) {
+func TestAuthorityAsksPolicy(t *testing.T) {
 	srv, c, st := policyServer(t)
 	ctx := context.Background()
 	ask := func(model string) context.Context {
@@ -92,7 +92,7 @@ func TestLedgerAsksPolicy(t *testing.T) {
 	}
 }
 
-func TestToolLedgerFilterBeginEndReplay(t *testing.T) {
+func TestToolAuthorityFilterBeginEndReplay(t *testing.T) {
 	_, c, st := policyServer(t)
 	ctx := context.Background()
 	ok, err := c.Filter(ctx, []tool.Ref{{Server: "fs", Tool: "read"}, {Server: "fs", Tool: "delete"}, {Server: "other", Tool: "x"}, {Server: "nope", Tool: "x"}})
@@ -154,7 +154,7 @@ func TestToolLedgerFilterBeginEndReplay(t *testing.T) {
 	}
 }
 
-func TestToolLedgerApprovalSingleUse(t *testing.T) {
+func TestToolAuthorityApprovalSingleUse(t *testing.T) {
 	_, c, st := policyServer(t)
 	ctx := context.Background()
 	args := json.RawMessage(`{"path":"/a","data":"x"}`)
@@ -201,10 +201,10 @@ func TestToolLedgerApprovalSingleUse(t *testing.T) {
 	}
 }
 
-// FuzzToolLedgerRequest: whatever a compromised gateway sends as a tool
+// FuzzToolAuthorityRequest: whatever a compromised gateway sends as a tool
 // operation, the privileged side answers without crashing and never ends,
 // replays or approves another sandbox's call.
-func FuzzToolLedgerRequest(f *testing.F) {
+func FuzzToolAuthorityRequest(f *testing.F) {
 	f.Add([]byte(`{"id":1,"op":"tool_begin","begin":{"key":"k","server":"fs","tool":"read","arguments":{"a":1}}}`))
 	f.Add([]byte(`{"id":2,"op":"tool_end","end":{"call":1,"outcome":"ok","result":{"content":[]}}}`))
 	f.Add([]byte(`{"id":3,"op":"tool_filter","tools":[{"server":"fs","tool":"delete"}]}`))
@@ -239,7 +239,7 @@ func FuzzToolLedgerRequest(f *testing.F) {
 // What a compromised gateway might ask is checked again here: tools the
 // config does not offer, oversized arguments or keys, a replay key used
 // for another tool, an allowed tool receipt outside tool_end.
-func TestToolLedgerRechecksTheGateway(t *testing.T) {
+func TestToolAuthorityRechecksTheGateway(t *testing.T) {
 	srv, c, _ := policyServer(t)
 	srv.Tools.Allow = map[string][]string{"fs": {"read", "write"}}
 	srv.Tools.MaxArgumentBytes = 64
@@ -275,7 +275,7 @@ func TestToolLedgerRechecksTheGateway(t *testing.T) {
 
 // An approval is bound to the sandbox that asked: another sandbox of the
 // same workload cannot use it; a sandbox cannot pile up requests.
-func TestToolLedgerApprovalBoundToSandbox(t *testing.T) {
+func TestToolAuthorityApprovalBoundToSandbox(t *testing.T) {
 	srv, c, st := policyServer(t)
 	ctx := context.Background()
 	args := json.RawMessage(`{"path":"/a"}`)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
@@ -29,11 +29,14 @@ type Options struct {
 	Socket   string // default DefaultSocket
 	// Group, when >= 0, is the gid whose members may connect (socket mode
 	// 0660); otherwise only root (0600).
-	Group    int
-	Store    *store.Store
-	Provider *linux.Provider // in daemon mode
-	Gateways Gateways
-	Logger   *slog.Logger
+	Group int
+	Store *store.Store
+	// Provider builds the daemon's sandboxes; it is resident (the native
+	// Linux provider in daemon mode, or a test's fake).
+	Provider sandbox.Resident
+	// Version is cordon's version, told to gateway processes.
+	Version string
+	Logger  *slog.Logger
 	// RuntimeDigest is the running cordon binary's digest; Executable the
 	// path it was started from (its on-disk digest is watched for drift).
 	RuntimeDigest string
@@ -57,17 +60,6 @@ type Options struct {
 	CrashAt string
 }
 
-// Gateways starts a sandbox's gateway from what the client sent. The CLI
-// provides it (it owns the configuration, custody and policy plumbing).
-type Gateways interface {
-	// Prepare validates g for a sandbox of workload owned by uid and
-	// returns the variables that point the program at the gateway and
-	// the digest of the policy the sandbox will be decided by.
-	Prepare(g *GatewaySpec, hostPolicies []PolicySource) (env []string, policyDigest string, err error)
-	// Start opens the gateway of the admitted sandbox.
-	Start(sb sandbox.Sandbox, g *GatewaySpec, hostPolicies []PolicySource, profile Profile) (Gateway, error)
-}
-
 // Gateway is a running gateway.
 type Gateway interface {
 	Stop() error
@@ -79,6 +71,8 @@ type Gateway interface {
 type Daemon struct {
 	o   Options
 	log *slog.Logger
+	// launchHost is what the lifecycle (package launch) runs on.
+	launchHost *launch.Host
 
 	mu    sync.Mutex
 	boxes map[string]*box // by name
@@ -104,15 +98,15 @@ type box struct {
 	policyDigest, policyHost string
 	// execs are the exec'd processes being watched (signal), by pid.
 	execMu sync.Mutex
-	execs  map[int]*linux.Process
+	execs  map[int]sandbox.Process
 	// traps is the workspace trap scan taken when the sandbox stopped.
 	traps []trapscan.Report
 }
 
 // New checks the options and returns a daemon; Run serves.
 func New(o Options) (*Daemon, error) {
-	if o.Store == nil || o.Provider == nil || o.Gateways == nil {
-		return nil, errors.New("hostmgr: store, provider and gateways are required")
+	if o.Store == nil || o.Provider == nil {
+		return nil, errors.New("hostmgr: store and provider are required")
 	}
 	if o.Socket == "" {
 		o.Socket = DefaultSocket
@@ -137,7 +131,8 @@ func New(o Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}}, nil
+	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version}
+	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh}, nil
 }
 
 func logDir(state string) string    { return filepath.Join(state, "logs") }
@@ -255,7 +250,7 @@ var ops map[string]opDef
 
 func init() {
 	ops = map[string]opDef{
-		"create":   {fn: (*Daemon).opCreate, files: 1},
+		"create":   {fn: (*Daemon).opCreate, files: proto.MaxFiles}, // workspace, binds, rootfs
 		"start":    {fn: (*Daemon).opStart},
 		"exec":     {fn: (*Daemon).opExec, files: 3},
 		"signal":   {fn: (*Daemon).opSignal},

@@ -6,13 +6,16 @@
 // root may do everything; another user may create sandboxes (when the
 // socket's group lets them connect) and act only on the sandboxes they
 // own. The daemon takes no shell text and no host path from a caller:
-// the workspace arrives as an open directory descriptor (SCM_RIGHTS) that
-// the caller must own, a gateway configuration arrives as bytes with its
+// the workspace, --ro/--rw binds and --rootfs arrive as open descriptors
+// (SCM_RIGHTS) that the caller must own, a gateway configuration arrives as bytes with its
 // policy files' bytes and the secret values the caller resolved, and an
 // exec's stdio arrives as descriptors.
 //
-// Lifecycle (a daemon record is written before any host resource, and
-// removed last):
+// Lifecycle: the daemon drives package launch (the same lifecycle as
+// cordon run: one validation, one admission rule, one gateway assembly
+// with tool servers) through the provider seam; it takes a
+// sandbox.Resident, never a concrete provider. A daemon record is written
+// before any host resource, and removed last:
 //
 //	create  → record (creating) → provision: lease, cgroups, binds by fd → created
 //	start   → spawn the init (no parent-death signal) → evidence → admit → gateway → running
@@ -27,4 +30,9 @@
 // runtime (the cordon binary), the policy or the base rootfs manifest puts
 // a sandbox in DRAIN: its work continues, new starts and execs are
 // refused until it is re-admitted.
+//
+// Plane: root. It must never open a path a caller names, never start a
+// sandbox that was not admitted from evidence (FULL_CONTROL_LAB excepted,
+// with the bypass written into the record), and never act for a caller
+// on another user's sandbox.
 package hostmgr

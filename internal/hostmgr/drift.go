@@ -127,6 +127,14 @@ func rootfsDigest(manifest string, s Spec) string {
 	for _, v := range s.Volumes {
 		binds = append(binds, "volume "+v.Name+":"+v.Target)
 	}
+	for _, b := range s.Binds {
+		binds = append(binds, fmt.Sprintf("caller %s writable=%v", b.Target, b.Writable))
+	}
+	if s.Rootfs {
+		// The caller's own root, by descriptor: the base manifest does not
+		// describe it, and it is fixed for the sandbox's life.
+		binds = append(binds, "caller rootfs")
+	}
 	sum := sha256.Sum256([]byte(manifest + "\nbinds " + strings.Join(binds, ",")))
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -152,8 +160,8 @@ func (d *Daemon) current(b *box, h hostIDs) Admitted {
 	cur := Admitted{Runtime: h.runtime, Rootfs: rootfsDigest(h.manifest, b.spec), Policy: h.policy}
 	if b.spec.Gateway != nil {
 		if b.policyHost != h.policy || b.policyDigest == "" {
-			if _, pd, err := d.o.Gateways.Prepare(b.spec.Gateway, d.hostPolicies()); err == nil {
-				b.policyDigest = pd
+			if plan, err := d.plan(b.spec.Gateway, nil, false); err == nil {
+				b.policyDigest = plan.PolicyDigest()
 			} else {
 				b.policyDigest = "invalid: " + err.Error()
 			}
@@ -259,7 +267,7 @@ func (d *Daemon) opReadmit(ctx context.Context, c *call) (any, error) {
 	b.rec.Admitted, b.rec.Drain = j, ""
 	// The gateway decides by the policy just admitted.
 	if b.gw != nil && b.sb != nil && b.spec.Gateway != nil {
-		if err := d.restartGateway(b); err != nil {
+		if err := d.startGateway(ctx, b); err != nil {
 			return nil, err
 		}
 	}

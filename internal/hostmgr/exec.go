@@ -8,7 +8,7 @@ import (
 	"syscall"
 
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -29,10 +29,6 @@ type ExecStarted struct {
 type ExecExit struct {
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
-}
-
-type execer interface {
-	ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*linux.Process, error)
 }
 
 func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
@@ -66,13 +62,9 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	if drain != "" {
 		return nil, proto.Errorf(proto.KindDrain, "sandbox %s is draining: %s; running work continues, new execs are refused until it is re-admitted (cordon sandbox readmit %s)", a.Name, drain, a.Name)
 	}
-	ex, ok := sb.(execer)
-	if !ok {
-		return nil, proto.Errorf(proto.KindInternal, "this sandbox cannot exec")
-	}
-	p, err := ex.ExecProcess(ctx, a.Argv, env, dir, [3]*os.File{c.files[0], c.files[1], c.files[2]})
+	p, err := sb.ExecProcess(ctx, a.Argv, env, dir, [3]*os.File{c.files[0], c.files[1], c.files[2]})
 	if err != nil {
-		var xe *linux.ExecError
+		var xe *sandbox.ExecError
 		if errors.As(err, &xe) {
 			code := 126
 			if xe.NotFound() {
@@ -103,16 +95,16 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 
 // trackExec and untrackExec keep b's watched exec'd processes, by pid
 // in the sandbox, for signal.
-func (b *box) trackExec(p *linux.Process) {
+func (b *box) trackExec(p sandbox.Process) {
 	b.execMu.Lock()
 	defer b.execMu.Unlock()
 	if b.execs == nil {
-		b.execs = map[int]*linux.Process{}
+		b.execs = map[int]sandbox.Process{}
 	}
 	b.execs[p.Pid()] = p
 }
 
-func (b *box) untrackExec(p *linux.Process) {
+func (b *box) untrackExec(p sandbox.Process) {
 	b.execMu.Lock()
 	defer b.execMu.Unlock()
 	delete(b.execs, p.Pid())

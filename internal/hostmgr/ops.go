@@ -12,14 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 
-	"github.com/cordon-project/cordon/internal/evidence"
-	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/sandbox"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
@@ -31,8 +27,14 @@ type Spec struct {
 	Level  string         `json:"level,omitempty"` // default DEDICATED_CONTAINER
 	Limits sandbox.Limits `json:"limits"`
 	// Workspace says the caller passed its workspace directory as the
-	// request's descriptor; it is bound read-write at /workspace.
-	Workspace           bool `json:"workspace,omitempty"`
+	// request's first descriptor; it is bound read-write at /workspace.
+	Workspace bool `json:"workspace,omitempty"`
+	// Binds are directories or files of the caller's own, each sent as
+	// one descriptor (after the workspace's), in this order: --ro/--rw.
+	Binds []BindSpec `json:"binds,omitempty"`
+	// Rootfs says the caller sent a root directory of its own as the
+	// request's last descriptor: the sandbox's read-only root.
+	Rootfs              bool `json:"rootfs,omitempty"`
 	UnsafeRootWorkspace bool `json:"unsafe_root_workspace,omitempty"` // root callers only
 	// Volumes are daemon-managed named directories to bind.
 	Volumes []VolumeMount `json:"volumes,omitempty"`
@@ -41,6 +43,12 @@ type Spec struct {
 	// GatewayEnv points every program at the gateway; set by the daemon
 	// at create (last: it wins over Env).
 	GatewayEnv []string `json:"gateway_env,omitempty"`
+}
+
+// BindSpec is where one bind descriptor of a create request is bound.
+type BindSpec struct {
+	Target   string `json:"target"`
+	Writable bool   `json:"writable,omitempty"`
 }
 
 // GatewaySpec is a gateway configuration as the client sends it: the
@@ -162,254 +170,10 @@ func (d *Daemon) setState(ctx context.Context, b *box, state string, u store.Dae
 	return nil
 }
 
-func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
-	var a CreateArgs
-	if err := c.args(&a); err != nil {
-		return nil, err
-	}
-	if err := proto.ValidName(a.Name); err != nil {
-		return nil, err
-	}
-	prof, err := parseProfile(a.Profile, a.Accept, a.Name)
-	if err != nil {
-		return nil, err
-	}
-	s := a.Spec
-	if s.UnsafeRootWorkspace && c.peer.UID != 0 {
-		return nil, proto.Errorf(proto.KindUnauthorized, "unsafe_root_workspace needs root")
-	}
-	if s.Workspace != (len(c.files) == 1) {
-		return nil, proto.Errorf(proto.KindBadRequest, "workspace: send the workspace directory as the request's one descriptor, and set spec.workspace")
-	}
-	for _, kv := range append(append([]string{}, s.Env...), s.Argv...) {
-		if strings.ContainsRune(kv, 0) {
-			return nil, proto.Errorf(proto.KindBadRequest, "NUL byte in argv or env")
-		}
-	}
-	for _, kv := range s.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, proto.Errorf(proto.KindBadRequest, "env %q: want K=V", clip(kv))
-		}
-	}
-	level := sandbox.DedicatedContainer
-	if s.Level != "" {
-		if level, err = sandbox.ParseLevel(s.Level); err != nil {
-			return nil, proto.Errorf(proto.KindBadRequest, "level: %v", err)
-		}
-	}
-	if level == sandbox.DedicatedVM {
-		return nil, proto.Errorf(proto.KindUnauthorized, "no provider on this host can evidence DEDICATED_VM")
-	}
-	var ws *os.File
-	if s.Workspace {
-		ws = c.files[0]
-		if err := checkWorkspace(ws, c.peer.UID); err != nil {
-			return nil, err
-		}
-	}
-	binds, err := c.volumeBinds(ctx, s.Volumes)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.checkQuota(ctx, c.peer.UID); err != nil {
-		return nil, err
-	}
-	policyDigest := policySetDigest(nil, d.hostPolicies())
-	if s.Gateway != nil {
-		if err := d.checkIdentity(c.peer.UID, s.Gateway.Config); err != nil {
-			return nil, err
-		}
-		genv, pd, err := d.o.Gateways.Prepare(s.Gateway, d.hostPolicies())
-		if err != nil {
-			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
-		}
-		s.GatewayEnv, policyDigest = genv, pd
-	}
-	id := linux.NewID()
-	stored := s
-	stored.Gateway = nil
-	if s.Gateway != nil {
-		g := *s.Gateway
-		g.Secrets = nil // kept apart, 0600 root (see saveSecrets)
-		stored.Gateway = &g
-	}
-	specJSON, _ := json.Marshal(stored)
-	rec := store.DaemonSandbox{Name: a.Name, ID: id, OwnerUID: c.peer.UID, Profile: string(SafeGuided), Spec: specJSON}
-	// The record first: nothing on the host exists without one.
-	if err := d.o.Store.CreateDaemonSandbox(ctx, rec); err != nil {
-		return nil, err
-	}
-	d.crash("create.after_record")
-	b := &box{rec: rec, spec: s, profile: prof}
-	b.rec.State = store.DCreating
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	d.mu.Lock()
-	d.boxes[a.Name] = b
-	d.mu.Unlock()
-	fail := func(err error) (any, error) {
-		d.cleanup(context.WithoutCancel(ctx), b, "create failed: "+err.Error())
-		_ = d.o.Store.DeleteDaemonSandbox(context.WithoutCancel(ctx), a.Name)
-		d.forget(a.Name)
-		return nil, err
-	}
-	if s.Gateway != nil {
-		if err := saveSecrets(d.o.StateDir, id, s.Gateway.Secrets); err != nil {
-			return fail(err)
-		}
-	}
-	logf, err := openLog(d.o.StateDir, id)
-	if err != nil {
-		return fail(err)
-	}
-	b.log = logf // the init gets it at start; closed here after that
-	spec := sandbox.Spec{ID: id, Workload: workloadOf(s), Argv: s.Argv, Env: append(append([]string{}, s.Env...), s.GatewayEnv...),
-		WorkspaceFile: ws, UnsafeRootWorkspace: s.UnsafeRootWorkspace, Binds: binds, Limits: s.Limits, Level: level, Stdout: logf, Stderr: logf}
-	sb, err := d.o.Provider.Provision(ctx, spec)
-	if err != nil {
-		return fail(err)
-	}
-	b.sb = sb
-	d.crash("create.after_provision")
-	adm := Admitted{Runtime: d.o.RuntimeDigest, Policy: policyDigest, Rootfs: rootfsDigest(d.hostNow().manifest, s)}
-	admJSON, _ := json.Marshal(adm)
-	if err := d.setState(ctx, b, store.DCreated, store.DaemonUpdate{Admitted: admJSON, Profile: store.Ptr(string(prof))}); err != nil {
-		return fail(err)
-	}
-	b.rec.Admitted = admJSON
-	d.log.Info("created", "name", a.Name, "id", id, "owner", c.peer.UID, "profile", prof)
-	return d.info(b), nil
-}
-
-// checkWorkspace checks the descriptor the caller sent: a directory the
-// caller owns (root may send any), opened by the caller itself.
-func checkWorkspace(f *os.File, uid uint32) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return proto.Errorf(proto.KindBadRequest, "workspace descriptor: %v", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return proto.Errorf(proto.KindBadRequest, "the workspace descriptor is not a directory")
-	}
-	if uid != 0 && st.Uid != uid {
-		return proto.Errorf(proto.KindUnauthorized, "the workspace is owned by uid %d, not by you (uid %d)", st.Uid, uid)
-	}
-	return nil
-}
-
-func workloadOf(s Spec) string {
-	if s.Gateway != nil {
-		if id, err := identityOf(s.Gateway.Config); err == nil && id.Workload != "" {
-			return id.Workload
-		}
-	}
-	return "default"
-}
-
-func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
-	b, a, err := c.named(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.rec.State {
-	case store.DRunning:
-		return d.info(b), nil // idempotent
-	case store.DCreated:
-	default:
-		return nil, proto.Errorf(proto.KindConflict, "sandbox %s is %s; only a created sandbox can start (stopped work never resumes: create a new one)", a.Name, b.rec.State)
-	}
-	if b.rec.Drain != "" {
-		return nil, proto.Errorf(proto.KindDrain, "sandbox %s is draining: %s; re-admit it first (cordon sandbox readmit %s)", a.Name, b.rec.Drain, a.Name)
-	}
-	if b.sb == nil {
-		return nil, proto.Errorf(proto.KindConflict, "sandbox %s lost its provisioned resources (daemon restart); remove it and create it again", a.Name)
-	}
-	if err := d.setState(ctx, b, store.DStarting, store.DaemonUpdate{}); err != nil {
-		return nil, err
-	}
-	fail := func(err error) (any, error) {
-		d.cleanup(context.WithoutCancel(ctx), b, "start failed: "+err.Error())
-		_ = d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Note: store.Ptr("start failed: " + err.Error())})
-		return nil, err
-	}
-	adm, err := b.sb.Start(ctx)
-	if b.log != nil {
-		b.log.Close() // the init holds its own copy
-		b.log = nil
-	}
-	if err != nil {
-		return fail(err)
-	}
-	type initer interface {
-		InitPid() int
-		InitStartTime() uint64
-	}
-	if ip, ok := b.sb.(initer); ok {
-		pid, st := ip.InitPid(), ip.InitStartTime()
-		if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{InitPid: &pid, InitStart: &st}); err != nil {
-			return fail(err)
-		}
-		b.rec.InitPid, b.rec.InitStart = pid, st
-	}
-	d.crash("start.after_spawn")
-	rec, _ := adm.Record.(*evidence.Record)
-	want := sandbox.DedicatedContainer
-	if b.spec.Level != "" {
-		want, _ = sandbox.ParseLevel(b.spec.Level)
-	}
-	if rec != nil {
-		rec.LevelRequested = want
-		if b.profile == FullControlLab {
-			markBypassed(rec)
-		}
-	}
-	level := adm.Level
-	if rec != nil {
-		level = rec.LevelAdmitted
-	}
-	if level < want && b.profile != FullControlLab {
-		return fail(failure.Failf(failure.KindEvidence, "admission", "the evidence supports %s, below the requested %s", level, want))
-	}
-	evJSON, _ := json.Marshal(rec)
-	if b.spec.Gateway != nil {
-		g := *b.spec.Gateway
-		if g.Secrets, err = loadSecrets(d.o.StateDir, b.rec.ID); err != nil {
-			return fail(err)
-		}
-		gw, err := d.o.Gateways.Start(b.sb, &g, d.hostPolicies(), b.profile)
-		if err != nil {
-			return fail(err)
-		}
-		b.gw = gw
-	}
-	d.crash("start.after_gateway")
-	if err := b.sb.Exec(ctx); err != nil {
-		return fail(err)
-	}
-	if err := d.setState(ctx, b, store.DRunning, store.DaemonUpdate{Level: store.Ptr(level.String()), Evidence: evJSON}); err != nil {
-		return fail(err)
-	}
-	b.rec.Level, b.rec.Evidence = level.String(), evJSON
-	if len(b.spec.Argv) > 0 {
-		go d.watchMain(b)
-	}
-	d.log.Info("started", "name", b.rec.Name, "level", level, "profile", b.profile)
-	return d.info(b), nil
-}
-
 // watchMain records how the main program ended; the sandbox stays up
 // (execs still work) until it is stopped.
-func (d *Daemon) watchMain(b *box) {
-	type mainWaiter interface {
-		WaitMain(context.Context) (sandbox.Exit, error)
-	}
-	w, ok := b.sb.(mainWaiter)
-	if !ok {
-		return
-	}
-	ex, err := w.WaitMain(context.Background())
+func (d *Daemon) watchMain(b *box, sb sandbox.Sandbox) {
+	ex, err := sb.WaitMain(context.Background())
 	if err != nil {
 		return
 	}

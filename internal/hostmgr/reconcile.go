@@ -7,8 +7,6 @@ import (
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
-	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -40,6 +38,10 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 		d.log.Error("reconcile: read records", "err", err)
 		return rep
 	}
+	// The host records as the daemon found them: adopting a sandbox below
+	// restarts its gateway, whose tool servers are new sandboxes with
+	// host records of their own that must not count as residue.
+	hosts, hostsErr := d.o.Store.List(ctx)
 	known := map[string]bool{}
 	for _, r := range recs {
 		known[r.ID] = true
@@ -81,9 +83,9 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 		}
 	}
 	// Host records of daemon sandboxes with no daemon record: a crash
-	// between the two writes. Release them.
-	hosts, err := d.o.Store.List(ctx)
-	if err == nil {
+	// between the two writes, or the tool servers of a gateway of the
+	// daemon before (its successor started new ones). Release them.
+	if hostsErr == nil {
 		for _, h := range hosts {
 			if h.Kind != store.KindDaemon || known[h.ID] {
 				continue
@@ -93,17 +95,15 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 			rep.Removed = append(rep.Removed, h.ID)
 		}
 	}
-	all := map[string]bool{}
+	var all []string
 	if hosts, err := d.o.Store.List(ctx); err == nil {
 		for _, h := range hosts {
-			all[h.ID], all[linux.GatewayGroup(h.ID)] = true, true
+			all = append(all, h.ID)
 		}
 	}
-	names, _ := cgroup.Residue(d.o.Provider.Layout())
+	names, _ := d.o.Provider.Residue(all)
 	for _, n := range names {
-		if !all[n] {
-			rep.Unattributed = append(rep.Unattributed, "cgroup "+n)
-		}
+		rep.Unattributed = append(rep.Unattributed, "cgroup "+n)
 	}
 	return rep
 }
@@ -121,11 +121,7 @@ func decodeEvidence(b []byte) *evidence.Record {
 // gateway is reopened, its profile reset to SAFE_GUIDED, its drift
 // checked.
 func (d *Daemon) adopt(ctx context.Context, b *box) error {
-	host, err := d.o.Store.Get(ctx, b.rec.ID)
-	if err != nil {
-		return err
-	}
-	sb, err := d.o.Provider.Attach(ctx, host, b.rec.InitPid, b.rec.InitStart)
+	sb, err := d.o.Provider.Reattach(ctx, b.rec.ID, b.rec.InitPid, b.rec.InitStart)
 	if err != nil {
 		return err
 	}
@@ -135,7 +131,7 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 		return err
 	}
 	if b.spec.Gateway != nil {
-		if err := d.restartGateway(b); err != nil {
+		if err := d.startGateway(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -150,25 +146,6 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 	d.boxes[b.rec.Name] = b
 	d.mu.Unlock()
 	d.log.Info("adopted", "name", b.rec.Name, "init", b.rec.InitPid, "drain", b.rec.Drain)
-	return nil
-}
-
-// restartGateway (re)opens b's gateway with its current profile.
-func (d *Daemon) restartGateway(b *box) error {
-	if b.gw != nil {
-		_ = b.gw.Stop()
-		b.gw = nil
-	}
-	g := *b.spec.Gateway
-	var err error
-	if g.Secrets, err = loadSecrets(d.o.StateDir, b.rec.ID); err != nil {
-		return err
-	}
-	gw, err := d.o.Gateways.Start(b.sb, &g, d.hostPolicies(), b.profile)
-	if err != nil {
-		return err
-	}
-	b.gw = gw
 	return nil
 }
 
@@ -206,7 +183,7 @@ func (d *Daemon) opProfile(ctx context.Context, c *call) (any, error) {
 	}
 	b.rec.Evidence, b.rec.Level = ev, level
 	if b.gw != nil {
-		if err := d.restartGateway(b); err != nil {
+		if err := d.startGateway(ctx, b); err != nil {
 			return nil, err
 		}
 	}

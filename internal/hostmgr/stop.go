@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
@@ -123,7 +122,7 @@ func (d *Daemon) cleanup(ctx context.Context, b *box, note string) {
 			d.log.Warn("deprovision", "name", b.rec.Name, "err", err)
 		}
 		b.sb = nil
-	} else if err := linux.ReleaseRecord(ctx, d.o.Store, d.o.Provider, b.rec.ID); err != nil {
+	} else if err := d.o.Provider.Release(ctx, b.rec.ID); err != nil {
 		d.log.Warn("release host resources", "name", b.rec.Name, "id", b.rec.ID, "err", err)
 	}
 	if err := d.o.Store.ReleaseCrossings(ctx, b.rec.ID); err != nil {

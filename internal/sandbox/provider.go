@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
@@ -31,9 +32,14 @@ type Capability struct {
 
 // Bind is a host path made visible inside the sandbox.
 type Bind struct {
-	Source   string `json:"source"` // absolute host path
+	Source   string `json:"source"` // absolute host path ("" with File)
 	Target   string `json:"target"` // absolute sandbox path
 	Writable bool   `json:"writable"`
+	// File, instead of Source, is the directory or file the caller
+	// opened itself (the daemon gets it over SCM_RIGHTS): bound by this
+	// descriptor, never by a path. The provider checks what it is as for
+	// a path; the caller keeps and closes File.
+	File *os.File `json:"-"`
 }
 
 // Limits bound the sandbox's resources. Zero means the provider default.
@@ -59,17 +65,23 @@ type Spec struct {
 	UnsafeRootWorkspace bool
 	Binds               []Bind
 	Rootfs              string // explicit read-only root, "" for the synthesized base
-	Limits              Limits
-	Level               Level // the claim that must be evidenced
-	Stdin               io.Reader
-	Stdout, Stderr      io.Writer
+	// RootfsFile, instead of Rootfs, is a root directory the caller
+	// opened itself (the daemon's): bound by this descriptor.
+	RootfsFile     *os.File
+	Limits         Limits
+	Level          Level // the claim that must be evidenced
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
 }
 
 // Admission is the outcome of evidence collection at start.
 type Admission struct {
 	Level    Level // highest level the evidence supports
 	Verified bool  // all six boundaries verified
-	Record   any   // the provider's evidence record, JSON-encodable
+	// Record is the evidence record the trusted side read (nil only when
+	// Start failed before any evidence was collected). Its LevelAdmitted
+	// is the evidence; Level repeats it.
+	Record *evidence.Record
 }
 
 // Exit is how the program ended.
@@ -84,11 +96,94 @@ type Exit struct {
 	SocketMemory bool
 }
 
-// Provider creates sandboxes. Probe is cheap and side-effect free.
+// Provider creates sandboxes on this host. Probe is cheap and side-effect
+// free. A provider's methods are safe for concurrent use.
 type Provider interface {
 	Probe(ctx context.Context) (Capability, error)
+	// Provision reserves what spec needs on the host (identity, resource
+	// groups, the binds' descriptors) and runs nothing. The sandbox it
+	// returns must be deprovisioned.
 	Provision(ctx context.Context, spec Spec) (Sandbox, error)
+	// Limits is spec's limits with this provider's defaults filled in:
+	// what a sandbox of spec actually gets.
+	Limits(spec Spec) Limits
 }
+
+// Resident is what a provider offers, beyond Provider, to host long-lived
+// sandboxes (the daemon, package hostmgr): sandboxes that outlive the
+// process that made them and are found again after it restarts. The
+// daemon takes a Resident, so a provider without these cannot be handed
+// to it: the check is the compiler's, and there is no fallback.
+type Resident interface {
+	Provider
+	// NewID returns a fresh sandbox id; the daemon records it before it
+	// provisions (Spec.ID).
+	NewID() string
+	// Reattach returns a handle on the live sandbox id that an earlier
+	// process spawned, from its host record and its init's pid and start
+	// time (Sandbox.InitPid, InitStartTime). It refuses unless the init is
+	// provably that sandbox's. The handle's Start, Exec and Wait belong to
+	// the spawner and fail with failure.KindUsage.
+	Reattach(ctx context.Context, id string, initPid int, initStart uint64) (Sandbox, error)
+	// Release frees sandbox id's host resources from its record alone,
+	// when no handle on it exists. Idempotent; a missing record is no
+	// error.
+	Release(ctx context.Context, id string) error
+	// Residue names host residue this provider made (resource groups…)
+	// that belongs to none of the sandboxes ids.
+	Residue(ids []string) ([]string, error)
+}
+
+// Lease is the host identity range a sandbox was given.
+type Lease struct {
+	UID, GID, Size uint32
+}
+
+// Top is the range's last uid and gid: unique to the sandbox, owning
+// nothing, and used by no process inside it. ok is false for the zero
+// Lease (a provider that leases no identity).
+func (l Lease) Top() (uid, gid uint32, ok bool) {
+	if l.Size == 0 || l.UID == 0 || l.GID == 0 {
+		return 0, 0, false
+	}
+	return l.UID + l.Size - 1, l.GID + l.Size - 1, true
+}
+
+// HelperFacts are a sandbox's helper group (its gateway's cgroup) as read
+// back: its limits and the OOM kills in it.
+type HelperFacts struct {
+	MemoryBytes int64
+	Pids        int64
+	OOMKills    int64
+}
+
+// Phase is the time one step of provisioning or starting took (--trace).
+type Phase struct {
+	Name string        `json:"name"`
+	Dur  time.Duration `json:"ns"`
+	// Nested phases are parts of the phase before them, not added to totals.
+	Nested bool `json:"nested,omitempty"`
+}
+
+// Process is a process started in a live sandbox (Sandbox.ExecProcess).
+// Closing it stops watching it and does not kill it.
+type Process interface {
+	Pid() int // in the sandbox's pid namespace
+	Wait(ctx context.Context) (Exit, error)
+	Signal(sig syscall.Signal) error
+	Close() error
+}
+
+// ExecError is an exec failure inside the sandbox (Exec, ExecProcess).
+type ExecError struct {
+	Errno syscall.Errno
+	Msg   string
+}
+
+func (e *ExecError) Error() string { return "exec_failed: " + e.Msg }
+
+// NotFound reports whether the program does not exist (exit 127 rather than 126).
+func (e *ExecError) NotFound() bool { return e.Errno == syscall.ENOENT || e.Errno == 0 }
 
 // Sandbox is one provisioned sandbox. The lifecycle is Start (build the
 // boundary and admit from evidence), Exec (run the program), Wait, Stop
@@ -109,6 +204,35 @@ type Sandbox interface {
 	// and before Deprovision; a sandbox that holds no bind descriptors
 	// (one adopted after a daemon restart) reports nothing.
 	ScanTraps() []trapscan.Report
+
+	// Lease is the sandbox's host identity range; its Top is the identity
+	// the sandbox's gateway runs as. A provider that leases none returns
+	// the zero Lease, and a caller that needs one refuses (package launch
+	// fails the gateway with failure.KindStart): never a shared uid.
+	Lease() Lease
+	// Adopt places a trusted helper process of this sandbox (its
+	// gateway), by host pid, in the sandbox's helper resource group: it
+	// is then bounded by, and killed with, the sandbox.
+	Adopt(pid int) error
+	// HelperFacts reads the helper group back (see Adopt).
+	HelperFacts() (HelperFacts, error)
+	// InitStartTime, with InitPid, identifies the init across a restart
+	// of the process that spawned it (Resident.Reattach); 0 before Start
+	// or where the provider has no resident sandboxes.
+	InitStartTime() uint64
+	// WaitMain waits until the main program has ended and reports how; a
+	// resident sandbox lives on (ExecProcess still works) until Stop.
+	WaitMain(ctx context.Context) (Exit, error)
+	// ExecProcess starts argv in the started sandbox under the same
+	// boundary as the main program, with stdio as its descriptors 0, 1
+	// and 2 (nil: /dev/null). env is added to the sandbox defaults; dir is
+	// the working directory inside. It fails with failure.KindUsage where
+	// the sandbox cannot (not started, or not resident); exec failures
+	// are *ExecError.
+	ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (Process, error)
+	// Phases is the time each step of Provision and Start took, for
+	// --trace; nil when the provider does not measure.
+	Phases() []Phase
 }
 
 // ErrNoProvider is returned by Select when no provider can offer the level.

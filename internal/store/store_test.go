@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -284,6 +285,7 @@ func TestConcurrentBegin(t *testing.T) {
 	}
 }
 
+// helperEnv names the state dir each TestHelperBegin child opens.
 const helperEnv = "CORDON_STORE_TEST_HELPER_DIR"
 
 // TestConcurrentProcesses runs several test binaries against one state dir,
@@ -297,8 +299,7 @@ func TestConcurrentProcesses(t *testing.T) {
 	cmds := make([]*exec.Cmd, procs)
 	outs := make([]strings.Builder, procs)
 	for i := range cmds {
-		cmds[i] = exec.Command(os.Args[0], "-test.run=^TestHelperBegin$", "-test.count=1")
-		cmds[i].Env = append(os.Environ(), helperEnv+"="+dir, "CORDON_STORE_TEST_HELPER_TAG="+strconv.Itoa(i),
+		cmds[i] = testkit.HelperTest(t, "TestHelperBegin", helperEnv+"="+dir, "CORDON_STORE_TEST_HELPER_TAG="+strconv.Itoa(i),
 			"CORDON_STORE_TEST_HELPER_N="+strconv.Itoa(each))
 		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &outs[i]
 		if err := cmds[i].Start(); err != nil {
@@ -328,10 +329,8 @@ func TestConcurrentProcesses(t *testing.T) {
 
 // TestHelperBegin is the body of each TestConcurrentProcesses child.
 func TestHelperBegin(t *testing.T) {
+	testkit.OnlyAsHelper(t)
 	dir := os.Getenv(helperEnv)
-	if dir == "" {
-		t.Skip("helper process for TestConcurrentProcesses")
-	}
 	n, _ := strconv.Atoi(os.Getenv("CORDON_STORE_TEST_HELPER_N"))
 	s := openTest(t, dir, testPool)
 	for i := range n {

@@ -19,7 +19,7 @@ import (
 const mib = 1 << 20
 
 // benchProxy serves a Broker allowing api.example.com on port (and 443),
-// resolving to loopback, with an in-memory ledger and a dialer that sends
+// resolving to loopback, with an in-memory authority and a dialer that sends
 // port 443 to tlsAddr.
 func benchProxy(b *testing.B, port int, tlsAddr string) string {
 	b.Helper()
@@ -31,7 +31,7 @@ func benchProxy(b *testing.B, port int, tlsAddr string) string {
 		Allow:             []Rule{{Host: "api.example.com", Ports: []int{443, port}}},
 		Resolve:           map[string][]netip.Addr{"api.example.com": addrs("127.0.0.1")},
 		UnsafeAllowRanges: []netip.Prefix{loopback},
-		Ledger:            &benchLedger{},
+		Authority:         &benchAuthority{},
 		Dialer:            dial,
 	})
 	if err != nil {
@@ -42,16 +42,16 @@ func benchProxy(b *testing.B, port int, tlsAddr string) string {
 	return srv.Listener.Addr().String()
 }
 
-// benchLedger is a Ledger that never refuses and does not remember.
-type benchLedger struct{}
+// benchAuthority is an Authority that never refuses and does not remember.
+type benchAuthority struct{}
 
-func (*benchLedger) Reserve(_ context.Context, _ crossing.Identity, _ string, want crossing.Amount, _ int64) (crossing.Reservation, crossing.BudgetState, error) {
+func (*benchAuthority) Reserve(_ context.Context, _ crossing.Identity, _ string, want crossing.Amount, _ int64) (crossing.Reservation, crossing.BudgetState, error) {
 	return crossing.Reservation{Held: want}, crossing.BudgetState{}, nil
 }
-func (*benchLedger) Settle(context.Context, crossing.Reservation, crossing.Amount) (crossing.BudgetState, error) {
+func (*benchAuthority) Settle(context.Context, crossing.Reservation, crossing.Amount) (crossing.BudgetState, error) {
 	return crossing.BudgetState{}, nil
 }
-func (*benchLedger) Record(context.Context, crossing.Receipt) error { return nil }
+func (*benchAuthority) Record(context.Context, crossing.Receipt) error { return nil }
 
 func readAll(b *testing.B, c net.Conn, r io.Reader, want int64) {
 	n, err := io.Copy(io.Discard, r)

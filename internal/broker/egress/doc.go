@@ -9,8 +9,14 @@
 // link-local and metadata, CGNAT, multicast, reserved, documentation,
 // the host's own addresses, and IPv6 forms that embed any of those), the
 // TLS SNI of a CONNECT to port 443 bound to the CONNECT host, connection
-// and byte budgets held in the crossing.Ledger, and one receipt per
+// and byte budgets held in the crossing.Authority, and one receipt per
 // connection.
+//
+// Plane: unprivileged — it runs in the gateway process
+// (internal/gateway/proc) and parses agent bytes; its trusted half, on
+// the root side, is ./authority, reached over the egress broker's own
+// authority channel. Its wire messages are crossing's metered operations
+// (crossing.Remote); its configuration is Config.
 //
 // It must never:
 //   - resolve a name the allowlist denies (the allowlist is matched first);
@@ -22,7 +28,7 @@
 //   - let a tunnel on port 443 start before the ClientHello's SNI has been
 //     checked against the CONNECT host;
 //   - run a crossing without a boundary-derived identity, or when the
-//     ledger refuses or cannot be reached (contract section 9: an
+//     authority refuses or cannot be reached (contract section 9: an
 //     unavailable dependency denies the crossing; there is no direct-path
 //     fallback);
 //   - hang: the ClientHello read, resolution, dial and idle periods all

@@ -32,15 +32,15 @@ const (
 	ReasonPortNotAllowed  = "port-not-allowed" // 403: a rule names the host, none lists the port
 	ReasonResolveFailed   = "resolve-failed"   // 403: the allowed name did not resolve
 	ReasonAddressDenied   = "address-denied"   // 403: a resolved address is in a denied range
-	ReasonBudgetExceeded  = "budget-exceeded"  // 403, or a tunnel cut: the ledger refused a reservation
+	ReasonBudgetExceeded  = "budget-exceeded"  // 403, or a tunnel cut: the authority refused a reservation
 	ReasonPolicyDenied    = "policy-denied"    // 403: policy (Cedar) refused the connection
 	ReasonConnectionLimit = "connection-limit" // 403: Options.MaxConnections tunnels already open
 	ReasonApprovalPending = "approval-pending" // 403: policy holds the connection for an operator's approval (X-Cordon-Approval names it)
 	ReasonApprovalDenied  = "approval-denied"  // 403: an operator denied it, or too many approvals wait
 
-	ReasonLedgerUnavailable = "ledger-unavailable" // 503: the ledger could not be reached
-	ReasonDialFailed        = "dial-failed"        // 502 (or close after 200): no checked address answered
-	ReasonUpstreamError     = "upstream-error"     // 502: forwarding an absolute-form request failed
+	ReasonAuthorityUnavailable = "authority-unavailable" // 503: the authority could not be reached
+	ReasonDialFailed           = "dial-failed"           // 502 (or close after 200): no checked address answered
+	ReasonUpstreamError        = "upstream-error"        // 502: forwarding an absolute-form request failed
 
 	// After "200 Connection Established" a refusal can only close the
 	// connection; these appear in receipts and logs.
@@ -63,9 +63,9 @@ type Rule struct {
 	// Host is an exact name ("api.github.com") or "*.example.org", which
 	// matches names below example.org at any depth but not example.org.
 	// Case and one trailing dot are ignored. IP addresses are refused.
-	Host string
+	Host string `json:"host"`
 	// Ports the rule allows; empty means 443 only.
-	Ports []int
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Resolver looks up the addresses of an allowed name on the trusted side.
@@ -75,7 +75,7 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// Options configure a Broker. Ledger is required.
+// Options configure a Broker. Authority is required.
 type Options struct {
 	Allow []Rule
 	// UnsafeAllowRanges re-allows denied address ranges (loopback,
@@ -86,14 +86,14 @@ type Options struct {
 	// Resolver; the addresses are checked like resolved ones.
 	Resolve map[string][]netip.Addr
 	// Resolver is used for names not in Resolve; nil is net.DefaultResolver.
-	Resolver Resolver
-	Ledger   crossing.Authority
+	Resolver  Resolver
+	Authority crossing.Authority
 	// Dialer dials "tcp" to an "ip:port" it has checked, never to a name;
 	// nil is a net.Dialer with ConnectTimeout.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	Logger *slog.Logger
 	// MaxConnections bounds the concurrent connections of one workload
-	// through this Broker; 0 is unbounded (the ledger still budgets them).
+	// through this Broker; 0 is unbounded (the authority still budgets them).
 	MaxConnections int64
 	// IdleTimeout cuts a connection on which nothing moved for that long.
 	IdleTimeout time.Duration
@@ -110,7 +110,7 @@ type Broker struct {
 	addrs     *addrPolicy
 	resolve   map[string][]netip.Addr
 	resolver  Resolver
-	ledger    crossing.Authority
+	authority crossing.Authority
 	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
 	log       *slog.Logger
 	maxConns  int64
@@ -130,8 +130,8 @@ var (
 // New validates o and returns a Broker. It reads the host's interface
 // addresses once, to deny them as targets.
 func New(o Options) (*Broker, error) {
-	if o.Ledger == nil {
-		return nil, errors.New("egress: Options.Ledger is required")
+	if o.Authority == nil {
+		return nil, errors.New("egress: Options.Authority is required")
 	}
 	if o.IdleTimeout < 0 || o.ConnectTimeout < 0 || o.MaxConnections < 0 {
 		return nil, errors.New("egress: negative timeout or connection limit")
@@ -145,17 +145,17 @@ func New(o Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		allow:    allow,
-		addrs:    addrs,
-		resolve:  map[string][]netip.Addr{},
-		resolver: o.Resolver,
-		ledger:   o.Ledger,
-		dial:     o.Dialer,
-		log:      o.Logger,
-		maxConns: o.MaxConnections,
-		idle:     o.IdleTimeout,
-		connect:  o.ConnectTimeout,
-		active:   map[string]int64{},
+		allow:     allow,
+		addrs:     addrs,
+		resolve:   map[string][]netip.Addr{},
+		resolver:  o.Resolver,
+		authority: o.Authority,
+		dial:      o.Dialer,
+		log:       o.Logger,
+		maxConns:  o.MaxConnections,
+		idle:      o.IdleTimeout,
+		connect:   o.ConnectTimeout,
+		active:    map[string]int64{},
 	}
 	for name, as := range o.Resolve {
 		n, why := normalizeHost(name)
@@ -292,7 +292,7 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 			rc.Approval = at.approval.ID
 		}
 		rctx, cancel := detached(ctx)
-		err := b.ledger.Record(rctx, rc)
+		err := b.authority.Record(rctx, rc)
 		cancel()
 		if err != nil {
 			level = slog.LevelError
@@ -302,15 +302,15 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 	b.log.LogAttrs(ctx, level, "egress crossing", attrs...)
 }
 
-// detached is a context for ledger writes that must happen even after the
+// detached is a context for authority writes that must happen even after the
 // request's context is done (settling, receipts), still bounded in time.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), ledgerTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), authorityTimeout)
 }
 
-// ledgerTimeout bounds every ledger call: a stuck store refuses the
+// authorityTimeout bounds every authority call: a stuck store refuses the
 // crossing instead of hanging it.
-const ledgerTimeout = 10 * time.Second
+const authorityTimeout = 10 * time.Second
 
 // admit runs the checks every crossing passes before any byte moves:
 // name normalization, the allowlist (before any resolution), the
@@ -403,7 +403,7 @@ func (b *Broker) release(workload string) {
 	}
 }
 
-// reserve holds one connection in the ledger and returns the meter that
+// reserve holds one connection in the authority and returns the meter that
 // budgets the connection's bytes. A refusal is returned as status+reason.
 // open admits host:port (allow-list, resolution, address checks, the
 // connection limit) and reserves the connection's budget, refusing the
@@ -427,9 +427,9 @@ func (b *Broker) open(w http.ResponseWriter, r *http.Request, at *attempt, host 
 }
 
 func (b *Broker) reserve(ctx context.Context, at *attempt, port int) (*meter, int, string) {
-	rctx, cancel := context.WithTimeout(ctx, ledgerTimeout)
+	rctx, cancel := context.WithTimeout(ctx, authorityTimeout)
 	rctx = crossing.WithAsk(rctx, crossing.Ask{Action: "egress.connect", Resource: "Host", Target: at.host, Port: port})
-	res, st, err := b.ledger.Reserve(rctx, at.id, Name, crossing.Amount{Connections: 1}, 0)
+	res, st, err := b.authority.Reserve(rctx, at.id, Name, crossing.Amount{Connections: 1}, 0)
 	cancel()
 	at.budget, at.policy, at.approval = st, res.Policy, res.Approval
 	switch {
@@ -442,8 +442,8 @@ func (b *Broker) reserve(ctx context.Context, at *attempt, port int) (*meter, in
 	case errors.Is(err, crossing.ErrBudgetExceeded):
 		return nil, http.StatusForbidden, ReasonBudgetExceeded
 	case err != nil:
-		b.log.Error("egress ledger reserve", slog.String("workload", at.id.Workload), slog.String("error", err.Error()))
-		return nil, http.StatusServiceUnavailable, ReasonLedgerUnavailable
+		b.log.Error("egress authority reserve", slog.String("workload", at.id.Workload), slog.String("error", err.Error()))
+		return nil, http.StatusServiceUnavailable, ReasonAuthorityUnavailable
 	}
 	return &meter{b: b, ctx: ctx, id: at.id, main: res, state: st}, 0, ""
 }

@@ -22,12 +22,12 @@ import (
 
 // testBroker builds a Broker whose resolver and dialer fail the test
 // unless the options replace them.
-func testBroker(t *testing.T, o Options) (*Broker, *fakeLedger) {
+func testBroker(t *testing.T, o Options) (*Broker, *fakeAuthority) {
 	t.Helper()
-	l, _ := o.Ledger.(*fakeLedger)
+	l, _ := o.Authority.(*fakeAuthority)
 	if l == nil {
-		l = newFakeLedger(crossing.Amount{})
-		o.Ledger = l
+		l = newFakeAuthority(crossing.Amount{})
+		o.Authority = l
 	}
 	if o.Resolver == nil {
 		o.Resolver = &fakeResolver{t: t}
@@ -48,13 +48,13 @@ func realDialer(ctx context.Context, network, addr string) (net.Conn, error) {
 }
 
 func TestNewValidates(t *testing.T) {
-	l := newFakeLedger(crossing.Amount{})
+	l := newFakeAuthority(crossing.Amount{})
 	for name, o := range map[string]Options{
-		"no ledger":     {},
-		"bad rule":      {Ledger: l, Allow: []Rule{{Host: "10.0.0.1"}}},
-		"bad resolve":   {Ledger: l, Resolve: map[string][]netip.Addr{"127.1": addrs("127.0.0.1")}},
-		"invalid addr":  {Ledger: l, Resolve: map[string][]netip.Addr{"a.example": {{}}}},
-		"negative idle": {Ledger: l, IdleTimeout: -1},
+		"no authority":  {},
+		"bad rule":      {Authority: l, Allow: []Rule{{Host: "10.0.0.1"}}},
+		"bad resolve":   {Authority: l, Resolve: map[string][]netip.Addr{"127.1": addrs("127.0.0.1")}},
+		"invalid addr":  {Authority: l, Resolve: map[string][]netip.Addr{"a.example": {{}}}},
+		"negative idle": {Authority: l, IdleTimeout: -1},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%s) = nil error, want an error", name)
@@ -106,7 +106,7 @@ func TestConnectTLSEndToEnd(t *testing.T) {
 		t.Errorf("%d reservations outstanding after close, want 0", n)
 	}
 	if u := l.used(); u.Connections != 1 || u.EgressBytes != rc.Usage.EgressBytes {
-		t.Errorf("ledger used %+v, want the receipt's usage %+v", u, rc.Usage)
+		t.Errorf("authority used %+v, want the receipt's usage %+v", u, rc.Usage)
 	}
 }
 
@@ -163,14 +163,14 @@ func TestRefusals(t *testing.T) {
 		return func(_ *Options, r *fakeResolver) { r.answers = [][]netip.Addr{addrs(a...)} }
 	}
 	tests := []struct {
-		name    string
-		req     func() *http.Request
-		setup   func(*Options, *fakeResolver)
-		ledger  func(*fakeLedger)
-		noID    bool
-		status  int
-		reason  string
-		lookups int
+		name      string
+		req       func() *http.Request
+		setup     func(*Options, *fakeResolver)
+		authority func(*fakeAuthority)
+		noID      bool
+		status    int
+		reason    string
+		lookups   int
 	}{
 		{name: "no identity", req: conn("api.example.com:443"), noID: true, status: 500, reason: ReasonNoIdentity},
 		{name: "host not allowed", req: conn("evil.example.net:443"), status: 403, reason: ReasonHostNotAllowed},
@@ -206,12 +206,12 @@ func TestRefusals(t *testing.T) {
 		}, status: 403, reason: ReasonAddressDenied},
 		{name: "resolve failure", req: conn("api.example.com:443"), setup: func(_ *Options, r *fakeResolver) { r.err = errors.New("no such host") }, status: 403, reason: ReasonResolveFailed, lookups: 1},
 		{name: "empty answer", req: conn("api.example.com:443"), setup: func(_ *Options, r *fakeResolver) { r.answers = [][]netip.Addr{nil} }, status: 403, reason: ReasonResolveFailed, lookups: 1},
-		{name: "connection budget", req: conn("api.example.com:443"), setup: resolveTo("93.184.216.34"), ledger: func(l *fakeLedger) {
+		{name: "connection budget", req: conn("api.example.com:443"), setup: resolveTo("93.184.216.34"), authority: func(l *fakeAuthority) {
 			l.limits.Connections, l.settled.Connections = 3, 3
 		}, status: 403, reason: ReasonBudgetExceeded, lookups: 1},
-		{name: "ledger unavailable", req: conn("api.example.com:443"), setup: resolveTo("93.184.216.34"), ledger: func(l *fakeLedger) {
+		{name: "authority unavailable", req: conn("api.example.com:443"), setup: resolveTo("93.184.216.34"), authority: func(l *fakeAuthority) {
 			l.fail = fmt.Errorf("open store: %w", crossing.ErrUnavailable)
-		}, status: 503, reason: ReasonLedgerUnavailable, lookups: 1},
+		}, status: 503, reason: ReasonAuthorityUnavailable, lookups: 1},
 		{name: "connection limit", req: conn("api.example.com:443"), setup: func(o *Options, _ *fakeResolver) { o.MaxConnections = 1 }, status: 403, reason: ReasonConnectionLimit},
 		{name: "origin form", req: getReq("/path", nil), status: 400, reason: ReasonBadRequest},
 		{name: "https absolute form", req: getReq("https://api.example.com/", nil), status: 400, reason: ReasonBadRequest},
@@ -226,17 +226,17 @@ func TestRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := &fakeResolver{t: t}
-			l := newFakeLedger(crossing.Amount{})
+			l := newFakeAuthority(crossing.Amount{})
 			o := Options{
-				Allow:    []Rule{{Host: "api.example.com"}, {Host: "*.example.org"}},
-				Resolver: res,
-				Ledger:   l,
+				Allow:     []Rule{{Host: "api.example.com"}, {Host: "*.example.org"}},
+				Resolver:  res,
+				Authority: l,
 			}
 			if tt.setup != nil {
 				tt.setup(&o, res)
 			}
-			if tt.ledger != nil {
-				tt.ledger(l)
+			if tt.authority != nil {
+				tt.authority(l)
 			}
 			b, _ := testBroker(t, o)
 			if o.MaxConnections > 0 {
@@ -366,7 +366,7 @@ func TestByteBudgetCut(t *testing.T) {
 		Allow:             []Rule{{Host: "api.example.com", Ports: []int{port}}},
 		Resolve:           map[string][]netip.Addr{"api.example.com": addrs("127.0.0.1")},
 		UnsafeAllowRanges: []netip.Prefix{loopback},
-		Ledger:            newFakeLedger(crossing.Amount{EgressBytes: limit}),
+		Authority:         newFakeAuthority(crossing.Amount{EgressBytes: limit}),
 		Dialer:            (&recordingDialer{t: t, target: src}).dial,
 	})
 	proxy := startProxy(t, b)
@@ -383,7 +383,7 @@ func TestByteBudgetCut(t *testing.T) {
 		t.Errorf("receipt %s/%s out %d, want allow/%s out %d", rc.Decision, rc.Reason, rc.BytesOut, ReasonBudgetExceeded, n)
 	}
 	if u := l.used(); u.EgressBytes > limit || u.EgressBytes != rc.Usage.EgressBytes {
-		t.Errorf("ledger used %d egress bytes (receipt %d), limit %d", u.EgressBytes, rc.Usage.EgressBytes, limit)
+		t.Errorf("authority used %d egress bytes (receipt %d), limit %d", u.EgressBytes, rc.Usage.EgressBytes, limit)
 	}
 	if k := l.outstanding(); k != 0 {
 		t.Errorf("%d reservations outstanding, want 0", k)
@@ -506,7 +506,7 @@ func TestForwardByteBudget(t *testing.T) {
 		Resolve:           map[string][]netip.Addr{"api.example.com": addrs("127.0.0.1")},
 		UnsafeAllowRanges: []netip.Prefix{loopback},
 		Dialer:            realDialer,
-		Ledger:            newFakeLedger(crossing.Amount{EgressBytes: limit}),
+		Authority:         newFakeAuthority(crossing.Amount{EgressBytes: limit}),
 	})
 	proxy := startProxy(t, b)
 	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy})}

@@ -20,8 +20,8 @@ import (
 
 var testID = crossing.Identity{Workload: "w1", Tenant: "t1", SandboxID: "sb-1"}
 
-// fakeLedger is an in-memory Ledger with limits, holds and receipts.
-type fakeLedger struct {
+// fakeAuthority is an in-memory Authority with limits, holds and receipts.
+type fakeAuthority struct {
 	mu       sync.Mutex
 	limits   crossing.Amount
 	settled  crossing.Amount
@@ -33,11 +33,11 @@ type fakeLedger struct {
 	receipts chan crossing.Receipt
 }
 
-func newFakeLedger(limits crossing.Amount) *fakeLedger {
-	return &fakeLedger{limits: limits, held: map[int64]crossing.Amount{}, receipts: make(chan crossing.Receipt, 1024)}
+func newFakeAuthority(limits crossing.Amount) *fakeAuthority {
+	return &fakeAuthority{limits: limits, held: map[int64]crossing.Amount{}, receipts: make(chan crossing.Receipt, 1024)}
 }
 
-func (l *fakeLedger) stateLocked() crossing.BudgetState {
+func (l *fakeAuthority) stateLocked() crossing.BudgetState {
 	used := l.settled
 	for _, h := range l.held {
 		used = used.Add(h)
@@ -47,7 +47,7 @@ func (l *fakeLedger) stateLocked() crossing.BudgetState {
 
 func over(used, lim int64) bool { return lim > 0 && used > lim }
 
-func (l *fakeLedger) Reserve(_ context.Context, id crossing.Identity, broker string, want crossing.Amount, _ int64) (crossing.Reservation, crossing.BudgetState, error) {
+func (l *fakeAuthority) Reserve(_ context.Context, id crossing.Identity, broker string, want crossing.Amount, _ int64) (crossing.Reservation, crossing.BudgetState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reserves++
@@ -67,7 +67,7 @@ func (l *fakeLedger) Reserve(_ context.Context, id crossing.Identity, broker str
 	return crossing.Reservation{ID: l.next, Identity: id, Broker: broker, Held: want, At: time.Now()}, l.stateLocked(), nil
 }
 
-func (l *fakeLedger) Settle(_ context.Context, r crossing.Reservation, used crossing.Amount) (crossing.BudgetState, error) {
+func (l *fakeAuthority) Settle(_ context.Context, r crossing.Reservation, used crossing.Amount) (crossing.BudgetState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.held[r.ID]; !ok {
@@ -79,13 +79,13 @@ func (l *fakeLedger) Settle(_ context.Context, r crossing.Reservation, used cros
 	return l.stateLocked(), nil
 }
 
-func (l *fakeLedger) Record(_ context.Context, rc crossing.Receipt) error {
+func (l *fakeAuthority) Record(_ context.Context, rc crossing.Receipt) error {
 	l.receipts <- rc
 	return nil
 }
 
 // receipt waits for the next receipt.
-func (l *fakeLedger) receipt(t testing.TB) crossing.Receipt {
+func (l *fakeAuthority) receipt(t testing.TB) crossing.Receipt {
 	t.Helper()
 	select {
 	case rc := <-l.receipts:
@@ -96,13 +96,13 @@ func (l *fakeLedger) receipt(t testing.TB) crossing.Receipt {
 	}
 }
 
-func (l *fakeLedger) outstanding() int {
+func (l *fakeAuthority) outstanding() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.held)
 }
 
-func (l *fakeLedger) used() crossing.Amount {
+func (l *fakeAuthority) used() crossing.Amount {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.settled

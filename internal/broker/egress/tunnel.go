@@ -18,7 +18,7 @@ import (
 const (
 	// budgetChunk is how many egress bytes one extra Reserve holds: a
 	// sixteenth of what is left of the budget, between 1 and 16 MiB, so a
-	// bulk transfer costs two ledger calls per 16 MiB while a nearly spent
+	// bulk transfer costs two authority calls per 16 MiB while a nearly spent
 	// budget is still shared out finely.
 	budgetChunk    = 1 << 20
 	budgetChunkMax = 16 << 20
@@ -139,7 +139,7 @@ func (b *Broker) serveConnect(w http.ResponseWriter, r *http.Request, at *attemp
 
 // meter holds a connection's reservation and budgets its bytes: bytes in
 // either direction are claimed from egress bytes reserved in chunks; when
-// the ledger refuses a chunk the connection is cut.
+// the authority refuses a chunk the connection is cut.
 type meter struct {
 	b    *Broker
 	ctx  context.Context
@@ -152,7 +152,7 @@ type meter struct {
 	chunks  []crossing.Reservation // at most one: the chunk being claimed from
 	settled int64                  // bytes already settled as used with used-up chunks
 	charged int64                  // egress bytes charged in all, known after settle
-	refused bool                   // the ledger refused, or the meter is settled
+	refused bool                   // the authority refused, or the meter is settled
 }
 
 // claim returns how many bytes (1..want) the caller may move now. With
@@ -184,13 +184,13 @@ func (m *meter) reserveLocked() error {
 	}
 	// The chunk in hand is used up: settle it as used at once rather than
 	// hold it, so a long tunnel holds one chunk, not one per MiB moved
-	// (every ledger call of the workload sums the holds).
+	// (every authority call of the workload sums the holds).
 	for _, c := range m.chunks {
-		ctx, cancel := context.WithTimeout(m.ctx, ledgerTimeout)
-		st, err := m.b.ledger.Settle(ctx, c, crossing.Amount{EgressBytes: c.Held.EgressBytes})
+		ctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
+		st, err := m.b.authority.Settle(ctx, c, crossing.Amount{EgressBytes: c.Held.EgressBytes})
 		cancel()
 		if err != nil {
-			m.b.log.Error("egress ledger settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
+			m.b.log.Error("egress authority settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
 			m.refused = true
 			return errBudget
 		}
@@ -209,8 +209,8 @@ func (m *meter) reserveLocked() error {
 		if size <= 0 {
 			break
 		}
-		ctx, cancel := context.WithTimeout(m.ctx, ledgerTimeout)
-		r, st, err := m.b.ledger.Reserve(ctx, m.id, Name, crossing.Amount{EgressBytes: size}, 0)
+		ctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
+		r, st, err := m.b.authority.Reserve(ctx, m.id, Name, crossing.Amount{EgressBytes: size}, 0)
 		cancel()
 		if err == nil {
 			m.chunks = append(m.chunks, r)
@@ -218,7 +218,7 @@ func (m *meter) reserveLocked() error {
 			return nil
 		}
 		if !errors.Is(err, crossing.ErrBudgetExceeded) {
-			m.b.log.Error("egress ledger reserve", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
+			m.b.log.Error("egress authority reserve", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
 			break
 		}
 		// The state we sized from was stale; retry once with what is left.
@@ -247,8 +247,8 @@ func (m *meter) settle(used crossing.Amount) crossing.BudgetState {
 	m.chunks, m.avail, m.refused = nil, 0, true // a late claim must not hold new budget
 	m.mu.Unlock()
 	for _, c := range chunks {
-		if _, err := m.b.ledger.Settle(ctx, c, crossing.Amount{}); err != nil {
-			m.b.log.Error("egress ledger settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
+		if _, err := m.b.authority.Settle(ctx, c, crossing.Amount{}); err != nil {
+			m.b.log.Error("egress authority settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
 		}
 	}
 	// Bytes of used-up chunks were settled already (a used-up chunk is
@@ -256,9 +256,9 @@ func (m *meter) settle(used crossing.Amount) crossing.BudgetState {
 	// a chunk); count only the rest.
 	m.charged = max(used.EgressBytes, settled)
 	used.EgressBytes = max(0, used.EgressBytes-settled)
-	st, err := m.b.ledger.Settle(ctx, m.main, used)
+	st, err := m.b.authority.Settle(ctx, m.main, used)
 	if err != nil {
-		m.b.log.Error("egress ledger settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
+		m.b.log.Error("egress authority settle", slog.String("workload", m.id.Workload), slog.String("error", err.Error()))
 	}
 	return st
 }

@@ -13,17 +13,17 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
-// pendingLedger holds every model call for an approval, as the privileged
+// pendingAuthority holds every model call for an approval, as the privileged
 // side does when policy requires one and none is given.
-type pendingLedger struct {
-	*fakeLedger
+type pendingAuthority struct {
+	*fakeAuthority
 	mu   sync.Mutex
 	asks []crossing.Ask
 }
 
 var pendingRef = &crossing.ApprovalRef{ID: "apr_0123456789abcdef01234567", State: "pending", Expires: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 
-func (l *pendingLedger) Reserve(ctx context.Context, _ crossing.Identity, _ string, _ crossing.Amount, _ int64) (crossing.Reservation, crossing.BudgetState, error) {
+func (l *pendingAuthority) Reserve(ctx context.Context, _ crossing.Identity, _ string, _ crossing.Amount, _ int64) (crossing.Reservation, crossing.BudgetState, error) {
 	a, _ := crossing.AskFrom(ctx)
 	l.mu.Lock()
 	l.asks = append(l.asks, a)
@@ -36,8 +36,8 @@ func (l *pendingLedger) Reserve(ctx context.Context, _ crossing.Identity, _ stri
 // naming the approval; the question carries the exact body's digest.
 func TestApprovalPendingAnswer(t *testing.T) {
 	up, log := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) { w.WriteHeader(200) })
-	led := &pendingLedger{fakeLedger: newFakeLedger()}
-	s := newSetup(t, up.URL, func(o *Options) { o.Ledger = led })
+	led := &pendingAuthority{fakeAuthority: newFakeAuthority()}
+	s := newSetup(t, up.URL, func(o *Options) { o.Authority = led })
 	for _, tc := range []struct{ path, body, typePath string }{
 		{"/v1/messages", `{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, "anthropic"},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "openai"},

@@ -75,12 +75,12 @@ func cpuTime() time.Duration {
 
 func benchProxy(b *testing.B, up string) string {
 	b.Helper()
-	led := newFakeLedger()
+	led := newFakeAuthority()
 	bk, err := New(Options{
-		Routes:  []Route{{Name: "claude", API: APIAnthropic, Upstream: mustURL(up), Credential: "anthropic", Models: []string{"claude-*"}}},
-		Limits:  testLimits(),
-		Ledger:  &benchLedger{led},
-		Secrets: fakeSecrets{"anthropic": anthropicKey},
+		Routes:    []Route{{Name: "claude", API: APIAnthropic, Upstream: mustURL(up), Credential: "anthropic", Models: []string{"claude-*"}}},
+		Limits:    testLimits(),
+		Authority: &benchAuthority{led},
+		Secrets:   fakeSecrets{"anthropic": anthropicKey},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -92,11 +92,11 @@ func benchProxy(b *testing.B, up string) string {
 	return srv.URL
 }
 
-// benchLedger keeps budgets but no receipts (a benchmark would otherwise
+// benchAuthority keeps budgets but no receipts (a benchmark would otherwise
 // measure a growing slice).
-type benchLedger struct{ *fakeLedger }
+type benchAuthority struct{ *fakeAuthority }
 
-func (benchLedger) Record(context.Context, crossing.Receipt) error { return nil }
+func (benchAuthority) Record(context.Context, crossing.Receipt) error { return nil }
 
 func BenchmarkProxyNonStreaming(b *testing.B) {
 	benchRun(b, benchProxy(b, benchUpstream(b, false).URL)+"/v1/messages", benchBody)
@@ -135,7 +135,7 @@ func benchHandler(b *testing.B, body string, tr memTransport) {
 	bk, err := New(Options{
 		Routes:    []Route{{Name: "claude", API: APIAnthropic, Upstream: mustURL("https://api.anthropic.com"), Credential: "anthropic", Models: []string{"claude-*"}}},
 		Limits:    testLimits(),
-		Ledger:    &benchLedger{newFakeLedger()},
+		Authority: &benchAuthority{newFakeAuthority()},
 		Secrets:   fakeSecrets{"anthropic": anthropicKey},
 		Transport: tr,
 	})

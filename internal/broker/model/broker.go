@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 // Name is the model broker's name in budgets, receipts, logs and on its
@@ -33,23 +34,24 @@ type Route struct {
 
 // Limits bound every request and response.
 type Limits struct {
-	MaxRequestBytes      int64    // request body; > 0
-	MaxResponseBytes     int64    // upstream response body, streamed or not; > 0
-	MaxAttachments       int      // inline attachments per request; 0 allows none
-	MaxAttachmentBytes   int64    // decoded size of one attachment
-	AllowedMIME          []string // attachment media-type globs ("image/*"); none allows no attachment
-	MaxConcurrentStreams int64    // streams open through this broker, all workloads together; > 0
+	MaxRequestBytes      int64    `json:"max_request_bytes"`      // request body; > 0
+	MaxResponseBytes     int64    `json:"max_response_bytes"`     // upstream response body, streamed or not; > 0
+	MaxAttachments       int      `json:"max_attachments"`        // inline attachments per request; 0 allows none
+	MaxAttachmentBytes   int64    `json:"max_attachment_bytes"`   // decoded size of one attachment
+	AllowedMIME          []string `json:"allowed_mime"`           // attachment media-type globs ("image/*"); none allows no attachment
+	MaxConcurrentStreams int64    `json:"max_concurrent_streams"` // streams open through this broker, all workloads together; > 0
 	// DefaultMaxOutputTokens is the output cap the broker sets on an
 	// OpenAI request that sets none (and reserves for it, and for an
-	// Anthropic request without max_tokens); 0 means 4096.
-	DefaultMaxOutputTokens int64
+	// Anthropic request without max_tokens); 0 means 4096. Config key:
+	// limits.default_max_output_tokens.
+	DefaultMaxOutputTokens int64 `json:"default_max_output_tokens,omitempty"`
 }
 
 // Options configure a Broker.
 type Options struct {
 	Routes    []Route
 	Limits    Limits
-	Ledger    crossing.Authority
+	Authority crossing.Authority
 	Secrets   crossing.Secrets
 	Transport http.RoundTripper // nil: a tuned http.Transport shared by every route
 	Logger    *slog.Logger      // nil: discard
@@ -68,9 +70,9 @@ const defaultAnthropicVersion = "2023-06-01"
 // defaultMaxOutput is DefaultMaxOutputTokens when the operator sets none.
 const defaultMaxOutput = 4096
 
-// ledgerTimeout bounds Settle and Record after a response: a stuck store
+// authorityTimeout bounds Settle and Record after a response: a stuck store
 // must not hold the handler (the reservation is the store's to expire).
-const ledgerTimeout = 5 * time.Second
+const authorityTimeout = 5 * time.Second
 
 // stallTimeout bounds one write to the agent: a client that stops reading
 // does not hold a stream, its budget and a provider connection forever.
@@ -127,20 +129,20 @@ type route struct {
 type Broker struct {
 	routes    []route
 	lim       Limits
-	ledger    crossing.Authority
+	authority crossing.Authority
 	secrets   crossing.Secrets
 	transport http.RoundTripper
 	log       *slog.Logger
 	now       func() time.Time
 	streams   atomic.Int64 // open streams
-	matchers  matcherCache
+	redactors custody.RedactorCache
 	pool      sync.Pool // *exchange
 }
 
 // New validates o and returns a Broker.
 func New(o Options) (*Broker, error) {
-	if o.Ledger == nil {
-		return nil, errors.New("model broker: no ledger")
+	if o.Authority == nil {
+		return nil, errors.New("model broker: no authority")
 	}
 	if o.Secrets == nil {
 		return nil, errors.New("model broker: no secrets custodian")
@@ -170,7 +172,7 @@ func New(o Options) (*Broker, error) {
 		}
 	}
 	l.AllowedMIME = append([]string(nil), l.AllowedMIME...)
-	b := &Broker{lim: l, ledger: o.Ledger, secrets: o.Secrets, transport: o.Transport, log: o.Logger, now: o.Now}
+	b := &Broker{lim: l, authority: o.Authority, secrets: o.Secrets, transport: o.Transport, log: o.Logger, now: o.Now}
 	names := map[string]bool{}
 	for _, r := range o.Routes {
 		rt, err := compileRoute(r)
@@ -382,42 +384,10 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		}
 		x.streamSlot, streams = true, 1
 	}
-	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
-	x.want = b.reservation(x)
-	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
-		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
-	res, st, err := b.ledger.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
-	x.rc.Budget, x.rc.Policy = st, res.Policy
-	switch {
-	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
-		b.denyApproval(r.Context(), w, x, res.Approval)
-		return
-	case errors.Is(err, crossing.ErrApprovalDenied):
-		b.deny(r.Context(), w, x, refuse(kindForbidden, "an operator denied this exact request, or too many approvals are waiting; nothing was forwarded"))
-		return
-	case errors.Is(err, crossing.ErrPolicyDenied):
-		b.deny(r.Context(), w, x, refuse(kindForbidden, "denied by policy for this workload; nothing was forwarded"))
-		return
-	case errors.Is(err, crossing.ErrBudgetExceeded):
-		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
-		return
-	case err != nil:
-		b.log.LogAttrs(ctx, slog.LevelError, "model budget ledger unavailable", slog.String("error", err.Error()))
-		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget ledger is unavailable; nothing was forwarded"))
+	if !b.reserve(ctx, w, r, x, streams) {
 		return
 	}
-	x.res, x.reserved = res, true
-	if res.Approval != nil {
-		x.rc.Approval = res.Approval.ID
-	}
-	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
-	if x.plan.cap > 0 {
-		x.rc.Reason += "; output cap set by cordon: " + strconv.FormatInt(x.plan.cap, 10)
-	}
-	if x.plan.usage {
-		x.rc.Reason += "; stream usage requested by cordon"
-	}
-	x.m = b.matchers.get(b.secrets.Values())
+	x.m = b.redactors.Get(b.secrets.Values())
 
 	req, err := b.upstreamRequest(ctx, r, x, secret)
 	if err != nil {
@@ -472,6 +442,48 @@ func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	b.finish(r.Context(), x)
 }
 
+// reserve plans the output cap, asks the root side to reserve the call's
+// budget (policy and approvals decide there) and records the decision in
+// the receipt; on a refusal it answers the agent and returns false.
+func (b *Broker) reserve(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, streams int64) bool {
+	x.plan = capEdits(&x.info, x.ep, b.lim.DefaultMaxOutputTokens)
+	x.want = b.reservation(x)
+	ask := crossing.Ask{Action: "model.invoke", Resource: "Model", Target: x.rc.Target,
+		RequestDigest: x.rc.RequestDigest, RequestBytes: x.bodyLen, Operation: x.rc.Action}
+	res, st, err := b.authority.Reserve(crossing.WithAsk(ctx, ask), x.rc.Identity, Name, x.want, streams)
+	x.rc.Budget, x.rc.Policy = st, res.Policy
+	switch {
+	case errors.Is(err, crossing.ErrApprovalPending) && res.Approval != nil:
+		b.denyApproval(r.Context(), w, x, res.Approval)
+		return false
+	case errors.Is(err, crossing.ErrApprovalDenied):
+		b.deny(r.Context(), w, x, refuse(kindForbidden, "an operator denied this exact request, or too many approvals are waiting; nothing was forwarded"))
+		return false
+	case errors.Is(err, crossing.ErrPolicyDenied):
+		b.deny(r.Context(), w, x, refuse(kindForbidden, "denied by policy for this workload; nothing was forwarded"))
+		return false
+	case errors.Is(err, crossing.ErrBudgetExceeded):
+		b.deny(r.Context(), w, x, refuse(kindBudget, "the workload's model budget is exhausted ("+exceeded(st, x.want, streams)+"); nothing was forwarded"))
+		return false
+	case err != nil:
+		b.log.LogAttrs(ctx, slog.LevelError, "model budget authority unavailable", slog.String("error", err.Error()))
+		b.deny(r.Context(), w, x, refuse(kindUnavailable, "the budget authority is unavailable; nothing was forwarded"))
+		return false
+	}
+	x.res, x.reserved = res, true
+	if res.Approval != nil {
+		x.rc.Approval = res.Approval.ID
+	}
+	x.rc.Decision, x.rc.Reason = crossing.Allow, "route "+x.route.Name
+	if x.plan.cap > 0 {
+		x.rc.Reason += "; output cap set by cordon: " + strconv.FormatInt(x.plan.cap, 10)
+	}
+	if x.plan.usage {
+		x.rc.Reason += "; stream usage requested by cordon"
+	}
+	return true
+}
+
 // reservation is the budget held for a call until it settles: the output
 // reserved is the cap the provider enforces (the agent's, or the one the
 // broker set), times the choices.
@@ -488,7 +500,7 @@ func (b *Broker) reservation(x *exchange) crossing.Amount {
 }
 
 // exceeded names the limits a reservation would pass, for the agent's
-// message (built from numbers, never from the ledger's error text).
+// message (built from numbers, never from the authority's error text).
 func exceeded(st crossing.BudgetState, want crossing.Amount, streams int64) string {
 	var names []string
 	over := func(name string, used, w, limit int64) {
@@ -528,7 +540,7 @@ func (b *Broker) fail(w http.ResponseWriter, x *exchange, k kind, msg string) {
 // finish settles the reservation, records the receipt and logs the
 // decision. It runs after the agent has its answer.
 func (b *Broker) finish(reqCtx context.Context, x *exchange) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), ledgerTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), authorityTimeout)
 	defer cancel()
 	if x.streamSlot {
 		b.streams.Add(-1)
@@ -558,7 +570,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 		x.rc.Decision = crossing.Deny
 	}
 	var err error
-	if sr, ok := b.ledger.(crossing.SettleRecorder); ok && x.reserved {
+	if sr, ok := b.authority.(crossing.SettleRecorder); ok && x.reserved {
 		// One round trip and one commit: settle and record together.
 		var st crossing.BudgetState
 		if st, err = sr.SettleRecord(ctx, x.res, x.rc.Usage, x.rc); err == nil {
@@ -569,7 +581,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 		}
 	} else {
 		if x.reserved {
-			st, serr := b.ledger.Settle(ctx, x.res, x.rc.Usage)
+			st, serr := b.authority.Settle(ctx, x.res, x.rc.Usage)
 			if serr != nil {
 				b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
 					slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", serr.Error()))
@@ -577,7 +589,7 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 				x.rc.Budget = st
 			}
 		}
-		err = b.ledger.Record(ctx, x.rc)
+		err = b.authority.Record(ctx, x.rc)
 	}
 	lvl := slog.LevelInfo
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// fakeLedger enforces limits in memory, atomically under one lock.
-type fakeLedger struct {
+// fakeAuthority enforces limits in memory, atomically under one lock.
+type fakeAuthority struct {
 	mu         sync.Mutex
 	limits     crossing.Amount
 	maxStreams int64
@@ -36,13 +36,13 @@ type fakeLedger struct {
 	recordErr  error
 }
 
-func newFakeLedger() *fakeLedger { return &fakeLedger{held: map[int64]crossing.Amount{}} }
+func newFakeAuthority() *fakeAuthority { return &fakeAuthority{held: map[int64]crossing.Amount{}} }
 
-func (l *fakeLedger) state() crossing.BudgetState {
+func (l *fakeAuthority) state() crossing.BudgetState {
 	return crossing.BudgetState{Used: l.used, Limits: l.limits, Streams: l.streams}
 }
 
-func (l *fakeLedger) Reserve(ctx context.Context, id crossing.Identity, broker string, want crossing.Amount, streams int64) (crossing.Reservation, crossing.BudgetState, error) {
+func (l *fakeAuthority) Reserve(ctx context.Context, id crossing.Identity, broker string, want crossing.Amount, streams int64) (crossing.Reservation, crossing.BudgetState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.reserveErr != nil {
@@ -65,7 +65,7 @@ func (l *fakeLedger) Reserve(ctx context.Context, id crossing.Identity, broker s
 	return crossing.Reservation{ID: l.nextID, Identity: id, Broker: broker, Held: want}, l.state(), nil
 }
 
-func (l *fakeLedger) Settle(ctx context.Context, r crossing.Reservation, used crossing.Amount) (crossing.BudgetState, error) {
+func (l *fakeAuthority) Settle(ctx context.Context, r crossing.Reservation, used crossing.Amount) (crossing.BudgetState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	held, ok := l.held[r.ID]
@@ -83,14 +83,14 @@ func (l *fakeLedger) Settle(ctx context.Context, r crossing.Reservation, used cr
 	return l.state(), nil
 }
 
-func (l *fakeLedger) Record(ctx context.Context, rc crossing.Receipt) error {
+func (l *fakeAuthority) Record(ctx context.Context, rc crossing.Receipt) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.receipts = append(l.receipts, rc)
 	return l.recordErr
 }
 
-func (l *fakeLedger) lastReceipt(t *testing.T) crossing.Receipt {
+func (l *fakeAuthority) lastReceipt(t *testing.T) crossing.Receipt {
 	t.Helper()
 	// The handler records after the response is complete; wait for it.
 	for range 200 {
@@ -110,7 +110,7 @@ func (l *fakeLedger) lastReceipt(t *testing.T) crossing.Receipt {
 	return l.receipts[len(l.receipts)-1]
 }
 
-func (l *fakeLedger) openReservations() int {
+func (l *fakeAuthority) openReservations() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -197,9 +197,9 @@ func fakeProvider(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, 
 }
 
 type setup struct {
-	broker *Broker
-	ledger *fakeLedger
-	srv    *httptest.Server // the broker behind an identity-binding listener
+	broker    *Broker
+	authority *fakeAuthority
+	srv       *httptest.Server // the broker behind an identity-binding listener
 }
 
 func testLimits() Limits {
@@ -216,15 +216,15 @@ func newSetup(t *testing.T, upstream string, mod func(*Options)) *setup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	led := newFakeLedger()
+	led := newFakeAuthority()
 	o := Options{
 		Routes: []Route{
 			{Name: "claude", API: APIAnthropic, Upstream: u, Credential: "anthropic", Models: []string{"claude-*"}},
 			{Name: "gpt", API: APIOpenAI, Upstream: u, Credential: "openai", Models: []string{"gpt-*", "o3*"}},
 		},
-		Limits:  testLimits(),
-		Ledger:  led,
-		Secrets: fakeSecrets{"anthropic": anthropicKey, "openai": openaiKey},
+		Limits:    testLimits(),
+		Authority: led,
+		Secrets:   fakeSecrets{"anthropic": anthropicKey, "openai": openaiKey},
 	}
 	if mod != nil {
 		mod(&o)
@@ -237,7 +237,7 @@ func newSetup(t *testing.T, upstream string, mod func(*Options)) *setup {
 		b.ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), testID)))
 	}))
 	t.Cleanup(srv.Close)
-	return &setup{broker: b, ledger: led, srv: srv}
+	return &setup{broker: b, authority: led, srv: srv}
 }
 
 // post sends body to the broker as an agent would, with its placeholder
@@ -309,7 +309,7 @@ func TestAnthropicNonStreaming(t *testing.T) {
 	if string(seen.bodies[0]) != body {
 		t.Errorf("upstream body = %s, want the agent's bytes unchanged", seen.bodies[0])
 	}
-	rc := s.ledger.lastReceipt(t)
+	rc := s.authority.lastReceipt(t)
 	want := crossing.Receipt{
 		Identity: testID, Broker: "model", Action: "anthropic.messages", Target: "claude-sonnet-4-5",
 		RequestDigest: digest([]byte(body)), Decision: crossing.Allow, Reason: "route claude",
@@ -320,7 +320,7 @@ func TestAnthropicNonStreaming(t *testing.T) {
 	if diff := cmp.Diff(want, rc, cmpReceipt); diff != "" {
 		t.Errorf("receipt (-want +got):\n%s", diff)
 	}
-	if n := s.ledger.openReservations(); n != 0 {
+	if n := s.authority.openReservations(); n != 0 {
 		t.Errorf("%d reservations left open", n)
 	}
 }
@@ -375,7 +375,7 @@ func TestAnthropicStreaming(t *testing.T) {
 	if seen.count() != 1 {
 		t.Fatalf("upstream saw %d requests", seen.count())
 	}
-	rc := s.ledger.lastReceipt(t)
+	rc := s.authority.lastReceipt(t)
 	wantUsage := crossing.Amount{Requests: 1, InputTokens: 480, OutputTokens: 89, Bytes: rc.BytesIn + int64(len(out))}
 	if diff := cmp.Diff(wantUsage, rc.Usage); diff != "" {
 		t.Errorf("usage (-want +got):\n%s", diff)
@@ -386,8 +386,8 @@ func TestAnthropicStreaming(t *testing.T) {
 	if rc.Decision != crossing.Allow || rc.Reason != "route claude" || rc.FirstByte <= 0 {
 		t.Errorf("receipt decision %q reason %q first byte %v", rc.Decision, rc.Reason, rc.FirstByte)
 	}
-	if n := s.ledger.openReservations(); n != 0 || s.ledger.streams != 0 {
-		t.Errorf("open reservations %d, streams %d after the stream", n, s.ledger.streams)
+	if n := s.authority.openReservations(); n != 0 || s.authority.streams != 0 {
+		t.Errorf("open reservations %d, streams %d after the stream", n, s.authority.streams)
 	}
 }
 
@@ -444,7 +444,7 @@ func TestOpenAI(t *testing.T) {
 			if r.Header.Get("Authorization") != "Bearer "+openaiKey || r.Header.Get("X-Api-Key") != "" {
 				t.Errorf("upstream credentials: %v", r.Header)
 			}
-			rc := s.ledger.lastReceipt(t)
+			rc := s.authority.lastReceipt(t)
 			if rc.Usage.InputTokens != tt.in || rc.Usage.OutputTokens != tt.out || rc.Action != tt.action {
 				t.Errorf("receipt action %s usage %+v, want %s in %d out %d", rc.Action, rc.Usage, tt.action, tt.in, tt.out)
 			}
@@ -540,7 +540,7 @@ func TestRefusals(t *testing.T) {
 			if bytes.Contains(out, []byte(anthropicKey)) || bytes.Contains(out, []byte("/tmp")) {
 				t.Errorf("error leaks: %s", out)
 			}
-			rc := s.ledger.lastReceipt(t)
+			rc := s.authority.lastReceipt(t)
 			if rc.Decision != crossing.Deny || rc.Reason == "" || rc.Identity != testID {
 				t.Errorf("receipt = %+v, want a deny", rc)
 			}
@@ -549,36 +549,36 @@ func TestRefusals(t *testing.T) {
 	if seen.count() != 0 {
 		t.Errorf("upstream saw %d requests", seen.count())
 	}
-	if n := s.ledger.openReservations(); n != 0 {
+	if n := s.authority.openReservations(); n != 0 {
 		t.Errorf("%d reservations left open", n)
 	}
 }
 
-func TestBudgetAndLedger(t *testing.T) {
+func TestBudgetAndAuthority(t *testing.T) {
 	tests := []struct {
 		name    string
 		path    string
 		body    string
-		prep    func(*fakeLedger)
+		prep    func(*fakeAuthority)
 		status  int
 		errType string
 	}{
 		{"anthropic budget exceeded", "/v1/messages", `{"model":"claude-x","max_tokens":100}`,
-			func(l *fakeLedger) { l.limits.OutputTokens = 50 }, 429, "rate_limit_error"},
+			func(l *fakeAuthority) { l.limits.OutputTokens = 50 }, 429, "rate_limit_error"},
 		{"openai budget exceeded", "/v1/chat/completions", `{"model":"gpt-4o","messages":[]}`,
-			func(l *fakeLedger) { l.limits.Requests = 1; l.used.Requests = 1 }, 429, "insufficient_quota"},
-		{"ledger unavailable", "/v1/messages", `{"model":"claude-x"}`,
-			func(l *fakeLedger) {
+			func(l *fakeAuthority) { l.limits.Requests = 1; l.used.Requests = 1 }, 429, "insufficient_quota"},
+		{"authority unavailable", "/v1/messages", `{"model":"claude-x"}`,
+			func(l *fakeAuthority) {
 				l.reserveErr = fmt.Errorf("open /var/lib/cordon/store.db: %w", crossing.ErrUnavailable)
 			}, 503, "overloaded_error"},
-		{"ledger failing", "/v1/chat/completions", `{"model":"gpt-4o"}`,
-			func(l *fakeLedger) { l.reserveErr = errors.New("disk I/O error at /var/lib/cordon") }, 503, "server_error"},
+		{"authority failing", "/v1/chat/completions", `{"model":"gpt-4o"}`,
+			func(l *fakeAuthority) { l.reserveErr = errors.New("disk I/O error at /var/lib/cordon") }, 503, "server_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {})
 			s := newSetup(t, up.URL, nil)
-			tt.prep(s.ledger)
+			tt.prep(s.authority)
 			resp, out := s.post(t, tt.path, tt.body)
 			e := decodeError(t, out)
 			if resp.StatusCode != tt.status || e.Error.Type != tt.errType {
@@ -590,7 +590,7 @@ func TestBudgetAndLedger(t *testing.T) {
 			if seen.count() != 0 {
 				t.Errorf("upstream reached")
 			}
-			if rc := s.ledger.lastReceipt(t); rc.Decision != crossing.Deny {
+			if rc := s.authority.lastReceipt(t); rc.Decision != crossing.Deny {
 				t.Errorf("receipt decision %q", rc.Decision)
 			}
 		})
@@ -618,7 +618,7 @@ func TestConcurrentReservationsCannotOverspend(t *testing.T) {
 		io.WriteString(w, anthropicReply)
 	})
 	s := newSetup(t, up.URL, nil)
-	s.ledger.limits.Requests = 10
+	s.authority.limits.Requests = 10
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}

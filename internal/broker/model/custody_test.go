@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 func gzipped(t *testing.T, s string) []byte {
@@ -94,16 +95,16 @@ func TestCompressedResponseRefused(t *testing.T) {
 			if !strings.Contains(e.Error.Message, "compressed") {
 				t.Errorf("error %s does not say why", out)
 			}
-			rc := s.ledger.lastReceipt(t)
+			rc := s.authority.lastReceipt(t)
 			if rc.Decision != crossing.Allow || !strings.Contains(rc.Reason, "upstream response encoding refused") || rc.UpstreamCode != tt.status {
 				t.Errorf("receipt %q %q %d, want the refusal reason and status %d", rc.Decision, rc.Reason, rc.UpstreamCode, tt.status)
 			}
-			if n := s.ledger.openReservations(); n != 0 {
+			if n := s.authority.openReservations(); n != 0 {
 				t.Errorf("%d reservations left open", n)
 			}
-			s.ledger.mu.Lock()
-			settled := s.ledger.settled[len(s.ledger.settled)-1]
-			s.ledger.mu.Unlock()
+			s.authority.mu.Lock()
+			settled := s.authority.settled[len(s.authority.settled)-1]
+			s.authority.mu.Unlock()
 			if got := settled.OutputTokens == 100; got != tt.charged {
 				t.Errorf("settled %+v, want the reservation charged: %v", settled, tt.charged)
 			}
@@ -121,7 +122,7 @@ func TestCompressedResponseRefused(t *testing.T) {
 			})
 			s := newSetup(t, up.URL, nil)
 			resp, out := s.post(t, "/v1/messages", `{"model":"claude-x","max_tokens":100,"messages":[]}`)
-			if resp.StatusCode != 200 || !bytes.Contains(out, []byte("key "+redactedMark)) || leaks(out, anthropicKey) {
+			if resp.StatusCode != 200 || !bytes.Contains(out, []byte("key "+custody.Replacement)) || leaks(out, anthropicKey) {
 				t.Errorf("encoding %q: status %d body %q, want the body with the secret redacted", enc, resp.StatusCode, out)
 			}
 		}
@@ -151,7 +152,7 @@ func TestTransferEncodingRefused(t *testing.T) {
 	if resp.StatusCode != 502 || leaks(out, anthropicKey) {
 		t.Errorf("status %d body %q, want 502 without the secret", resp.StatusCode, out)
 	}
-	if n := s.ledger.openReservations(); n != 0 {
+	if n := s.authority.openReservations(); n != 0 {
 		t.Errorf("%d reservations left open", n)
 	}
 }

@@ -9,13 +9,19 @@
 // to the connection, guards the request (size, strict JSON, a "model"
 // string, inline attachments counted and checked for media type and
 // decoded size), picks the declared route whose model globs allow the
-// model, reserves budget in the crossing.Ledger (requests, estimated input
+// model, reserves budget in the crossing.Authority (requests, estimated input
 // tokens, the output cap, bytes, a stream slot), injects the route's
 // credential, relays the answer — streams event by event, flushed
 // as they arrive — while guarding it (size, well-formed events, redaction
 // of every custodied value), settles the real usage and records one
 // receipt. Refusals are shaped as the provider's own errors so agents'
 // SDKs report them plainly.
+//
+// Plane: unprivileged — it runs in the gateway process
+// (internal/gateway/proc) and parses agent bytes; its trusted half, on
+// the root side, is ./authority, reached over the model broker's own
+// authority channel. Its wire messages are crossing's metered operations
+// (crossing.Remote); its configuration is Config.
 //
 // It must never:
 //   - forward an agent's credential: Authorization, x-api-key,
@@ -31,12 +37,12 @@
 //   - execute a tool call: tool_use blocks, tool_calls and *_call items are
 //     passed to the agent as data and listed as untrusted in the receipt;
 //   - send a secret to the agent: custodied values, raw or JSON-escaped,
-//     are redacted from every response byte and allowed header, also when
-//     a value is split across reads; a header whose name holds one (in any
+//     are redacted (by internal/custody's redactor) from every response
+//     byte and allowed header, also when a value is split across reads; a header whose name holds one (in any
 //     case: names are canonicalised) is dropped;
 //   - relay a body it cannot read: it asks for identity encoding and
 //     refuses a response in any other Content-Encoding;
-//   - let a call through when identity, the ledger or the credential is
+//   - let a call through when identity, the authority or the credential is
 //     unavailable (section 9: unavailable dependencies deny; there is no
 //     direct-path fallback), or hold budget for a client that went away
 //     (the upstream call follows the agent's request context and a stalled
@@ -77,7 +83,8 @@
 // max_output_tokens (Responses) could generate up to the model's maximum,
 // and a chat stream without stream_options.include_usage never reports its
 // usage. When a request sets no cap the broker sets one, the amount it
-// reserves: Limits.DefaultMaxOutputTokens (4096 unless configured), added
+// reserves: Limits.DefaultMaxOutputTokens (4096 unless the config sets
+// limits.default_max_output_tokens), added
 // as "max_completion_tokens" / "max_output_tokens" right after the body's
 // opening brace (or in place of a null) once the guard has verified the
 // member absent; a chat stream that does not ask for usage gets

@@ -34,7 +34,7 @@ const (
 	kindBusy                    // broker-wide stream slots exhausted
 	kindInternal                // gateway bug (no identity)
 	kindUpstream                // provider unreachable or misbehaving
-	kindUnavailable             // ledger or custodian unavailable
+	kindUnavailable             // authority or custodian unavailable
 )
 
 // kinds maps each refusal to its status and the two providers' error types.

@@ -237,32 +237,3 @@ func checkCapEdits(t *testing.T, body []byte, orig map[string]any, info *reqInfo
 		t.Fatalf("%s: forwarded %q still lacks a cap or usage: %+v", ep.path, fwd, p)
 	}
 }
-
-// FuzzRedactor checks that a secret never survives redaction, however the
-// stream is cut, and that the cuts never change the output.
-func FuzzRedactor(f *testing.F) {
-	f.Add([]byte("data: sk-live-0123456789\n\n"), []byte("sk-live-0123456789"), []byte("0123"), uint16(5), uint16(9))
-	f.Add([]byte("aaaaaaaaaa"), []byte("aaa"), []byte("aab"), uint16(1), uint16(2))
-	f.Fuzz(func(t *testing.T, in, s1, s2 []byte, cut1, cut2 uint16) {
-		m := newMatcher([][]byte{s1, s2})
-		i, j := int(cut1)%(len(in)+1), int(cut2)%(len(in)+1)
-		if i > j {
-			i, j = j, i
-		}
-		r := redactor{m: m}
-		out := r.write(nil, in[:i])
-		out = r.write(out, in[i:j])
-		out = r.write(out, in[j:])
-		out = r.flush(out)
-		if whole := m.redactAll(nil, in); !bytes.Equal(out, whole) {
-			t.Fatalf("pieces %q != whole %q", out, whole)
-		}
-		for _, seg := range bytes.Split(out, []byte(redactedMark)) {
-			for _, p := range m.pats {
-				if bytes.Contains(seg, p) {
-					t.Fatalf("secret %q survived in %q", p, out)
-				}
-			}
-		}
-	})
-}

@@ -3,6 +3,8 @@ package model
 import (
 	"bytes"
 	"strings"
+
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 // The response guard's reading of provider answers: usage for settlement,
@@ -233,8 +235,8 @@ func (x *exchange) tool(kind, name []byte) {
 	if len(label) == 0 {
 		label = kind
 	}
-	if x.m.contains(label) {
-		label = []byte(redactedMark)
+	if x.m.Contains(label) {
+		label = []byte(custody.Replacement)
 	}
 	if len(label) > maxToolName {
 		label = label[:maxToolName]

@@ -94,8 +94,8 @@ func TestOutputCapSet(t *testing.T) {
 			if _, ref := guardRequest(seen.bodies[0], &lim, endpointFor(seen.requests[0])); ref != nil {
 				t.Errorf("forwarded body refused by the guard: %v", ref)
 			}
-			rc := s.ledger.lastReceipt(t)
-			if got := s.ledger.reserved[0].OutputTokens; got != tt.reserved {
+			rc := s.authority.lastReceipt(t)
+			if got := s.authority.reserved[0].OutputTokens; got != tt.reserved {
 				t.Errorf("reserved %d output tokens, want %d", got, tt.reserved)
 			}
 			if rc.RequestDigest != digest([]byte(tt.body)) || rc.BytesIn != int64(len(tt.body)) {
@@ -118,7 +118,7 @@ func TestCaplessRequestsCannotOverspend(t *testing.T) {
 		io.WriteString(w, `{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4096}}`)
 	})
 	s := newSetup(t, up.URL, nil)
-	s.ledger.limits.OutputTokens = 10000
+	s.authority.limits.OutputTokens = 10000
 	codes := make(chan int, 3)
 	var wg sync.WaitGroup
 	for range 3 {
@@ -150,8 +150,8 @@ func TestCaplessRequestsCannotOverspend(t *testing.T) {
 			t.Errorf("upstream body %s lacks the cap", b)
 		}
 	}
-	if s.ledger.used.OutputTokens > 10000 {
-		t.Errorf("settled %d output tokens against a 10000 limit", s.ledger.used.OutputTokens)
+	if s.authority.used.OutputTokens > 10000 {
+		t.Errorf("settled %d output tokens against a 10000 limit", s.authority.used.OutputTokens)
 	}
 }
 
@@ -188,7 +188,7 @@ func TestOutputSettlement(t *testing.T) {
 			if resp, out := s.post(t, tt.path, tt.body); resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, out)
 			}
-			rc := s.ledger.lastReceipt(t)
+			rc := s.authority.lastReceipt(t)
 			if rc.Usage.OutputTokens != tt.out {
 				t.Errorf("settled %d output tokens, want %d", rc.Usage.OutputTokens, tt.out)
 			}

@@ -55,7 +55,7 @@ func (b *Broker) relayBuffered(ctx context.Context, w http.ResponseWriter, rc *h
 		// provider's own API-shaped answer.
 		x.charge, x.outcome = chargeNone, "upstream status "+strconv.Itoa(st)
 	}
-	x.write = x.m.redactAll(x.write[:0], data)
+	x.write = x.m.AppendRedacted(x.write[:0], data)
 	h := w.Header()
 	copyResponseHeaders(h, resp.Header, x.m)
 	h.Set("Content-Length", strconv.Itoa(len(x.write)))
@@ -105,7 +105,7 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 		x.cancel()
 		return
 	}
-	x.red.reset(x.m)
+	x.red.Reset(x.m)
 	if cap(x.read) < readChunk {
 		x.read = make([]byte, readChunk)
 	}
@@ -114,7 +114,7 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 		if err := x.inspectEvent(ev); err != nil {
 			return err
 		}
-		x.write = x.red.write(x.write, ev.raw)
+		x.write = x.red.Write(x.write, ev.raw)
 		return nil
 	}
 	var stop *refusal
@@ -148,7 +148,7 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 				stop = refuse(kindUpstream, "the model upstream ended the stream before its final event")
 			}
 			if stop == nil {
-				x.write = x.red.flush(x.write)
+				x.write = x.red.Flush(x.write)
 				b.send(w, rc, x)
 				return
 			}
@@ -163,7 +163,7 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 	// Cut the stream: what was already judged goes out, then an error
 	// event the agent's SDK understands, and the upstream is cancelled.
 	x.cancel()
-	x.write = x.red.flush(x.write)
+	x.write = x.red.Flush(x.write)
 	x.write = errorEvent(x.write, x.api, x.ep.resp, stop.kind, stop.msg)
 	b.send(w, rc, x)
 }

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 // charge says how a call's tokens settle.
@@ -58,13 +59,13 @@ type exchange struct {
 	out        int64
 	status     int
 	outcome    string
-	m          *matcher
+	m          *custody.Redactor
 
 	// Response buffers, kept across calls.
 	read   []byte
 	write  []byte
 	parser sseParser
-	red    redactor
+	red    custody.Stream
 }
 
 // maxPooled is the largest buffer kept for reuse.
@@ -82,10 +83,8 @@ func (b *Broker) release(x *exchange) {
 		read = nil
 	}
 	parser.reset()
-	red.reset(nil)
-	if cap(red.held) > maxPooled {
-		red.held = nil
-	}
+	red.Reset(nil)
+	red.Trim(maxPooled)
 	*x = exchange{read: read, write: write, parser: parser, red: red}
 	b.pool.Put(x)
 }
@@ -330,21 +329,21 @@ func forwardedResponseHeader(k string) bool {
 // name holds a secret and any value that holds one, in any letter case:
 // the allowlist admits whole families of names by prefix, so a name is
 // upstream-chosen text too.
-func copyResponseHeaders(dst, src http.Header, m *matcher) {
+func copyResponseHeaders(dst, src http.Header, m *custody.Redactor) {
 	for k, vs := range src {
-		if !forwardedResponseHeader(k) || m.containsFold([]byte(k)) {
+		if !forwardedResponseHeader(k) || m.ContainsFold([]byte(k)) {
 			continue
 		}
 		clean := true
 		for _, v := range vs {
-			clean = clean && !m.containsFold([]byte(v))
+			clean = clean && !m.ContainsFold([]byte(v))
 		}
 		if clean {
 			dst[k] = vs // the upstream response is ours alone: no copy
 			continue
 		}
 		for _, v := range vs {
-			if !m.containsFold([]byte(v)) {
+			if !m.ContainsFold([]byte(v)) {
 				dst[k] = append(dst[k], v)
 			}
 		}

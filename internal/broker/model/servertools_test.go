@@ -110,7 +110,7 @@ func TestServerSideToolsRefused(t *testing.T) {
 			if tt.status == 403 && strings.HasPrefix(tt.inMessage, `"`) && !strings.Contains(e.Error.Message, "server-side tools that fetch, search, execute or reach account data are not allowed through cordon") {
 				t.Errorf("message %q does not say why", e.Error.Message)
 			}
-			if rc := s.ledger.lastReceipt(t); rc.Decision != crossing.Deny || rc.Reason != e.Error.Message {
+			if rc := s.authority.lastReceipt(t); rc.Decision != crossing.Deny || rc.Reason != e.Error.Message {
 				t.Errorf("receipt %q %q, want a deny with the message", rc.Decision, rc.Reason)
 			}
 		})
@@ -118,7 +118,7 @@ func TestServerSideToolsRefused(t *testing.T) {
 	if seen.count() != 0 {
 		t.Errorf("upstream saw %d requests", seen.count())
 	}
-	if n := s.ledger.openReservations(); n != 0 {
+	if n := s.authority.openReservations(); n != 0 {
 		t.Errorf("%d reservations left open", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/custody"
 )
 
 func TestFirstByteBeforeUpstreamFinishes(t *testing.T) {
@@ -112,7 +113,7 @@ func TestSecretRedaction(t *testing.T) {
 					}
 				}
 			}
-			if !strings.Contains(string(out), redactedMark) {
+			if !strings.Contains(string(out), custody.Replacement) {
 				t.Errorf("no redaction mark in %s", out)
 			}
 		})
@@ -156,11 +157,11 @@ func TestUpstreamStreamFailures(t *testing.T) {
 			if !strings.Contains(string(out), tt.errIn) || !strings.HasSuffix(string(out), "\n\n") {
 				t.Errorf("stream ends %.300q, want an error event holding %q", tail(out, 300), tt.errIn)
 			}
-			rc := s.ledger.lastReceipt(t)
+			rc := s.authority.lastReceipt(t)
 			if rc.Decision != crossing.Allow || !strings.HasSuffix(rc.Reason, tt.outcome) {
 				t.Errorf("receipt %q %q, want outcome %q", rc.Decision, rc.Reason, tt.outcome)
 			}
-			if n := s.ledger.openReservations(); n != 0 {
+			if n := s.authority.openReservations(); n != 0 {
 				t.Errorf("%d reservations open", n)
 			}
 		})
@@ -191,7 +192,7 @@ func TestResponseTooLarge(t *testing.T) {
 		} else if e := decodeError(t, out); resp.StatusCode != 502 || e.Error.Type != "api_error" {
 			t.Errorf("buffered: %d %s", resp.StatusCode, out)
 		}
-		rc := s.ledger.lastReceipt(t)
+		rc := s.authority.lastReceipt(t)
 		if !strings.HasSuffix(rc.Reason, "response exceeds limit") {
 			t.Errorf("receipt reason %q", rc.Reason)
 		}
@@ -225,7 +226,7 @@ func TestAgentDisconnectCancelsUpstream(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the upstream request was not cancelled when the agent disconnected")
 	}
-	rc := s.ledger.lastReceipt(t)
+	rc := s.authority.lastReceipt(t)
 	if !strings.HasSuffix(rc.Reason, "aborted: agent disconnected") {
 		t.Errorf("receipt reason %q", rc.Reason)
 	}
@@ -234,8 +235,8 @@ func TestAgentDisconnectCancelsUpstream(t *testing.T) {
 	if rc.Usage.InputTokens != 480 || rc.Usage.OutputTokens != 100 {
 		t.Errorf("settled %+v, want input 480 and the reserved 100 output", rc.Usage)
 	}
-	if n := s.ledger.openReservations(); n != 0 || s.ledger.streams != 0 {
-		t.Errorf("budget still held after disconnect: %d reservations, %d streams", n, s.ledger.streams)
+	if n := s.authority.openReservations(); n != 0 || s.authority.streams != 0 {
+		t.Errorf("budget still held after disconnect: %d reservations, %d streams", n, s.authority.streams)
 	}
 }
 
@@ -248,7 +249,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 	if e := decodeError(t, out); resp.StatusCode != 502 || e.Error.Type != "server_error" {
 		t.Errorf("got %d %s, want 502 server_error", resp.StatusCode, out)
 	}
-	if rc := s.ledger.lastReceipt(t); rc.Usage.InputTokens != 0 || rc.Usage.Requests != 1 {
+	if rc := s.authority.lastReceipt(t); rc.Usage.InputTokens != 0 || rc.Usage.Requests != 1 {
 		t.Errorf("a call never sent settled %+v", rc.Usage)
 	}
 }
@@ -303,7 +304,7 @@ func TestSettlement(t *testing.T) {
 			up, _ := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) { tt.reply(w) })
 			s := newSetup(t, up.URL, nil)
 			s.post(t, tt.path, tt.body)
-			rc := s.ledger.lastReceipt(t)
+			rc := s.authority.lastReceipt(t)
 			if rc.Usage.InputTokens != tt.in || rc.Usage.OutputTokens != tt.out || rc.Usage.Requests != 1 {
 				t.Errorf("settled %+v, want in %d out %d", rc.Usage, tt.in, tt.out)
 			}
@@ -314,10 +315,10 @@ func TestSettlement(t *testing.T) {
 func TestNewValidates(t *testing.T) {
 	good := func() Options {
 		return Options{
-			Routes:  []Route{{Name: "a", API: APIAnthropic, Upstream: mustURL("https://api.anthropic.com"), Credential: "k", Models: []string{"claude-*"}}},
-			Limits:  testLimits(),
-			Ledger:  newFakeLedger(),
-			Secrets: fakeSecrets{},
+			Routes:    []Route{{Name: "a", API: APIAnthropic, Upstream: mustURL("https://api.anthropic.com"), Credential: "k", Models: []string{"claude-*"}}},
+			Limits:    testLimits(),
+			Authority: newFakeAuthority(),
+			Secrets:   fakeSecrets{},
 		}
 	}
 	if _, err := New(good()); err != nil {
@@ -327,7 +328,7 @@ func TestNewValidates(t *testing.T) {
 		name string
 		mod  func(*Options)
 	}{
-		{"no ledger", func(o *Options) { o.Ledger = nil }},
+		{"no authority", func(o *Options) { o.Authority = nil }},
 		{"no secrets", func(o *Options) { o.Secrets = nil }},
 		{"no routes", func(o *Options) { o.Routes = nil }},
 		{"unknown api", func(o *Options) { o.Routes[0].API = "gemini" }},

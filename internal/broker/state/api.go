@@ -21,7 +21,7 @@ const (
 	// MaxKeyBytes bounds a key.
 	MaxKeyBytes = 256
 	// MaxValueBytesLimit is the largest value any configuration allows:
-	// a value crosses to the privileged side in one ledger message.
+	// a value crosses to the privileged side in one authority message.
 	MaxValueBytesLimit = 128 << 10
 	// DefaultListLimit and MaxListLimit bound a listing page.
 	DefaultListLimit = 100
@@ -136,12 +136,12 @@ type Response struct {
 	Approval *crossing.ApprovalRef `json:"approval,omitempty"`
 }
 
-// Ledger is the privileged side of the state broker: it stamps the
+// Authority is the privileged side of the state broker: it stamps the
 // sandbox's scope, asks policy, applies the operation to the store and
 // records its receipt before it answers. Refusals are the errors below
 // (with their details in the Response), crossing.ErrPolicyDenied, or
 // crossing.ErrUnavailable.
-type Ledger interface {
+type Authority interface {
 	State(ctx context.Context, r Request) (Response, error)
 }
 

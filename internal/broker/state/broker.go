@@ -39,25 +39,25 @@ const opTimeout = 30 * time.Second
 
 // Options configure a Broker.
 type Options struct {
-	Ledger Ledger
-	Logger *slog.Logger
+	Authority Authority
+	Logger    *slog.Logger
 }
 
 // Broker serves the state API to the agent.
 type Broker struct {
-	ledger Ledger
-	log    *slog.Logger
+	authority Authority
+	log       *slog.Logger
 }
 
 // New returns the state broker.
 func New(o Options) (*Broker, error) {
-	if o.Ledger == nil {
-		return nil, errors.New("state broker: no ledger")
+	if o.Authority == nil {
+		return nil, errors.New("state broker: no authority")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Broker{ledger: o.Ledger, log: o.Logger}, nil
+	return &Broker{authority: o.Authority, log: o.Logger}, nil
 }
 
 // outcome is what one request came to, for the log line.
@@ -113,7 +113,7 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// receipt says what was done.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), opTimeout)
 	defer cancel()
-	resp, err := b.ledger.State(ctx, req)
+	resp, err := b.authority.State(ctx, req)
 	o.receipt = resp.Receipt
 	if err != nil {
 		b.refuseErr(w, o, resp, err)
@@ -208,7 +208,7 @@ func (b *Broker) export(rctx context.Context, w http.ResponseWriter, o *outcome)
 	var n int
 	for page := 0; ; page++ {
 		ctx, cancel := context.WithTimeout(rctx, opTimeout)
-		resp, err := b.ledger.State(ctx, Request{Op: OpExport, After: after})
+		resp, err := b.authority.State(ctx, Request{Op: OpExport, After: after})
 		cancel()
 		if page == 0 {
 			o.receipt = resp.Receipt
@@ -257,7 +257,7 @@ func (b *Broker) export(rctx context.Context, w http.ResponseWriter, o *outcome)
 	_, _ = io.WriteString(w, "\n]}\n")
 }
 
-// refuseErr answers a ledger refusal. Absent (and foreign) entries get
+// refuseErr answers an authority refusal. Absent (and foreign) entries get
 // one fixed answer.
 func (b *Broker) refuseErr(w http.ResponseWriter, o *outcome, resp Response, err error) {
 	switch {
@@ -298,7 +298,7 @@ func (b *Broker) refuseErr(w http.ResponseWriter, o *outcome, resp Response, err
 		o.reason = err.Error()
 		b.refuse(w, o, http.StatusForbidden, kindDenied, "denied by policy", nil)
 	default:
-		b.log.Error("state ledger unavailable", "err", err)
+		b.log.Error("state authority unavailable", "err", err)
 		o.reason = err.Error()
 		b.refuse(w, o, http.StatusServiceUnavailable, kindUnavailable, "cordon: the state store is unavailable; nothing was done", nil)
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
-// fakeLedger is an in-memory privileged side: one scope, versions, a
+// fakeAuthority is an in-memory privileged side: one scope, versions, a
 // quota of entries, and switches for refusals.
-type fakeLedger struct {
+type fakeAuthority struct {
 	mu       sync.Mutex
 	entries  map[string]Entry
 	version  int64
@@ -37,9 +37,11 @@ type fakeLedger struct {
 	err      error // returned as is, when set
 }
 
-func newFakeLedger() *fakeLedger { return &fakeLedger{entries: map[string]Entry{}, quota: 100} }
+func newFakeAuthority() *fakeAuthority {
+	return &fakeAuthority{entries: map[string]Entry{}, quota: 100}
+}
 
-func (f *fakeLedger) State(_ context.Context, r Request) (Response, error) {
+func (f *fakeAuthority) State(_ context.Context, r Request) (Response, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, r)
@@ -117,9 +119,9 @@ func (f *fakeLedger) State(_ context.Context, r Request) (Response, error) {
 
 var testID = crossing.Identity{Workload: "w", Tenant: "acme", Purpose: "p", SandboxID: "sb-1"}
 
-func newTestBroker(t *testing.T, l Ledger) *Broker {
+func newTestBroker(t *testing.T, l Authority) *Broker {
 	t.Helper()
-	b, err := New(Options{Ledger: l})
+	b, err := New(Options{Authority: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,17 +164,17 @@ func decodeErr(t *testing.T, w *httptest.ResponseRecorder) errBody {
 }
 
 func TestNoIdentityRefused(t *testing.T) {
-	l := newFakeLedger()
+	l := newFakeAuthority()
 	b := newTestBroker(t, l)
 	w := httptest.NewRecorder()
 	b.ServeHTTP(w, httptest.NewRequest("GET", "/v1/state/a", nil))
 	if w.Code != http.StatusForbidden || len(l.calls) != 0 {
-		t.Fatalf("no identity: %d, %d ledger calls", w.Code, len(l.calls))
+		t.Fatalf("no identity: %d, %d authority calls", w.Code, len(l.calls))
 	}
 }
 
 func TestPutGetDelete(t *testing.T) {
-	l := newFakeLedger()
+	l := newFakeAuthority()
 	b := newTestBroker(t, l)
 	value := []byte("\x00binary\xff value")
 	w := do(b, "PUT", "/v1/state/notes/a", value, "Content-Type", "text/plain")
@@ -184,7 +186,7 @@ func TestPutGetDelete(t *testing.T) {
 		t.Fatalf("create body %s: %v", w.Body, err)
 	}
 	if l.calls[0].Key != "notes/a" || !bytes.Equal(l.calls[0].Value, value) {
-		t.Fatalf("ledger got %+v", l.calls[0])
+		t.Fatalf("authority got %+v", l.calls[0])
 	}
 	w = do(b, "PUT", "/v1/state/notes/a", []byte("v2"), "If-Match", `"1"`)
 	if w.Code != http.StatusOK || w.Header().Get("ETag") != `"2"` || l.calls[1].IfMatch != 1 {
@@ -238,7 +240,7 @@ func rawResponse(t *testing.T, srv *httptest.Server, req string) []byte {
 // A key nobody wrote and a key only another scope wrote get the same
 // bytes: status, headers (no Date) and body; nothing names the key.
 func TestAbsentAnswersAreIdentical(t *testing.T) {
-	l := newFakeLedger() // the privileged side answers ErrNotFound for both
+	l := newFakeAuthority() // the privileged side answers ErrNotFound for both
 	srv := httptest.NewUnstartedServer(newTestBroker(t, l))
 	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, testID) }
 	srv.Start()
@@ -253,7 +255,7 @@ func TestAbsentAnswersAreIdentical(t *testing.T) {
 	}
 }
 
-func TestRefusalsBeforeTheLedger(t *testing.T) {
+func TestRefusalsBeforeTheAuthority(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), MaxValueBytesLimit+1)
 	for _, c := range []struct {
 		method, target string
@@ -303,10 +305,10 @@ func TestRefusalsBeforeTheLedger(t *testing.T) {
 		{"GET", "/v1/state/a", nil, []string{"If-Match", `"1"`}, 400, kindInvalid},
 		{"POST", "/v1/state:reset", nil, []string{"If-Match", "*"}, 400, kindInvalid},
 	} {
-		l := newFakeLedger()
+		l := newFakeAuthority()
 		w := do(newTestBroker(t, l), c.method, c.target, c.body, c.hdr...)
 		if w.Code != c.status || decodeErr(t, w).Error.Type != c.kind || len(l.calls) != 0 {
-			t.Errorf("%s %s %v = %d %s (%d ledger calls), want %d %s and no call", c.method, c.target, c.hdr, w.Code, w.Body, len(l.calls), c.status, c.kind)
+			t.Errorf("%s %s %v = %d %s (%d authority calls), want %d %s and no call", c.method, c.target, c.hdr, w.Code, w.Body, len(l.calls), c.status, c.kind)
 		}
 		if c.status == 405 && w.Header().Get("Allow") == "" {
 			t.Errorf("%s %s: 405 without Allow", c.method, c.target)
@@ -316,7 +318,7 @@ func TestRefusalsBeforeTheLedger(t *testing.T) {
 
 // A chunked body over the bound is refused without reading it all.
 func TestChunkedValueTooLarge(t *testing.T) {
-	l := newFakeLedger()
+	l := newFakeAuthority()
 	r := httptest.NewRequest("PUT", "/v1/state/a", io.MultiReader(bytes.NewReader(make([]byte, MaxValueBytesLimit)), strings.NewReader("!")))
 	r.ContentLength = -1
 	r = r.WithContext(crossing.WithIdentity(r.Context(), testID))
@@ -327,8 +329,8 @@ func TestChunkedValueTooLarge(t *testing.T) {
 	}
 }
 
-func TestLedgerRefusals(t *testing.T) {
-	l := newFakeLedger()
+func TestAuthorityRefusals(t *testing.T) {
+	l := newFakeAuthority()
 	l.quota = 1
 	b := newTestBroker(t, l)
 	do(b, "PUT", "/v1/state/a", []byte("1"))
@@ -359,21 +361,21 @@ func TestLedgerRefusals(t *testing.T) {
 	if w.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("configured bound: %d %s", w.Code, w.Body)
 	}
-	// A ledger that answers a get without an entry is a failure, not an
+	// An authority that answers a get without an entry is a failure, not an
 	// empty value.
 	l.err = nil
-	b2 := newTestBroker(t, ledgerFunc(func(context.Context, Request) (Response, error) { return Response{}, nil }))
+	b2 := newTestBroker(t, authorityFunc(func(context.Context, Request) (Response, error) { return Response{}, nil }))
 	if w := do(b2, "GET", "/v1/state/a", nil); w.Code != http.StatusServiceUnavailable {
 		t.Fatalf("get without an entry: %d", w.Code)
 	}
 }
 
-type ledgerFunc func(context.Context, Request) (Response, error)
+type authorityFunc func(context.Context, Request) (Response, error)
 
-func (f ledgerFunc) State(ctx context.Context, r Request) (Response, error) { return f(ctx, r) }
+func (f authorityFunc) State(ctx context.Context, r Request) (Response, error) { return f(ctx, r) }
 
 func TestListAndReset(t *testing.T) {
-	l := newFakeLedger()
+	l := newFakeAuthority()
 	b := newTestBroker(t, l)
 	for _, k := range []string{"notes/a", "notes/b", "notes/c", "todo"} {
 		do(b, "PUT", "/v1/state/"+k, []byte(k))
@@ -412,7 +414,7 @@ type exportDoc struct {
 }
 
 func TestExportPages(t *testing.T) {
-	l := newFakeLedger()
+	l := newFakeAuthority()
 	b := newTestBroker(t, l)
 	want := map[string]string{}
 	for i := range 5 {
@@ -433,7 +435,7 @@ func TestExportPages(t *testing.T) {
 		t.Fatalf("export (-want +got):\n%s scope %+v pages %d", d, doc.Scope, l.pages)
 	}
 	// Empty scope: a whole, empty document.
-	l2 := newFakeLedger()
+	l2 := newFakeAuthority()
 	w = do(newTestBroker(t, l2), "GET", "/v1/state:export", nil)
 	if err := json.Unmarshal(w.Body.Bytes(), &doc); err != nil || len(doc.Entries) != 0 {
 		t.Fatalf("empty export: %v %s", err, w.Body)
@@ -443,7 +445,7 @@ func TestExportPages(t *testing.T) {
 // A page that fails after the document started cuts the connection: the
 // client never gets a well-formed partial export.
 func TestExportCutShort(t *testing.T) {
-	l := newFakeLedger()
+	l := newFakeAuthority()
 	b := newTestBroker(t, l)
 	for i := range 5 {
 		// Big enough that the first page leaves before the second fails.

@@ -14,7 +14,7 @@ const (
 	resetPath  = Path + ":reset"
 )
 
-// refusal is a request refused before it reaches the ledger.
+// refusal is a request refused before it reaches the authority.
 type refusal struct {
 	status int
 	kind   string

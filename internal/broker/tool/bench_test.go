@@ -10,8 +10,8 @@ import (
 
 // The MCP layers alone: the same upstream called directly (in memory)
 // and through the broker (streamable HTTP front door, SDK server, schema
-// check, canonical form, result guard) with an in-memory ledger. The
-// privileged side's cost is BenchmarkToolLedger in internal/gateway.
+// check, canonical form, result guard) with an in-memory authority. The
+// privileged side's cost is BenchmarkToolAuthority in internal/gateway.
 
 func BenchmarkUpstreamDirect(b *testing.B) {
 	t := &testing.T{}

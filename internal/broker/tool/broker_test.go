@@ -27,8 +27,8 @@ type secrets struct{}
 func (secrets) Secret(string) ([]byte, error) { return []byte(testSecret), nil }
 func (secrets) Values() [][]byte              { return [][]byte{[]byte(testSecret)} }
 
-// fakeLedger is the privileged side in memory.
-type fakeLedger struct {
+// fakeAuthority is the privileged side in memory.
+type fakeAuthority struct {
 	mu        sync.Mutex
 	hidden    map[string]bool
 	approval  map[string]bool // tools that need approval
@@ -47,11 +47,11 @@ type fakeCall struct {
 	outcome string
 }
 
-func newFakeLedger() *fakeLedger {
-	return &fakeLedger{hidden: map[string]bool{}, approval: map[string]bool{}, approvals: map[string]string{}, calls: map[string]*fakeCall{}}
+func newFakeAuthority() *fakeAuthority {
+	return &fakeAuthority{hidden: map[string]bool{}, approval: map[string]bool{}, approvals: map[string]string{}, calls: map[string]*fakeCall{}}
 }
 
-func (l *fakeLedger) Filter(_ context.Context, refs []Ref) ([]bool, error) {
+func (l *fakeAuthority) Filter(_ context.Context, refs []Ref) ([]bool, error) {
 	out := make([]bool, len(refs))
 	for i, r := range refs {
 		out[i] = !l.hidden[r.Tool]
@@ -59,7 +59,7 @@ func (l *fakeLedger) Filter(_ context.Context, refs []Ref) ([]bool, error) {
 	return out, nil
 }
 
-func (l *fakeLedger) Begin(_ context.Context, b Begin) (Began, error) {
+func (l *fakeAuthority) Begin(_ context.Context, b Begin) (Began, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d := Digest(b.Arguments)
@@ -101,13 +101,13 @@ func (l *fakeLedger) Begin(_ context.Context, b Begin) (Began, error) {
 	return Began{Status: StatusGo, Call: l.next, ApprovalID: aid, Policy: &crossing.PolicyDecision{Digest: "sha256:p", Determining: []string{"p0"}}}, nil
 }
 
-func (l *fakeLedger) approve(tool string, args string) {
+func (l *fakeAuthority) approve(tool string, args string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.approvals[tool+Digest([]byte(args))] = "approved"
 }
 
-func (l *fakeLedger) AwaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
+func (l *fakeAuthority) AwaitApproval(ctx context.Context, id string, wait time.Duration) (string, error) {
 	select {
 	case <-time.After(min(wait, 50*time.Millisecond)):
 	case <-ctx.Done():
@@ -115,7 +115,7 @@ func (l *fakeLedger) AwaitApproval(ctx context.Context, id string, wait time.Dur
 	return "pending", nil
 }
 
-func (l *fakeLedger) End(_ context.Context, e End) (int64, error) {
+func (l *fakeAuthority) End(_ context.Context, e End) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ends = append(l.ends, e)
@@ -129,7 +129,7 @@ func (l *fakeLedger) End(_ context.Context, e End) (int64, error) {
 	return id, nil
 }
 
-func (l *fakeLedger) Record(_ context.Context, rc crossing.Receipt) error {
+func (l *fakeAuthority) Record(_ context.Context, rc crossing.Receipt) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.records = append(l.records, rc)
@@ -190,7 +190,7 @@ func upstream(t *testing.T, runs *atomic.Int64) *mcp.ClientSession {
 }
 
 type fixture struct {
-	led  *fakeLedger
+	led  *fakeAuthority
 	runs *atomic.Int64
 	url  string
 	cs   *mcp.ClientSession
@@ -198,14 +198,14 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{led: newFakeLedger(), runs: &atomic.Int64{}}
+	f := &fixture{led: newFakeAuthority(), runs: &atomic.Int64{}}
 	f.led.hidden["hidden"] = true
 	f.led.approval["guarded"] = true
 	up := upstream(t, f.runs)
 	b, err := New(context.Background(), Options{
 		Identity:  crossing.Identity{Workload: "w", SandboxID: "sb"},
 		Upstreams: []Upstream{{Name: "up", Session: up, Timeout: 300 * time.Millisecond}},
-		Ledger:    f.led, Secrets: secrets{}, ApprovalWait: 300 * time.Millisecond,
+		Authority: f.led, Secrets: secrets{}, ApprovalWait: 300 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -43,11 +43,11 @@ type EndResponse struct {
 	Receipt int64 `json:"receipt_id"`
 }
 
-// Remote is the Ledger the tool broker uses in the gateway process: each
+// Remote is the Authority the tool broker uses in the gateway process: each
 // method is one operation over the authority channel.
 type Remote struct{ C crossing.Caller }
 
-var _ Ledger = Remote{}
+var _ Authority = Remote{}
 
 func (r Remote) Filter(ctx context.Context, refs []Ref) ([]bool, error) {
 	var out FilterResponse

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/model"
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
 )
 
@@ -25,64 +28,6 @@ const (
 // server's tools.
 const ReadyTimeout = 30 * time.Second
 
-// Route is a model route as the gateway process receives it.
-type Route struct {
-	Name       string   `json:"name"`
-	API        string   `json:"api"`
-	Upstream   string   `json:"upstream"`
-	Credential string   `json:"credential"`
-	Models     []string `json:"models"`
-}
-
-// ModelLimits bound model requests and responses.
-type ModelLimits struct {
-	MaxRequestBytes      int64    `json:"max_request_bytes"`
-	MaxResponseBytes     int64    `json:"max_response_bytes"`
-	MaxAttachments       int      `json:"max_attachments"`
-	MaxAttachmentBytes   int64    `json:"max_attachment_bytes"`
-	AllowedMIME          []string `json:"allowed_mime"`
-	MaxConcurrentStreams int64    `json:"max_concurrent_streams"`
-}
-
-// EgressRule is one allowed host with its ports.
-type EgressRule struct {
-	Host  string `json:"host"`
-	Ports []int  `json:"ports"`
-}
-
-// Egress is the egress broker's configuration.
-type Egress struct {
-	Allow             []EgressRule        `json:"allow"`
-	UnsafeAllowRanges []string            `json:"unsafe_allow_ranges"`
-	Resolve           map[string][]string `json:"resolve"`
-}
-
-// ToolServer is one upstream MCP server as the gateway process gets it.
-type ToolServer struct {
-	Name    string        `json:"name"`
-	Allow   []string      `json:"allow,omitempty"`
-	Timeout time.Duration `json:"timeout,omitempty"`
-	// Stdio: the server runs in its own sandbox; the gateway speaks to it
-	// over two pipes (StartOptions.ToolPipes).
-	Stdio bool `json:"stdio,omitempty"`
-	// URL of a remote streamable-HTTP server; Credential names the secret
-	// sent to it as a bearer token.
-	URL        string `json:"url,omitempty"`
-	Credential string `json:"credential,omitempty"`
-	// SecretEnv names the secrets a stdio server holds (its secret_env):
-	// the tool broker process gets their values to redact them from the
-	// server's results.
-	SecretEnv []string `json:"secret_env,omitempty"`
-}
-
-// ToolLimits bound MCP traffic.
-type ToolLimits struct {
-	MaxFrameBytes    int           `json:"max_frame_bytes,omitempty"`
-	MaxArgumentBytes int           `json:"max_argument_bytes,omitempty"`
-	MaxResultBytes   int           `json:"max_result_bytes,omitempty"`
-	ApprovalWait     time.Duration `json:"approval_wait,omitempty"`
-}
-
 // Config is everything a broker process needs, sent on a pipe (never
 // argv or the environment: it carries the custodied secrets). The
 // privileged side fills in only what the process's broker uses: the model
@@ -92,14 +37,14 @@ type ToolLimits struct {
 type Config struct {
 	// Broker is the one broker this process runs (model, egress, tool,
 	// state); it matches Channels[0] and the process's argv[1].
-	Broker     string            `json:"broker"`
-	Identity   crossing.Identity `json:"identity"`
-	Routes     []Route           `json:"routes"`
-	Limits     ModelLimits       `json:"limits"`
-	Egress     Egress            `json:"egress"`
-	Tools      []ToolServer      `json:"tools,omitempty"`
-	ToolLimits ToolLimits        `json:"tool_limits"`
-	Secrets    map[string][]byte `json:"secrets"`
+	Broker   string            `json:"broker"`
+	Identity crossing.Identity `json:"identity"`
+	// Each broker's configuration, in its own type, as internal/config
+	// built it.
+	Model   model.Config      `json:"model"`
+	Egress  egress.Config     `json:"egress"`
+	Tool    tool.Config       `json:"tool"`
+	Secrets map[string][]byte `json:"secrets"`
 	// Channels are the brokers whose authority channels the process
 	// gets, from FirstChannelFD in this order.
 	Channels []string `json:"channels"`

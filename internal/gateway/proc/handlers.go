@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 
@@ -47,11 +46,8 @@ func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	eo, err := egressOptions(cfg)
-	if err != nil {
-		return nil, err
-	}
-	eo.Ledger, eo.Logger = crossing.Remote{C: channels[egress.Name]}, log
+	eo := cfg.Egress.Options()
+	eo.Authority, eo.Logger = crossing.Remote{C: channels[egress.Name]}, log
 	eb, err := egress.New(eo)
 	if err != nil {
 		return nil, err
@@ -62,60 +58,26 @@ func BuildHandlers(cfg Config, channels map[string]crossing.Caller, log *slog.Lo
 // modelHandler is the model broker of cfg's routes (a refusing handler
 // when there are none); transport nil is the broker's own.
 func modelHandler(cfg Config, authority crossing.Authority, transport http.RoundTripper, log *slog.Logger) (http.Handler, error) {
-	var routes []model.Route
-	for _, r := range cfg.Routes {
-		u, err := url.Parse(r.Upstream)
-		if err != nil {
-			return nil, fmt.Errorf("route %s: %w", r.Name, err)
-		}
-		routes = append(routes, model.Route{Name: r.Name, API: r.API, Upstream: u, Credential: r.Credential, Models: r.Models})
-	}
-	if len(routes) == 0 {
+	if len(cfg.Model.Routes) == 0 {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "cordon: this workload has no model routes", http.StatusForbidden)
 		}), nil
 	}
-	l := cfg.Limits
-	return model.New(model.Options{
-		Routes: routes, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Transport: transport,
-		Limits: model.Limits{MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes, MaxAttachments: l.MaxAttachments,
-			MaxAttachmentBytes: l.MaxAttachmentBytes, AllowedMIME: l.AllowedMIME, MaxConcurrentStreams: l.MaxConcurrentStreams},
-	})
-}
-
-// egressOptions are the egress broker's destinations from cfg.
-func egressOptions(cfg Config) (egress.Options, error) {
-	var o egress.Options
-	for _, r := range cfg.Egress.Allow {
-		o.Allow = append(o.Allow, egress.Rule{Host: r.Host, Ports: r.Ports})
+	routes, err := cfg.Model.ResolveRoutes()
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range cfg.Egress.UnsafeAllowRanges {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return o, err
-		}
-		o.UnsafeAllowRanges = append(o.UnsafeAllowRanges, p)
-	}
-	o.Resolve = map[string][]netip.Addr{}
-	for h, addrs := range cfg.Egress.Resolve {
-		for _, a := range addrs {
-			ip, err := netip.ParseAddr(a)
-			if err != nil {
-				return o, err
-			}
-			o.Resolve[h] = append(o.Resolve[h], ip)
-		}
-	}
-	return o, nil
+	return model.New(model.Options{Routes: routes, Limits: cfg.Model.Limits, Authority: authority,
+		Secrets: secrets(cfg.Secrets), Logger: log, Transport: transport})
 }
 
 // buildTools connects to every upstream tool server — stdio servers over
 // the pipes starting at descriptor fd, remote ones over streamable HTTP
 // with their credential — and builds the tool broker.
-func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, base http.RoundTripper, log *slog.Logger, fd int) (*tool.Broker, error) {
+func buildTools(ctx context.Context, cfg Config, authority tool.Authority, base http.RoundTripper, log *slog.Logger, fd int) (*tool.Broker, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "cordon-gateway", Version: cfg.Version}, nil)
 	var ups []tool.Upstream
-	for _, ts := range cfg.Tools {
+	for _, ts := range cfg.Tool.Servers {
 		var t mcp.Transport
 		switch {
 		case ts.Stdio:
@@ -142,11 +104,9 @@ func buildTools(ctx context.Context, cfg Config, authority tool.Ledger, base htt
 		}
 		ups = append(ups, tool.Upstream{Name: ts.Name, Session: cs, Allow: ts.Allow, Timeout: ts.Timeout})
 	}
-	l := cfg.ToolLimits
 	return tool.New(ctx, tool.Options{
-		Identity: cfg.Identity, Upstreams: ups, Ledger: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
-		Limits:       tool.Limits{MaxFrameBytes: l.MaxFrameBytes, MaxArgumentBytes: l.MaxArgumentBytes, MaxResultBytes: l.MaxResultBytes},
-		ApprovalWait: l.ApprovalWait,
+		Identity: cfg.Identity, Upstreams: ups, Authority: authority, Secrets: secrets(cfg.Secrets), Logger: log, Version: cfg.Version,
+		Limits: cfg.Tool.Limits, ApprovalWait: cfg.Tool.ApprovalWait,
 	})
 }
 

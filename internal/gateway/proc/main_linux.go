@@ -109,13 +109,10 @@ func buildBroker(cfg Config, channel *wire.Client, dc *dial.Client, log *slog.Lo
 	}
 	switch cfg.Broker {
 	case egress.Name:
-		eo, err := egressOptions(cfg)
-		if err != nil {
-			return nil, err
-		}
+		eo := cfg.Egress.Options()
 		// The privileged side resolves and checks (again) every name and
 		// address; the static answers live there.
-		eo.Ledger, eo.Logger = crossing.Remote{C: channel}, log
+		eo.Authority, eo.Logger = crossing.Remote{C: channel}, log
 		eo.Resolve, eo.Resolver, eo.Dialer = nil, dc, dc.DialContext
 		eb, err := egress.New(eo)
 		if err != nil {
@@ -138,7 +135,7 @@ func buildBroker(cfg Config, channel *wire.Client, dc *dial.Client, log *slog.Lo
 		if err := hardenNet(); err != nil {
 			return nil, err
 		}
-		return state.New(state.Options{Ledger: state.Remote{C: channel}, Logger: log})
+		return state.New(state.Options{Authority: state.Remote{C: channel}, Logger: log})
 	}
 	return nil, fmt.Errorf("no such broker %q", cfg.Broker)
 }

@@ -81,10 +81,7 @@ func (c *Client) Call(ctx context.Context, op string, in, out any) error {
 	}
 	c.pending[req.ID] = ch
 	c.mu.Unlock()
-	b, err := json.Marshal(req)
-	if err == nil {
-		_, err = c.conn.Write(b)
-	}
+	_, err := c.conn.Write(AppendRequest(nil, req))
 	if err != nil {
 		c.mu.Lock()
 		delete(c.pending, req.ID)
@@ -109,7 +106,6 @@ func (c *Client) Call(ctx context.Context, op string, in, out any) error {
 
 // Ready tells the root side the gateway process serves its listeners.
 func (c *Client) Ready() error {
-	b, _ := json.Marshal(Request{Broker: c.broker, Op: OpReady})
-	_, err := c.conn.Write(b)
+	_, err := c.conn.Write(AppendRequest(nil, Request{Broker: c.broker, Op: OpReady}))
 	return err
 }

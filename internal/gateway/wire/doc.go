@@ -4,7 +4,7 @@
 // refusal kinds mapped to errors both ways, and the client a gateway
 // process speaks it with.
 //
-// Plane: shared. The unprivileged gateway process imports it (Client) and
+// Plane: any. The unprivileged gateway process imports it (Client) and
 // the root side does (the envelope and the error table); it carries no
 // authority itself. It must never import the store or policy, and never
 // let a message name a broker other than the one its connection is bound

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -100,4 +101,44 @@ func (e *Error) Err() error {
 		}
 	}
 	return fmt.Errorf("%w: %s", crossing.ErrUnavailable, e.Message)
+}
+
+// AppendRequest appends the encoding of r to dst. It equals json.Marshal
+// of r, without re-validating Body, which must be valid JSON (it is the
+// output of json.Marshal): the body is the bulk of a message, and the
+// encoder would scan it again.
+func AppendRequest(dst []byte, r Request) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = strconv.AppendUint(dst, r.ID, 10)
+	dst = append(dst, `,"broker":`...)
+	dst = appendString(dst, r.Broker)
+	dst = append(dst, `,"op":`...)
+	dst = appendString(dst, r.Op)
+	if len(r.Body) > 0 {
+		dst = append(append(dst, `,"body":`...), r.Body...)
+	}
+	return append(dst, '}')
+}
+
+// AppendResponse appends the encoding of r to dst, like AppendRequest.
+func AppendResponse(dst []byte, r Response) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = strconv.AppendUint(dst, r.ID, 10)
+	if r.Error != nil {
+		dst = append(dst, `,"error":{"kind":`...)
+		dst = appendString(dst, r.Error.Kind)
+		dst = append(dst, `,"message":`...)
+		dst = appendString(dst, r.Error.Message)
+		dst = append(dst, '}')
+	}
+	if len(r.Body) > 0 {
+		dst = append(append(dst, `,"body":`...), r.Body...)
+	}
+	return append(dst, '}')
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it.
+func appendString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
 }

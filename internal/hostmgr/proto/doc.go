@@ -86,4 +86,10 @@
 // socket handed to another process keeps them, and a pid may be reused:
 // authorise by uid and gid. Who may connect at all is the socket file's
 // owner, group and mode (Listen).
+//
+// Plane: root and CLI (the daemon serves it; its clients run as their own
+// uid). It is a codec and a transport: it must never decide who may do
+// what (the daemon's operation table does), never trust a peer's claim
+// about itself over SO_PEERCRED, and never put a host path or a secret in
+// an error sent on the wire.
 package proto

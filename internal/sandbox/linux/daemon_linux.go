@@ -57,31 +57,15 @@ import (
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
-// DaemonSandbox is what a daemon-mode sandbox offers beyond
-// sandbox.Sandbox, whether this process spawned it (Provision) or adopted
-// it after a restart (Attach). Reach it with a type assertion.
-type DaemonSandbox interface {
-	sandbox.Sandbox
-	// InitPid and InitStartTime identify the init across restarts: record
-	// both, and pass them to Attach.
-	InitPid() int
-	InitStartTime() uint64
-	Lease() store.Lease
-	// Adopt places a trusted-side helper (the gateway) in its own cgroups
-	// beside the sandbox's (gatewaycg_linux.go).
-	Adopt(pid int) error
-	// Signal sends sig to the init, which forwards it to the main program
-	// while that runs.
-	Signal(sig syscall.Signal)
-	// ExecProcess starts argv in the live sandbox (see linuxSandbox.ExecProcess).
-	ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error)
-	// WaitMain waits for the main program's exit (or the init's end).
-	WaitMain(ctx context.Context) (sandbox.Exit, error)
-}
+// DaemonSandbox is the seam's Sandbox: every method a daemon needs
+// (InitStartTime, ExecProcess, WaitMain, Lease, Adopt…) is on
+// sandbox.Sandbox now. Kept as a name for this package's tests.
+type DaemonSandbox = sandbox.Sandbox
 
 var (
-	_ DaemonSandbox = (*linuxSandbox)(nil)
-	_ DaemonSandbox = (*attachedSandbox)(nil)
+	_ sandbox.Sandbox  = (*linuxSandbox)(nil)
+	_ sandbox.Sandbox  = (*attachedSandbox)(nil)
+	_ sandbox.Resident = (*Provider)(nil)
 )
 
 // Errors of Attach (and of ExecProcess/Wait), matched with errors.Is.
@@ -269,7 +253,7 @@ func (sb *linuxSandbox) InitStartTime() uint64 { return sb.initStart }
 // same whether this process spawned the sandbox or adopted it (Attach):
 // it connects to the sandbox's exec socket. Exec failures are *ExecError,
 // as for Exec. The sandbox must be daemon-mode and started (Exec done).
-func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
+func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
 	if !sb.p.opts.Daemon {
 		return nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
 	}
@@ -284,7 +268,16 @@ func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir
 		return nil, failure.Fail(failure.KindExec, "exec", ErrInitGone)
 	default:
 	}
-	return execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio)
+	return asProcess(execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio))
+}
+
+// asProcess returns p as the seam's Process, and never a nil *Process in
+// a non-nil interface.
+func asProcess(p *Process, err error) (sandbox.Process, error) {
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // WaitMain waits until the main program has ended and reports how. In
@@ -677,7 +670,13 @@ func (a *attachedSandbox) InitPid() int { return a.pid }
 // (the daemon that built it had them).
 func (a *attachedSandbox) ScanTraps() []trapscan.Report { return nil }
 func (a *attachedSandbox) InitStartTime() uint64        { return a.start }
-func (a *attachedSandbox) Lease() store.Lease           { return a.rec.Lease }
+func (a *attachedSandbox) Lease() sandbox.Lease         { return leaseOf(a.rec.Lease) }
+func (a *attachedSandbox) Phases() []sandbox.Phase      { return nil }
+
+// HelperFacts reads the sandbox's gateway cgroup back.
+func (a *attachedSandbox) HelperFacts() (sandbox.HelperFacts, error) {
+	return a.p.helperFacts(a.rec.ID)
+}
 
 // Adopt places a trusted-side helper (the gateway) in its own cgroups
 // beside the sandbox's (gatewaycg_linux.go).
@@ -701,8 +700,8 @@ func (a *attachedSandbox) WaitMain(context.Context) (sandbox.Exit, error) {
 }
 
 // ExecProcess is linuxSandbox.ExecProcess for an attached sandbox.
-func (a *attachedSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
-	return execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio)
+func (a *attachedSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
+	return asProcess(execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio))
 }
 
 // Signal sends sig to the init (through its pidfd: never a reused pid),

@@ -67,3 +67,9 @@ func (p *Provider) GatewayFacts(id string) (cgroup.Facts, int64, error) {
 	n, err := g.OOMKills()
 	return f, n, err
 }
+
+// helperFacts is GatewayFacts as the seam reports it.
+func (p *Provider) helperFacts(id string) (sandbox.HelperFacts, error) {
+	f, kills, err := p.GatewayFacts(id)
+	return sandbox.HelperFacts{MemoryBytes: f.MemoryBytes, Pids: f.Pids, OOMKills: kills}, err
+}

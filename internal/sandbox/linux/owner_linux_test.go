@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,12 +31,7 @@ func threadStatus(t *testing.T, field string) string {
 // euid is the lease's, and gives everything back afterwards (the
 // parent-death signal too).
 func TestAsLeaseOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root; under CI=true it may not skip")
-		}
-		t.Skip("needs root")
-	}
+	testkit.RequireRoot(t)
 	const lease = 1<<30 + 12345
 	done := make(chan struct{})
 	go func() {

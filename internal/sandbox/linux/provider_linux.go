@@ -289,17 +289,31 @@ func (sb *linuxSandbox) openBinds() error {
 		}
 		sb.binds = append(sb.binds, h)
 	}
-	if spec.Rootfs != "" {
-		if !filepath.IsAbs(spec.Rootfs) {
+	if spec.Rootfs != "" || spec.RootfsFile != nil {
+		if spec.Rootfs != "" && spec.RootfsFile != nil {
+			return failure.Failf(failure.KindUsage, "rootfs", "a rootfs path and a rootfs descriptor were both given")
+		}
+		if spec.RootfsFile == nil && !filepath.IsAbs(spec.Rootfs) {
 			return failure.Failf(failure.KindUsage, "rootfs", "%s: the rootfs path must be absolute", spec.Rootfs)
 		}
-		r := filepath.Clean(spec.Rootfs)
+		r, fd := filepath.Clean(spec.Rootfs), -1
+		if spec.RootfsFile != nil {
+			var err error
+			if fd, r, err = dupFile(spec.RootfsFile); err != nil {
+				return failure.Fail(failure.KindUsage, "rootfs", err)
+			}
+		}
 		if r == "/" || under(state, r) {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 			return failure.Failf(failure.KindPolicyRejected, "rootfs", "%s may not be a sandbox root", r)
 		}
-		fd, err := openNoFollow(r)
-		if err != nil {
-			return failure.Fail(failure.KindUsage, "rootfs", err)
+		if fd < 0 {
+			var err error
+			if fd, err = openNoFollow(r); err != nil {
+				return failure.Fail(failure.KindUsage, "rootfs", err)
+			}
 		}
 		sb.rootfs = &hostPath{fd: fd, path: r, target: "/"}
 		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -17,6 +18,41 @@ import (
 // NewID returns a fresh sandbox id (the daemon writes its record with it
 // before provisioning).
 func NewID() string { return newID() }
+
+// NewID is NewID (sandbox.Resident).
+func (p *Provider) NewID() string { return newID() }
+
+// Reattach is Attach from the sandbox's host record in p's store
+// (sandbox.Resident).
+func (p *Provider) Reattach(ctx context.Context, id string, initPid int, initStart uint64) (sandbox.Sandbox, error) {
+	rec, err := p.opts.Store.Get(ctx, id)
+	if err != nil {
+		return nil, failure.Fail(failure.KindStart, "attach", fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	return p.Attach(ctx, rec, initPid, initStart)
+}
+
+// Release is ReleaseRecord in p's store (sandbox.Resident).
+func (p *Provider) Release(ctx context.Context, id string) error {
+	return ReleaseRecord(ctx, p.opts.Store, p, id)
+}
+
+// Residue names the cordon cgroups that belong to none of ids (neither a
+// sandbox's nor its gateway's) (sandbox.Resident).
+func (p *Provider) Residue(ids []string) ([]string, error) {
+	known := map[string]bool{}
+	for _, id := range ids {
+		known[id], known[GatewayGroup(id)] = true, true
+	}
+	names, err := cgroup.Residue(p.layout)
+	var out []string
+	for _, n := range names {
+		if !known[n] {
+			out = append(out, n)
+		}
+	}
+	return out, err
+}
 
 // ReleaseRecord releases the host resources of sandbox id from its
 // record alone, when no live handle exists (a daemon that restarted):

@@ -89,7 +89,17 @@ var _ sandbox.Sandbox = (*linuxSandbox)(nil)
 func (sb *linuxSandbox) ID() string { return sb.spec.ID }
 
 // Lease is the UID/GID range leased for the sandbox.
-func (sb *linuxSandbox) Lease() store.Lease { return sb.rec.Lease }
+func (sb *linuxSandbox) Lease() sandbox.Lease { return leaseOf(sb.rec.Lease) }
+
+// leaseOf is a store lease as the seam names it.
+func leaseOf(l store.Lease) sandbox.Lease {
+	return sandbox.Lease{UID: l.UID, GID: l.GID, Size: l.Size}
+}
+
+// HelperFacts reads the sandbox's gateway cgroup back.
+func (sb *linuxSandbox) HelperFacts() (sandbox.HelperFacts, error) {
+	return sb.p.helperFacts(sb.spec.ID)
+}
 
 // Adopt places a trusted-side helper process (the gateway) in the
 // gateway's own cgroups beside the sandbox's: bounded (an agent cannot
@@ -218,12 +228,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 }
 
 // Phase is how long one step of Start took (for --trace and benchmarks).
-type Phase struct {
-	Name string        `json:"name"`
-	Dur  time.Duration `json:"ns"`
-	// Nested phases are parts of the phase before them, not added to totals.
-	Nested bool `json:"nested,omitempty"`
-}
+type Phase = sandbox.Phase
 
 func (sb *linuxSandbox) mark(name string) {
 	now := time.Now()
@@ -329,47 +334,20 @@ func (sb *linuxSandbox) spawn() error {
 	daemon := sb.p.opts.Daemon
 	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
 	if daemon {
-		if sb.lock == nil {
-			return failure.Failf(failure.KindInternal, "spawn", "daemon mode without a lease lock")
-		}
-		// The same open file description, so the init holds the very lock.
-		lfd, err := unix.FcntlInt(uintptr(sb.lock.fd), unix.F_DUPFD_CLOEXEC, 3)
-		if err != nil {
-			return failure.Fail(failure.KindStart, "lease lock", err)
-		}
-		leaseFile = os.NewFile(uintptr(lfd), "lease-lock")
-		if ln, err = sb.listenExec(); err != nil {
-			leaseFile.Close()
+		var err error
+		if ln, leaseFile, err = sb.daemonFiles(); err != nil {
 			return err
 		}
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	child, extra, err := sb.initFiles()
 	if err != nil {
 		if ln != nil {
 			ln.Close()
 			leaseFile.Close()
 		}
-		return failure.Fail(failure.KindStart, "socketpair", err)
+		return err
 	}
-	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
-	child := os.NewFile(uintptr(fds[1]), "cordon-ctl-child")
-	extra := []*os.File{child}
-	if sb.rootTree > 0 {
-		extra = append(extra, os.NewFile(uintptr(sb.rootTree), "rootfs"))
-	}
-	for _, t := range sb.trees {
-		extra = append(extra, os.NewFile(uintptr(t.fd), t.target))
-	}
-	lease := sb.rec.Lease
-	attr := &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(lease.UID), Size: int(lease.Size)}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(lease.GID), Size: int(lease.Size)}},
-		GidMappingsEnableSetgroups: true,
-		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
-		Pdeathsig:                  syscall.SIGKILL,
-	}
+	attr := sb.initAttr()
 	if daemon {
 		// The sandbox outlives this process by design; the init arms none
 		// either (sbinit.Config.Daemon).
@@ -394,60 +372,7 @@ func (sb *linuxSandbox) spawn() error {
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: extra, SysProcAttr: attr,
 	}
 	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: when this goroutine returns the thread exits,
-		// which is only after the init is gone. The thread stays in the
-		// sandbox's v1 pids and cpu groups until then (each cgroup move
-		// costs an RCU grace period); it counts as one task against the
-		// sandbox's pids limit, and cgroup.Kill never signals its caller.
-		// (Daemon mode has no parent-death signal: once the init runs the
-		// thread leaves the groups and is unlocked.)
-		t0 := time.Now()
-		back, err := sb.joinV1()
-		t1 := time.Now()
-		if err == nil {
-			// The lease, not host root, owns the new user namespace.
-			if sb.skip("userns-owner") {
-				err = sb.cmd.Start()
-			} else {
-				err = asLeaseOwner(lease.UID, lease.GID, sb.cmd.Start)
-			}
-			if err != nil && sb.cmd.Process != nil {
-				// Started, but this thread kept the lease's credentials.
-				_ = sb.cmd.Process.Kill()
-				_ = sb.cmd.Wait()
-			}
-			t2 := time.Now()
-			// Leave the memory group at once: its OOM killer scans the
-			// group's tasks, and this thread's mm is cordon's own.
-			if rerr := rejoin(back); rerr != nil && err == nil {
-				err = rerr
-			}
-			sb.spawnSteps = []Phase{{"spawn.join_cgroups", t1.Sub(t0), true}, {"spawn.clone_exec", t2.Sub(t1), true}, {"spawn.leave_memory_cgroup", time.Since(t2), true}}
-		}
-		started <- err
-		if err != nil {
-			sb.leaveIfMainThread()
-			close(sb.done)
-			return
-		}
-		if daemon {
-			// No parent-death signal ties the init to this thread: leave
-			// the sandbox's groups and free the thread.
-			if err := rejoin(sb.v1Home); err != nil {
-				sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", err)
-			} else {
-				runtime.UnlockOSThread()
-			}
-		}
-		go sb.readControl()
-		go sb.watchTCP()
-		_ = sb.cmd.Wait()
-		sb.state = sb.cmd.ProcessState
-		sb.leaveIfMainThread()
-		close(sb.done)
-	}()
+	go sb.runInit(started)
 	err = <-started
 	child.Close()
 	for _, f := range extra[1:] {
@@ -464,6 +389,131 @@ func (sb *linuxSandbox) spawn() error {
 		}
 	}
 	return nil
+}
+
+// daemonFiles opens what a daemon-mode init is handed besides its control
+// channel: a duplicate of the lease lock and the exec listener.
+func (sb *linuxSandbox) daemonFiles() (ln, leaseFile *os.File, err error) {
+	if sb.lock == nil {
+		return nil, nil, failure.Failf(failure.KindInternal, "spawn", "daemon mode without a lease lock")
+	}
+	// The same open file description, so the init holds the very lock.
+	lfd, err := unix.FcntlInt(uintptr(sb.lock.fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, nil, failure.Fail(failure.KindStart, "lease lock", err)
+	}
+	leaseFile = os.NewFile(uintptr(lfd), "lease-lock")
+	if ln, err = sb.listenExec(); err != nil {
+		leaseFile.Close()
+		return nil, nil, err
+	}
+	return ln, leaseFile, nil
+}
+
+// initFiles opens the control socketpair, keeps this side in sb.ctl, and
+// returns the child's end with the descriptors the init inherits in the
+// order buildConfig told it: the control channel, the root tree (if any),
+// then the bind trees.
+func (sb *linuxSandbox) initFiles() (child *os.File, extra []*os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, failure.Fail(failure.KindStart, "socketpair", err)
+	}
+	sb.ctl = os.NewFile(uintptr(fds[0]), "cordon-ctl")
+	child = os.NewFile(uintptr(fds[1]), "cordon-ctl-child")
+	extra = []*os.File{child}
+	if sb.rootTree > 0 {
+		extra = append(extra, os.NewFile(uintptr(sb.rootTree), "rootfs"))
+	}
+	for _, t := range sb.trees {
+		extra = append(extra, os.NewFile(uintptr(t.fd), t.target))
+	}
+	return child, extra, nil
+}
+
+// initAttr is the clone of the init: every namespace at once, the lease's
+// ids mapped from 0, no supplementary groups (the caller's would otherwise
+// stay in the child), and killed with the spawning thread.
+func (sb *linuxSandbox) initAttr() *syscall.SysProcAttr {
+	lease := sb.rec.Lease
+	return &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(lease.UID), Size: int(lease.Size)}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(lease.GID), Size: int(lease.Size)}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+		Pdeathsig:                  syscall.SIGKILL,
+	}
+}
+
+// runInit is the spawning goroutine: it starts the init on its locked
+// thread, reports the outcome on started, then waits for the init to exit
+// and closes sb.done.
+func (sb *linuxSandbox) runInit(started chan<- error) {
+	runtime.LockOSThread()
+	// Never unlocked: when this goroutine returns the thread exits,
+	// which is only after the init is gone. The thread stays in the
+	// sandbox's v1 pids and cpu groups until then (each cgroup move
+	// costs an RCU grace period); it counts as one task against the
+	// sandbox's pids limit, and cgroup.Kill never signals its caller.
+	// (Daemon mode has no parent-death signal: once the init runs the
+	// thread leaves the groups and is unlocked.)
+	err := sb.startInit()
+	started <- err
+	if err != nil {
+		sb.leaveIfMainThread()
+		close(sb.done)
+		return
+	}
+	if sb.p.opts.Daemon {
+		// No parent-death signal ties the init to this thread: leave
+		// the sandbox's groups and free the thread.
+		if err := rejoin(sb.v1Home); err != nil {
+			sb.p.opts.Logger.Warn("return spawning thread to its cgroups", "err", err)
+		} else {
+			runtime.UnlockOSThread()
+		}
+	}
+	go sb.readControl()
+	go sb.watchTCP()
+	_ = sb.cmd.Wait()
+	sb.state = sb.cmd.ProcessState
+	sb.leaveIfMainThread()
+	close(sb.done)
+}
+
+// startInit runs on the locked spawning thread: it joins the sandbox's v1
+// groups, starts sb.cmd with the lease as owner of the new user namespace,
+// and leaves the memory group again. It records the three steps' times in
+// sb.spawnSteps.
+func (sb *linuxSandbox) startInit() error {
+	lease := sb.rec.Lease
+	t0 := time.Now()
+	back, err := sb.joinV1()
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	// The lease, not host root, owns the new user namespace.
+	if sb.skip("userns-owner") {
+		err = sb.cmd.Start()
+	} else {
+		err = asLeaseOwner(lease.UID, lease.GID, sb.cmd.Start)
+	}
+	if err != nil && sb.cmd.Process != nil {
+		// Started, but this thread kept the lease's credentials.
+		_ = sb.cmd.Process.Kill()
+		_ = sb.cmd.Wait()
+	}
+	t2 := time.Now()
+	// Leave the memory group at once: its OOM killer scans the
+	// group's tasks, and this thread's mm is cordon's own.
+	if rerr := rejoin(back); rerr != nil && err == nil {
+		err = rerr
+	}
+	sb.spawnSteps = []Phase{{Name: "spawn.join_cgroups", Dur: t1.Sub(t0), Nested: true}, {Name: "spawn.clone_exec", Dur: t2.Sub(t1), Nested: true}, {Name: "spawn.leave_memory_cgroup", Dur: time.Since(t2), Nested: true}}
+	return err
 }
 
 // skip reports whether a test build was asked to leave out layer.
@@ -574,16 +624,8 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 	}
 }
 
-// ExecError is an exec failure inside the sandbox.
-type ExecError struct {
-	Errno syscall.Errno
-	Msg   string
-}
-
-func (e *ExecError) Error() string { return "exec_failed: " + e.Msg }
-
-// NotFound reports whether the program does not exist (exit 127 rather than 126).
-func (e *ExecError) NotFound() bool { return e.Errno == syscall.ENOENT || e.Errno == 0 }
+// ExecError is an exec failure inside the sandbox (the seam's type).
+type ExecError = sandbox.ExecError
 
 func (sb *linuxSandbox) timeout() {
 	sb.mu.Lock()

@@ -18,7 +18,7 @@ import (
 )
 
 // How often the watch looks. A sandbox with few TCP sockets cannot move
-// its TCP memory far between two looks (see tcpWatch.run), so it is read
+// its TCP memory far between two looks (see tcpProbe.check), so it is read
 // at the idle pace; with more, at the busy pace. Idle daemon sandboxes
 // must cost next to nothing: 500 of them at the busy pace with a full
 // socket-table read each time (~4 ms: /proc/net/tcp walks the host's
@@ -110,19 +110,35 @@ func (w *tcpWatch) run() {
 	if w.limit <= 0 {
 		return
 	}
-	bound := tcpBound(w.limit)
-	// A pidfd of the init: once it is readable the init has exited and
-	// what can no longer be read is no reason to kill (the sandbox is
-	// ending on its own; done follows).
+	closePidfd := w.watchInitExit()
+	defer closePidfd()
+	var once sync.Once
+	over := func(reason error) {
+		once.Do(func() {
+			w.log.Warn("sandbox past its TCP socket memory bound: killing it", "sandbox", w.id, "reason", reason.Error())
+			w.kill()
+		})
+	}
+	p := w.newTCPProbe()
+	defer p.close()
+	w.loop(over, p.check)
+}
+
+// watchInitExit sets w.exited from a pidfd of the init: once it is
+// readable the init has exited and what can no longer be read is no reason
+// to kill (the sandbox is ending on its own; done follows). The returned
+// func closes the pidfd once the sandbox has ended.
+func (w *tcpWatch) watchInitExit() (closePidfd func()) {
 	pidfd, perr := unix.PidfdOpen(w.initPid, 0)
+	closePidfd = func() {}
 	if perr != nil {
 		w.log.Warn("sandbox TCP watch: no pidfd for the init", "sandbox", w.id, "err", perr)
 		pidfd = -1
 	} else {
-		defer func() {
+		closePidfd = func() {
 			<-w.done // the v1 goroutine may still use it until then
 			unix.Close(pidfd)
-		}()
+		}
 	}
 	w.exited = func() bool {
 		if pidfd < 0 {
@@ -135,115 +151,146 @@ func (w *tcpWatch) run() {
 		n, err := unix.Poll(pfd, 200)
 		return err == nil && n > 0
 	}
-	var once sync.Once
-	over := func(reason error) {
-		once.Do(func() {
-			w.log.Warn("sandbox past its TCP socket memory bound: killing it", "sandbox", w.id, "reason", reason.Error())
-			w.kill()
-		})
-	}
-	usageFile, v1 := w.cg.TCPUsageFile()
-	var gwUsage string
-	gwBound := tcpBound(w.gwLimit)
+	return closePidfd
+}
+
+// tcpProbe is what one look of the watch reads: the sandbox's TCP socket
+// count, its (and its gateway's) v1 TCP memory counters, and the bytes
+// queued on its network namespace's sockets.
+type tcpProbe struct {
+	bound     int64  // tcpBound of the sandbox's limit
+	usageFile string // the sandbox's v1 TCP usage counter (v1 only)
+	v1        bool
+	gwUsage   string // the gateway's v1 TCP usage counter ("": none)
+	gwBound   int64
+	perSocket int64 // unacceptedSocketMax
+	procDir   int   // the init's /proc directory (valid when openErr is nil)
+	openErr   error
+	diag      *listenDiag // valid when derr is nil
+	derr      error
+}
+
+// newTCPProbe opens what the probe reads. Failures are kept, not returned:
+// check reports them as errUnreadable while the sandbox lives.
+func (w *tcpWatch) newTCPProbe() *tcpProbe {
+	p := &tcpProbe{bound: tcpBound(w.limit), gwBound: tcpBound(w.gwLimit)}
+	p.usageFile, p.v1 = w.cg.TCPUsageFile()
 	if w.gw != nil && w.gwLimit > 0 {
-		gwUsage, _ = w.gw.TCPUsageFile()
+		p.gwUsage, _ = w.gw.TCPUsageFile()
 	}
-	perSocket := unacceptedSocketMax()
+	p.perSocket = unacceptedSocketMax()
 	// The init's /proc directory, opened while it surely runs: a pid
 	// reused after it exits is never read.
-	procDir, openErr := unix.Open(fmt.Sprintf("/proc/%d", w.initPid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if openErr == nil {
-		defer unix.Close(procDir)
-	}
+	p.procDir, p.openErr = unix.Open(fmt.Sprintf("/proc/%d", w.initPid), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	// Connections waiting to be accepted, counted by a sock_diag socket
 	// (see listenDiag). Without it they cannot be counted at all (one reset
 	// while it waits is in no table), so the watch fails closed.
-	diag, derr := openListenDiag(w.initPid)
-	if derr == nil {
-		defer diag.Close()
+	p.diag, p.derr = openListenDiag(w.initPid)
+	return p
+}
+
+// close releases what newTCPProbe opened.
+func (p *tcpProbe) close() {
+	if p.derr == nil {
+		p.diag.Close()
 	}
-	w.loop(over, func() (busy bool, err error) {
-		if openErr != nil {
-			return false, fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, openErr)
-		}
-		if derr != nil {
-			return false, fmt.Errorf("%w: connections waiting to be accepted cannot be counted: %w", errUnreadable, derr)
-		}
-		// The namespace's TCP socket count: O(1) (net/sockstat{,6}).
-		n, err := netnsTCPCount(procDir)
-		switch {
-		case err != nil:
-			return false, fmt.Errorf("%w: %w", errUnreadable, err)
-		case n > maxTCPSockets:
-			return false, fmt.Errorf("%d TCP sockets in the sandbox's network namespace, at most %d", n, maxTCPSockets)
-		}
-		busy = n > idleSockets
-		if v1 {
-			b, err := os.ReadFile(usageFile)
-			var used int64
-			if err == nil {
-				used, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			}
-			switch {
-			case err != nil:
-				return false, fmt.Errorf("%w: %s: %w", errUnreadable, usageFile, err)
-			case used > bound:
-				return false, fmt.Errorf("TCP memory charged to the sandbox %d bytes, bound %d", used, bound)
-			}
-			busy = busy || used > bound/8
-		}
-		if gwUsage != "" {
-			b, err := os.ReadFile(gwUsage)
-			var used int64
-			if err == nil {
-				used, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-			}
-			switch {
-			case err != nil:
-				return false, fmt.Errorf("%w: %s: %w", errUnreadable, gwUsage, err)
-			case used > gwBound:
-				return false, fmt.Errorf("TCP memory charged to the sandbox's gateway %d bytes, bound %d", used, gwBound)
-			}
-			busy = busy || used > gwBound/8
-		}
-		// Connections not yet accepted are charged nowhere, and each holds
-		// at most perSocket. The socket count above is no bound on them: a
-		// connection reset by its peer while it waits is unhashed (neither
-		// sockstat nor the socket table shows it any more) yet stays in the
-		// accept queue with all it received. So the accept queues are
-		// always counted (the kernel walks only the listening hash), and
-		// only when those could hold more than the bound is the whole table
-		// read (it walks the host's hash table).
-		waiting, _, err := diag.waiting()
+	if p.openErr == nil {
+		unix.Close(p.procDir)
+	}
+}
+
+// check is one look: an error past a bound or when something cannot be
+// read, else whether the sandbox is busy (look again at the busy pace).
+func (p *tcpProbe) check() (busy bool, err error) {
+	if p.openErr != nil {
+		return false, fmt.Errorf("%w: open the init's /proc directory: %w", errUnreadable, p.openErr)
+	}
+	if p.derr != nil {
+		return false, fmt.Errorf("%w: connections waiting to be accepted cannot be counted: %w", errUnreadable, p.derr)
+	}
+	// The namespace's TCP socket count: O(1) (net/sockstat{,6}).
+	n, err := netnsTCPCount(p.procDir)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%w: %w", errUnreadable, err)
+	case n > maxTCPSockets:
+		return false, fmt.Errorf("%d TCP sockets in the sandbox's network namespace, at most %d", n, maxTCPSockets)
+	}
+	busy = n > idleSockets
+	if p.v1 {
+		used, err := chargedTCP(p.usageFile, p.bound, "the sandbox")
 		if err != nil {
-			return false, fmt.Errorf("%w: %w", errUnreadable, err)
+			return false, err
 		}
-		busy = busy || waiting > 0
-		if int64(waiting) <= bound/perSocket {
-			return busy, nil
-		}
-		q, _, seen, err := netnsTCP(procDir)
+		busy = busy || used > p.bound/8
+	}
+	if p.gwUsage != "" {
+		used, err := chargedTCP(p.gwUsage, p.gwBound, "the sandbox's gateway")
 		if err != nil {
-			return false, fmt.Errorf("%w: %w", errUnreadable, err)
+			return false, err
 		}
-		// Waiting connections the table did not show hold at most
-		// perSocket each. Counted again after the table: a connection
-		// accepted meanwhile is no longer waiting (one that leaves the
-		// queue only by accept or its listener's close, as a reset one
-		// does, is in both counts).
-		after, _, err := diag.waiting()
-		if err != nil {
-			return false, fmt.Errorf("%w: %w", errUnreadable, err)
-		}
-		hidden := int64(max(min(waiting, after)-seen, 0))
-		switch {
-		case q > bound:
-			return false, fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, bound)
-		case hidden > 0 && q+hidden*perSocket > bound:
-			return false, fmt.Errorf("%d connections waiting to be accepted that no socket table shows (reset while waiting; up to %d bytes each) and %d bytes queued, bound %d", hidden, perSocket, q, bound)
-		}
-		return true, nil
-	})
+		busy = busy || used > p.gwBound/8
+	}
+	return p.checkQueued(busy)
+}
+
+// chargedTCP reads a v1 TCP usage counter and fails when it is past bound;
+// who names whose counter it is in the error.
+func chargedTCP(usageFile string, bound int64, who string) (int64, error) {
+	b, err := os.ReadFile(usageFile)
+	var used int64
+	if err == nil {
+		used, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	}
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w: %s: %w", errUnreadable, usageFile, err)
+	case used > bound:
+		return 0, fmt.Errorf("TCP memory charged to %s %d bytes, bound %d", who, used, bound)
+	}
+	return used, nil
+}
+
+// checkQueued bounds the bytes queued on the namespace's sockets, counting
+// the connections not yet accepted; busy is what check found so far.
+func (p *tcpProbe) checkQueued(busy bool) (bool, error) {
+	// Connections not yet accepted are charged nowhere, and each holds
+	// at most perSocket. The socket count above is no bound on them: a
+	// connection reset by its peer while it waits is unhashed (neither
+	// sockstat nor the socket table shows it any more) yet stays in the
+	// accept queue with all it received. So the accept queues are
+	// always counted (the kernel walks only the listening hash), and
+	// only when those could hold more than the bound is the whole table
+	// read (it walks the host's hash table).
+	waiting, _, err := p.diag.waiting()
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	busy = busy || waiting > 0
+	if int64(waiting) <= p.bound/p.perSocket {
+		return busy, nil
+	}
+	q, _, seen, err := netnsTCP(p.procDir)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	// Waiting connections the table did not show hold at most
+	// perSocket each. Counted again after the table: a connection
+	// accepted meanwhile is no longer waiting (one that leaves the
+	// queue only by accept or its listener's close, as a reset one
+	// does, is in both counts).
+	after, _, err := p.diag.waiting()
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	hidden := int64(max(min(waiting, after)-seen, 0))
+	switch {
+	case q > p.bound:
+		return false, fmt.Errorf("%d bytes queued on the TCP sockets of the sandbox's network namespace, bound %d", q, p.bound)
+	case hidden > 0 && q+hidden*p.perSocket > p.bound:
+		return false, fmt.Errorf("%d connections waiting to be accepted that no socket table shows (reset while waiting; up to %d bytes each) and %d bytes queued, bound %d", hidden, p.perSocket, q, p.bound)
+	}
+	return true, nil
 }
 
 // unacceptedSocketMax is the most a TCP connection not yet accepted can

@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 func TestTCPBound(t *testing.T) {
@@ -91,9 +93,7 @@ func TestUnacceptedFromRmemMax(t *testing.T) {
 // The accept-queue count of a real listener in this process's namespace:
 // two connections never accepted are two waiting.
 func TestListenDiagCountsWaiting(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (setns into a network namespace)")
-	}
+	testkit.RequireRoot(t) // setns into a network namespace
 	d, err := openListenDiag(os.Getpid())
 	if err != nil {
 		t.Fatal(err)

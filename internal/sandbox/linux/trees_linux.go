@@ -21,6 +21,22 @@ const minUserUID = 1000
 
 // openNoFollow opens an absolute host path as O_PATH without following a
 // symlink anywhere in it, so what is checked is what gets bound.
+// dupFile takes a descriptor of its own (close-on-exec) of a file the
+// caller opened, and the path the kernel has for it now (for refusals and
+// messages only: nothing is opened by it).
+func dupFile(f *os.File) (int, string, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("the descriptor: %w", err)
+	}
+	path, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil || !filepath.IsAbs(path) {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("the descriptor names no host path (%q): %v", path, err)
+	}
+	return fd, path, nil
+}
+
 func openNoFollow(p string) (int, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
@@ -54,28 +70,48 @@ func (h *hostPath) close() {
 // openBind validates one declared bind and opens its source by fd.
 func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, error) {
 	src, dst := filepath.Clean(b.Source), filepath.Clean(b.Target)
-	if !filepath.IsAbs(b.Source) || !filepath.IsAbs(b.Target) {
+	if (b.File == nil && !filepath.IsAbs(b.Source)) || !filepath.IsAbs(b.Target) {
 		return nil, failure.Failf(failure.KindUsage, "bind", "%s:%s: both paths must be absolute", b.Source, b.Target)
+	}
+	var fd int
+	if b.File != nil {
+		// The caller opened it: hold our own descriptor of the very same
+		// file and judge the path it has now, resolving nothing.
+		var err error
+		if fd, src, err = dupFile(b.File); err != nil {
+			return nil, failure.Fail(failure.KindUsage, "bind", err)
+		}
+	}
+	closeFD := func() {
+		if b.File != nil {
+			unix.Close(fd)
+		}
 	}
 	for _, r := range refusedSources {
 		if src == r || (r != "/" && under(src, r)) {
+			closeFD()
 			return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s may not be bound into a sandbox", src)
 		}
 	}
 	if under(src, stateDir) || under(stateDir, src) {
+		closeFD()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s holds or is inside cordon's state directory %s", src, stateDir)
 	}
 	for _, r := range refusedTargets {
 		if dst == r || (r != "/" && under(dst, r)) {
+			closeFD()
 			return nil, failure.Failf(failure.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
 		}
 	}
 	if under(dst, "/dev") || under(dst, "/proc") || under(dst, "/sys") {
+		closeFD()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
 	}
-	fd, err := openNoFollow(src)
-	if err != nil {
-		return nil, failure.Fail(failure.KindUsage, "bind", err)
+	if b.File == nil {
+		var err error
+		if fd, err = openNoFollow(src); err != nil {
+			return nil, failure.Fail(failure.KindUsage, "bind", err)
+		}
 	}
 	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst}
 	if err := unix.Fstat(fd, &h.st); err != nil {

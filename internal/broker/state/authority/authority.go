@@ -162,10 +162,6 @@ func (s *Authority) Do(ctx context.Context, r state.Request) (state.Response, er
 	rc.Decision, rc.Reason = crossing.Allow, r.Op+" "+target
 	rc.Duration = time.Since(start) // to the store: the receipt is written in the operation's transaction
 	sc := Scope(id)
-	usage := func(u store.StateUsage) *state.Usage {
-		return &state.Usage{Bytes: u.Bytes, Entries: u.Entries, QuotaBytes: sp.QuotaBytes, QuotaEntries: sp.QuotaEntries,
-			MaxValueBytes: sp.MaxValueBytes, RetentionSeconds: int64(sp.Retention / time.Second)}
-	}
 	switch r.Op {
 	case state.OpGet:
 		var e store.StateEntry
@@ -191,51 +187,66 @@ func (s *Authority) Do(ctx context.Context, r state.Request) (state.Response, er
 	case state.OpDelete:
 		out.Receipt, err = s.Store.DeleteState(ctx, sc, r.Key, r.IfMatch, &rc)
 	case state.OpList, state.OpExport:
-		q := store.StateQuery{Prefix: r.Prefix, After: r.After, Limit: r.Limit}
-		if r.Op == state.OpExport {
-			q = store.StateQuery{After: r.After, Limit: state.ExportPageEntries, Values: true, MaxBytes: state.ExportPageBytes}
-			out.Scope = &state.Scope{Tenant: sc.Tenant, Workload: sc.Workload, Purpose: sc.Purpose}
-		} else if q.Limit == 0 {
-			q.Limit = state.DefaultListLimit
-		}
-		var p store.StatePage
-		p, out.Receipt, err = s.Store.ListState(ctx, sc, q, &rc)
-		if err == nil {
-			out.More, out.Usage = p.More, usage(p.Usage)
-			out.Entries = make([]state.Entry, 0, len(p.Entries))
-			for _, e := range p.Entries {
-				out.Entries = append(out.Entries, *entryOf(e))
-			}
-		}
+		err = s.list(ctx, sc, sp, r, &rc, &out)
 	case state.OpReset:
 		out.Deleted, out.Receipt, err = s.Store.ResetState(ctx, sc, &rc)
 	}
-	var stale *store.StateStaleError
-	var quota *store.StateQuotaError
-	switch {
-	case err == nil:
+	if err == nil {
 		if rc.Approval != "" && out.Receipt != 0 {
 			if err := s.Store.SetApprovalReceipt(ctx, rc.Approval, out.Receipt); err != nil {
 				s.Root.Logger().Warn("link approval to its receipt", "approval", rc.Approval, "err", err)
 			}
 		}
 		return out, nil
+	}
+	return deny(refusalOf(err, &out))
+}
+
+// list runs a list or an export page into out.
+func (s *Authority) list(ctx context.Context, sc store.StateScope, sp *Policy, r state.Request, rc *crossing.Receipt, out *state.Response) error {
+	q := store.StateQuery{Prefix: r.Prefix, After: r.After, Limit: r.Limit}
+	if r.Op == state.OpExport {
+		q = store.StateQuery{After: r.After, Limit: state.ExportPageEntries, Values: true, MaxBytes: state.ExportPageBytes}
+		out.Scope = &state.Scope{Tenant: sc.Tenant, Workload: sc.Workload, Purpose: sc.Purpose}
+	} else if q.Limit == 0 {
+		q.Limit = state.DefaultListLimit
+	}
+	p, receipt, err := s.Store.ListState(ctx, sc, q, rc)
+	out.Receipt = receipt
+	if err != nil {
+		return err
+	}
+	out.More = p.More
+	out.Usage = &state.Usage{Bytes: p.Usage.Bytes, Entries: p.Usage.Entries, QuotaBytes: sp.QuotaBytes, QuotaEntries: sp.QuotaEntries,
+		MaxValueBytes: sp.MaxValueBytes, RetentionSeconds: int64(sp.Retention / time.Second)}
+	out.Entries = make([]state.Entry, 0, len(p.Entries))
+	for _, e := range p.Entries {
+		out.Entries = append(out.Entries, *entryOf(e))
+	}
+	return nil
+}
+
+// refusalOf is the typed refusal of a store error, with its details in
+// out. A store that failed refuses the crossing as unavailable, and out
+// is emptied: nothing recorded claims it happened.
+func refusalOf(err error, out *state.Response) error {
+	var stale *store.StateStaleError
+	var quota *store.StateQuotaError
+	switch {
 	case errors.Is(err, store.ErrStateNotFound):
-		return deny(state.ErrNotFound)
+		return state.ErrNotFound
 	case errors.As(err, &stale):
 		out.Current = stale.Current
-		return deny(fmt.Errorf("%w: %s", state.ErrPrecondition, staleText(stale.Current)))
+		return fmt.Errorf("%w: %s", state.ErrPrecondition, staleText(stale.Current))
 	case errors.As(err, &quota):
 		out.Quota, out.Limit, out.Used, out.Needed = quota.Quota, quota.Limit, quota.Used, quota.Requested
-		return deny(fmt.Errorf("%w: %s: the scope holds %d of %d, the write needs %d", state.ErrQuota, quota.Quota, quota.Used, quota.Limit, quota.Requested))
+		return fmt.Errorf("%w: %s: the scope holds %d of %d, the write needs %d", state.ErrQuota, quota.Quota, quota.Used, quota.Limit, quota.Requested)
 	}
-	// The store failed: the crossing is refused, and nothing recorded
-	// claims it happened.
-	out = state.Response{}
+	*out = state.Response{}
 	if !errors.Is(err, crossing.ErrUnavailable) {
 		err = fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
-	return deny(err)
+	return err
 }
 
 func staleText(current int64) string {

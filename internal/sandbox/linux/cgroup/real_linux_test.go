@@ -19,49 +19,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-const helperEnv = "CORDON_CGROUP_TEST_HELPER"
-
 func TestMain(m *testing.M) {
-	switch os.Getenv(helperEnv) {
-	case "alloc":
-		allocHelper()
-		os.Exit(0)
-	}
+	testkit.Dispatch(map[string]func() int{"alloc": allocHelper})
 	os.Exit(m.Run())
 }
 
 // allocHelper waits for a byte on stdin (sent once it is in its group), then
 // touches 64MiB, one byte a page.
-func allocHelper() {
+func allocHelper() int {
 	io.ReadFull(os.Stdin, make([]byte, 1))
 	b := make([]byte, 64<<20)
 	for i := 0; i < len(b); i += 4096 {
 		b[i] = 1
 	}
 	fmt.Println("survived", len(b))
+	return 0
 }
 
 // requireRealCgroups skips unless the test can create real cgroups; under
 // CI=true it fails instead.
 func requireRealCgroups(t testing.TB) Layout {
 	t.Helper()
-	stop := t.Skipf
-	if os.Getenv("CI") == "true" {
-		stop = t.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		stop("needs root to create cgroups (euid %d)", os.Geteuid())
-	}
+	testkit.RequireRoot(t)
 	l, err := Detect()
 	if err != nil {
 		t.Fatalf("Detect: %v", err)
 	}
 	if m := l.Missing(); len(m) > 0 {
-		stop("host lacks cgroup controllers %v", m)
+		testkit.Unavailable(t, "host lacks cgroup controllers %v", m)
 	}
 	return l
 }
@@ -274,12 +264,7 @@ func TestRealOOM(t *testing.T) {
 		t.Errorf("memory+swap limit = %d, want %d", facts.MemswBytes, 16<<20)
 	}
 
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), helperEnv+"=alloc")
+	cmd := testkit.Child(t, "alloc")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	stdin, _ := cmd.StdinPipe()
@@ -325,9 +310,7 @@ func TestRealResidueReclaim(t *testing.T) {
 }
 
 func BenchmarkCreateRemove(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to create cgroups")
-	}
+	testkit.RequireRoot(b)
 	l, err := Detect()
 	if err != nil {
 		b.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -16,35 +15,29 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
 // The live test re-executes this test binary (go-landlock's lltest style):
 // installing a filter is irreversible, so it happens in a child process.
-const (
-	childEnv     = "CORDON_FILTER_TEST_CHILD" // "filter", "nofilter" or "exit"
-	childFileEnv = "CORDON_FILTER_TEST_FILE"  // file the child tries to make setuid
-)
+const childFileEnv = "CORDON_FILTER_TEST_FILE" // file the child tries to make setuid
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(child(mode, os.Getenv(childFileEnv)))
-	}
+	testkit.Dispatch(map[string]func() int{
+		"filter":   func() int { return child("filter", os.Getenv(childFileEnv)) },
+		"nofilter": func() int { return child("nofilter", os.Getenv(childFileEnv)) },
+		"exit":     func() int { return 0 },
+		"broker":   func() int { return brokerChild(true, os.Getenv(childFileEnv)) },
+		"nobroker": func() int { return brokerChild(false, os.Getenv(childFileEnv)) },
+		"source":   func() int { return sourceChild(os.Getenv(childFileEnv)) },
+	})
 	os.Exit(m.Run())
 }
 
 // child runs the probes and prints one "name errno" line per probe (0 for
 // success). It returns 2 if it could not set itself up.
 func child(mode, path string) int {
-	if mode == "exit" {
-		return 0
-	}
-	if mode == "broker" || mode == "nobroker" {
-		return brokerChild(mode == "broker", path)
-	}
-	if mode == "source" {
-		return sourceChild(path)
-	}
 	runtime.LockOSThread()
 	if mode == "filter" {
 		p, err := Build()
@@ -56,11 +49,6 @@ func child(mode, path string) int {
 			return 2
 		}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
 	report := func(name string, err error) {
 		var errno syscall.Errno
 		if err != nil && !errors.As(err, &errno) {
@@ -70,16 +58,22 @@ func child(mode, path string) int {
 	}
 
 	// A plain fork and exec of a Go program must still work under the filter.
-	run := exec.Command(exe)
-	run.Env = []string{childEnv + "=exit"}
+	run, err := testkit.ChildCommand("exit")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	report("exec", run.Run())
 
 	// The Go runtime is multithreaded, and the kernel refuses to move a
 	// multithreaded process into a new user namespace (EINVAL) whatever the
 	// filter says; so unshare in a forked, single-threaded child, as a
 	// launcher would. The child's unshare error comes back from Run.
-	userns := exec.Command(exe)
-	userns.Env = []string{childEnv + "=exit"}
+	userns, err := testkit.ChildCommand("exit")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	userns.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWUSER}
 	report("unshare", userns.Run())
 
@@ -90,12 +84,7 @@ func child(mode, path string) int {
 // runChild runs the probes in a child of the given mode against path.
 func runChild(t *testing.T, mode, path string) map[string]syscall.Errno {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatalf("os.Executable() = %v", err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), childEnv+"="+mode, childFileEnv+"="+path)
+	cmd := testkit.Child(t, mode, childFileEnv+"="+path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -115,19 +104,13 @@ func runChild(t *testing.T, mode, path string) map[string]syscall.Errno {
 	return got
 }
 
-// requireRoot skips a test that needs root. CI runs as root.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the control run must be able to create a user namespace and a setuid file")
-	}
-}
-
 // TestInstallLive installs the filter in a child process and tries two
 // escapes; a child without the filter is the positive control, showing that
 // the filter is the layer that denies them here.
 func TestInstallLive(t *testing.T) {
-	requireRoot(t)
+	// Root: the control run must be able to create a user namespace and a
+	// setuid file.
+	testkit.RequireRoot(t)
 	for _, tc := range []struct {
 		mode       string
 		want       map[string]syscall.Errno

@@ -63,19 +63,19 @@ func superviseDaemon(c ctl, cfg *Config) int {
 			return c.fail("exec channel", err)
 		}
 	}
-	mainPid := 0
+	d := &daemonLoop{c: c, cfg: cfg, live: map[int]*execRequest{}}
 	if len(cfg.Argv) > 0 {
 		pid, err := startProcess(cfg.Argv, cfg.Env, cfg.Dir, []uintptr{0, 1, 2})
 		if err != nil {
 			return c.fail("exec", err)
 		}
-		mainPid = pid
+		d.mainPid = pid
 	}
-	if err := c.send(Message{Type: "started", Pid: mainPid}); err != nil {
+	if err := c.send(Message{Type: "started", Pid: d.mainPid}); err != nil {
 		// The spawner went away between "go" and here: it never learnt
 		// the sandbox runs, so nothing may.
-		if mainPid > 0 {
-			unix.Kill(mainPid, unix.SIGKILL)
+		if d.mainPid > 0 {
+			unix.Kill(d.mainPid, unix.SIGKILL)
 		}
 		return 125
 	}
@@ -84,66 +84,92 @@ func superviseDaemon(c ctl, cfg *Config) int {
 	if ln != nil {
 		go acceptExecs(ln, execs, sigReqs)
 	}
-	live := map[int]*execRequest{}
 	for {
 		select {
 		case sig := <-sigs:
 			if sig != syscall.SIGCHLD {
-				if mainPid > 0 {
-					_ = unix.Kill(mainPid, sig.(syscall.Signal))
+				if d.mainPid > 0 {
+					_ = unix.Kill(d.mainPid, sig.(syscall.Signal))
 				}
 				continue
 			}
-			for {
-				var ws unix.WaitStatus
-				p, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-				if err == unix.EINTR {
-					continue
-				}
-				if p <= 0 || err != nil {
-					break
-				}
-				switch r := live[p]; {
-				case p == mainPid:
-					mainPid = 0
-					// Best effort: after a daemon restart nobody listens.
-					c.trySend(exitMessage(ws))
-				case r != nil:
-					delete(live, p)
-					r.reply <- exitMessage(ws)
-				}
-			}
+			d.reap()
 		case r := <-execs:
-			files := []uintptr{uintptr(r.fds[0]), uintptr(r.fds[1]), uintptr(r.fds[2])}
-			env, dir := r.env, r.dir
-			if len(env) == 0 {
-				env = cfg.Env
-			}
-			if dir == "" {
-				dir = cfg.Dir
-			}
-			pid, err := startProcess(r.argv, env, dir, files)
-			for _, fd := range r.fds {
-				unix.Close(fd)
-			}
-			if err != nil {
-				r.reply <- errorMessage("exec", err)
-				continue
-			}
-			r.pid = pid
-			live[pid] = r
-			r.reply <- Message{Type: "started", Pid: pid}
+			d.startExec(r)
 		case q := <-sigReqs:
-			// Only a pid this loop has not reaped yet: it is this exec's
-			// process (alive or a zombie), never a reused pid. The process
-			// leads its own session and group, so the group is signalled,
-			// as a terminal would: its children that stayed in the group
-			// get the signal too.
-			if q.r.pid > 0 && live[q.r.pid] == q.r {
-				if err := unix.Kill(-q.r.pid, q.sig); err != nil {
-					_ = unix.Kill(q.r.pid, q.sig)
-				}
-			}
+			d.signalExec(q)
+		}
+	}
+}
+
+// daemonLoop is the state of superviseDaemon's loop. Only the main
+// goroutine uses it: its methods fork and reap.
+type daemonLoop struct {
+	c       ctl
+	cfg     *Config
+	mainPid int                  // the main program while it runs, else 0
+	live    map[int]*execRequest // started execs not reaped yet, by pid
+}
+
+// reap collects every exited child: the main program's exit goes to the
+// control channel, an exec's to its connection.
+func (d *daemonLoop) reap() {
+	for {
+		var ws unix.WaitStatus
+		p, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if p <= 0 || err != nil {
+			return
+		}
+		switch r := d.live[p]; {
+		case p == d.mainPid:
+			d.mainPid = 0
+			// Best effort: after a daemon restart nobody listens.
+			d.c.trySend(exitMessage(ws))
+		case r != nil:
+			delete(d.live, p)
+			r.reply <- exitMessage(ws)
+		}
+	}
+}
+
+// startExec forks the program an exec request asks for, with the
+// sandbox's environment and directory unless it gives its own, and
+// answers "started" or "error".
+func (d *daemonLoop) startExec(r *execRequest) {
+	files := []uintptr{uintptr(r.fds[0]), uintptr(r.fds[1]), uintptr(r.fds[2])}
+	env, dir := r.env, r.dir
+	if len(env) == 0 {
+		env = d.cfg.Env
+	}
+	if dir == "" {
+		dir = d.cfg.Dir
+	}
+	pid, err := startProcess(r.argv, env, dir, files)
+	for _, fd := range r.fds {
+		unix.Close(fd)
+	}
+	if err != nil {
+		r.reply <- errorMessage("exec", err)
+		return
+	}
+	r.pid = pid
+	d.live[pid] = r
+	r.reply <- Message{Type: "started", Pid: pid}
+}
+
+// signalExec delivers a connection's signal to its exec.
+func (d *daemonLoop) signalExec(q signalRequest) {
+	// Only a pid this loop has not reaped yet: it is this exec's
+	// process (alive or a zombie), never a reused pid. The process
+	// leads its own session and group, so the group is signalled,
+	// as a terminal would: its children that stayed in the group
+	// get the signal too.
+	if q.r.pid > 0 && d.live[q.r.pid] == q.r {
+		if err := unix.Kill(-q.r.pid, q.sig); err != nil {
+			_ = unix.Kill(q.r.pid, q.sig)
 		}
 	}
 }

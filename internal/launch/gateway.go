@@ -1,4 +1,9 @@
-package cli
+package launch
+
+// This file builds a sandbox's gateway (gateway.StartOptions) from the
+// configuration: it is the one place that does, for cordon run and the
+// daemon alike. It was moved from internal/cli/gateway.go as close to
+// verbatim as possible.
 
 import (
 	"context"
@@ -8,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/custody"
@@ -18,9 +24,9 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// gatewayPlan is a loaded configuration with its custodian, ready to start
-// a gateway once the sandbox is admitted.
-type gatewayPlan struct {
+// Plan is a loaded configuration with its custodied values and policy,
+// ready to start a gateway once the sandbox is admitted.
+type Plan struct {
 	cfg     *config.Config
 	secrets map[string][]byte // the custodied values, by name
 	policy  *policy.Set
@@ -29,23 +35,26 @@ type gatewayPlan struct {
 	lab bool
 }
 
-// prepareGateway loads --config and the custodian, refuses a configuration
-// that would let a secret into the sandbox, and points the program at the
-// gateway. It returns nil without --config.
-func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan, error) {
-	if f.config == "" {
-		return nil, nil
-	}
-	cfg, err := config.Load(f.config)
+// Config is the plan's configuration.
+func (p *Plan) Config() *config.Config { return p.cfg }
+
+// PolicyDigest is the digest of the policy set the sandbox is decided by.
+func (p *Plan) PolicyDigest() string { return p.policy.Digest() }
+
+// LoadPlan loads a configuration file and its custodian for cordon run
+// (the caller's own files and environment), refusing an invalid policy.
+// workload is --workload: "default" or the config's own. warn gets the
+// configuration's warnings.
+func LoadPlan(path, workload string, warn func(string)) (*Plan, error) {
+	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}
-	if f.workload != "default" && f.workload != cfg.Workload {
-		return nil, failure.Failf(failure.KindUsage, "config", "--workload %s disagrees with the config's workload %s", f.workload, cfg.Workload)
+	if workload != "default" && workload != cfg.Workload {
+		return nil, failure.Failf(failure.KindUsage, "config", "--workload %s disagrees with the config's workload %s", workload, cfg.Workload)
 	}
-	spec.Workload = cfg.Workload
 	for _, w := range cfg.Warnings() {
-		g.logger().Warn(w)
+		warn(w)
 	}
 	// An invalid policy refuses to start; no policy files: the built-in
 	// permit-all, and the config's allow-lists decide alone.
@@ -64,12 +73,20 @@ func (g *globals) prepareGateway(f *runFlags, spec *sandbox.Spec) (*gatewayPlan,
 		v, _ := cust.Secret(n)
 		values[n] = v
 	}
-	if err := cfg.CheckLeaks(visibleInSandbox(*spec), spec.Env, values); err != nil {
-		return nil, failure.Fail(failure.KindPolicyRejected, "config", err)
+	return &Plan{cfg: cfg, secrets: values, policy: pol}, nil
+}
+
+// Apply fits spec to the plan: its workload is the config's, a
+// configuration that would let a secret into the sandbox is refused, and
+// the program is pointed at the gateway (its variables last, so they win
+// over the caller's).
+func (p *Plan) Apply(spec *sandbox.Spec) error {
+	spec.Workload = p.cfg.Workload
+	if err := p.cfg.CheckLeaks(visibleInSandbox(*spec), spec.Env, p.secrets); err != nil {
+		return failure.Fail(failure.KindPolicyRejected, "config", err)
 	}
-	// The gateway's variables come last so they win over --env.
 	spec.Env = append(spec.Env, gateway.Env()...)
-	return &gatewayPlan{cfg: cfg, secrets: values, policy: pol}, nil
+	return nil
 }
 
 // visibleInSandbox reports whether a host path can be seen from inside: it
@@ -102,20 +119,16 @@ func visibleInSandbox(spec sandbox.Spec) func(string) bool {
 
 // start opens the gateway's listeners in the admitted sandbox and starts
 // the unprivileged gateway process, with the tool servers' pipes.
-func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tools *toolServers) (*gateway.Process, error) {
+func (p *Plan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tools *toolServers, version string) (*gateway.Process, error) {
 	c := p.cfg
 	cc := gateway.ChildConfig{
 		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
-		Limits: gateway.ModelLimits{MaxRequestBytes: c.Limits.MaxRequestBytes, MaxResponseBytes: c.Limits.MaxResponseBytes,
-			MaxAttachments: c.Limits.MaxAttachments, MaxAttachmentBytes: c.Limits.MaxAttachmentBytes,
-			AllowedMIME: c.Limits.AllowedAttachmentMIME, MaxConcurrentStreams: streamsLimit(c.Budgets.ConcurrentStreams)},
-		Secrets: map[string][]byte{},
-		Egress:  egressConfig(c.Egress),
-		ToolLimits: gateway.ToolLimits{MaxFrameBytes: int(c.Limits.MaxMCPMessageBytes), MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
-			MaxResultBytes: int(c.Limits.MaxToolResultBytes), ApprovalWait: c.Approvals.Wait},
-		Version: Version,
+		Model:    c.ModelConfig(),
+		Egress:   c.EgressConfig(),
+		Tool:     c.ToolConfig(),
+		Secrets:  map[string][]byte{},
+		Version:  version,
 	}
-	cc.Routes, cc.Tools = routesOf(c), toolServersOf(c)
 	for n, v := range p.secrets {
 		cc.Secrets[n] = v
 	}
@@ -136,33 +149,9 @@ func (p *gatewayPlan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logge
 	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab, sp)
 }
 
-// routesOf is the configuration's model routes as the gateway process
-// gets them.
-func routesOf(c *config.Config) []gateway.Route {
-	var out []gateway.Route
-	for _, m := range c.Models {
-		out = append(out, gateway.Route{Name: m.Name, API: m.API, Upstream: m.Upstream, Credential: m.Credential, Models: m.Models})
-	}
-	return out
-}
-
-// toolServersOf is the configuration's tool servers as the gateway
-// process gets them.
-func toolServersOf(c *config.Config) []gateway.ToolServer {
-	var out []gateway.ToolServer
-	for _, t := range c.Tools {
-		ts := gateway.ToolServer{Name: t.Name, Allow: t.Allow, Timeout: t.Timeout, Stdio: len(t.Command) > 0, URL: t.URL, Credential: t.Credential}
-		for _, k := range sortedKeys(t.SecretEnv) {
-			ts.SecretEnv = append(ts.SecretEnv, t.SecretEnv[k])
-		}
-		out = append(out, ts)
-	}
-	return out
-}
-
 // toolOffer is the privileged side's view of the tool servers: each
 // server's name and tool globs.
-func toolOffer(ts []gateway.ToolServer) (servers map[string]bool, allow map[string][]string) {
+func toolOffer(ts []tool.ServerConfig) (servers map[string]bool, allow map[string][]string) {
 	servers, allow = map[string]bool{}, map[string][]string{}
 	for _, t := range ts {
 		servers[t.Name], allow[t.Name] = true, t.Allow
@@ -174,21 +163,6 @@ func toolOffer(ts []gateway.ToolServer) (servers map[string]bool, allow map[stri
 func statePolicyOf(c *config.Config) *gateway.StatePolicy {
 	return &gateway.StatePolicy{QuotaBytes: c.State.QuotaBytes, QuotaEntries: c.State.QuotaEntries,
 		MaxValueBytes: c.State.MaxValueBytes, Retention: c.State.Retention}
-}
-
-// egressConfig is an egress allow-list as the gateway process gets it.
-func egressConfig(e config.Egress) gateway.Egress {
-	out := gateway.Egress{Resolve: map[string][]string{}}
-	for _, r := range e.Allow {
-		out.Allow = append(out.Allow, gateway.EgressRule{Host: r.Host, Ports: r.Ports})
-	}
-	for _, r := range e.UnsafeAllowRanges {
-		out.UnsafeAllowRanges = append(out.UnsafeAllowRanges, r.String())
-	}
-	for h, a := range e.Resolve {
-		out.Resolve[h] = []string{a.String()}
-	}
-	return out
 }
 
 // startGateway starts one sandbox's gateway process as the top uid of the
@@ -206,15 +180,18 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	// The gateway runs as the top uid of the sandbox's leased range: unique
 	// to this sandbox, owning nothing, and no sandbox process runs as it
 	// (the program is uid 1000 inside and cannot change uid).
-	var uid, gid uint32
-	if l, ok := sb.(interface{ Lease() store.Lease }); ok {
-		uid, gid = l.Lease().UID+l.Lease().Size-1, l.Lease().GID+l.Lease().Size-1
+	uid, gid, ok := sb.Lease().Top()
+	if !ok {
+		// Never a shared uid: a gateway without its own identity would
+		// share it with every other such gateway.
+		for _, tp := range pipes {
+			tp.In.Close()
+			tp.Out.Close()
+		}
+		return nil, failure.Failf(failure.KindStart, "gateway", "the sandbox has no leased identity for its gateway to run as")
 	}
-	var adopt func(int) error
-	if a, ok := sb.(interface{ Adopt(int) error }); ok {
-		adopt = a.Adopt
-	}
-	servers, allow := toolOffer(cc.Tools)
+	adopt := sb.Adopt
+	servers, allow := toolOffer(cc.Tool.Servers)
 	budget := store.Budget{Limits: c.Budgets.Limits(), Streams: c.Budgets.ConcurrentStreams, Window: c.Budgets.Window}
 	callLimit := c.Budgets.ToolCalls
 	if lab {
@@ -236,11 +213,79 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	return proc, nil
 }
 
-// streamsLimit is the broker's per-process stream bound: the budget's
-// concurrent streams, or effectively unbounded (the ledger still counts).
-func streamsLimit(n int64) int64 {
-	if n > 0 {
-		return n
+// Detached is a gateway configuration as a daemon client sends it: the
+// cordon/v1 YAML, its policy files' contents and the secret values the
+// client resolved as the caller. Nothing in it is read from a path.
+type Detached struct {
+	Source   string
+	Config   []byte
+	Policies []policy.Source
+	Secrets  map[string][]byte // nil: not sent (validation only)
+}
+
+// DetachedPlan parses a configuration a daemon client sent, without
+// reading any path it names. host are the operator's host-wide policies,
+// added to the sandbox's. lab (FULL_CONTROL_LAB) replaces the sandbox's
+// own policy with permit-all; the host policies still apply.
+func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
+	cfg, err := config.ParseDetached(d.Config, d.Source)
+	if err != nil {
+		return nil, err
 	}
-	return 1 << 20
+	for _, t := range cfg.Tools {
+		if len(t.Binds) > 0 {
+			// The binds of a tool server are host paths in the
+			// configuration: the daemon opens no path a caller names.
+			return nil, fmt.Errorf("tool server %s: binds name host paths, which the daemon never opens for a caller (use cordon run, or a tool server without binds)", t.Name)
+		}
+	}
+	for name := range cfg.Secrets {
+		if _, ok := d.Secrets[name]; !ok && d.Secrets != nil {
+			return nil, fmt.Errorf("secret %s: the client sent no value for it", name)
+		}
+	}
+	if len(d.Policies) != len(cfg.Policy) {
+		return nil, fmt.Errorf("the configuration names %d policy files, the client sent %d", len(cfg.Policy), len(d.Policies))
+	}
+	var srcs []policy.Source
+	for i, p := range d.Policies {
+		if p.Name != cfg.Policy[i] {
+			return nil, fmt.Errorf("policy file %d: the client sent %s, the configuration names %s", i, p.Name, cfg.Policy[i])
+		}
+		srcs = append(srcs, p)
+	}
+	if lab {
+		srcs = nil
+	}
+	secrets := d.Secrets
+	if secrets == nil {
+		secrets = map[string][]byte{}
+	}
+	p := &Plan{cfg: cfg, secrets: secrets, lab: lab}
+	if len(srcs) == 0 && len(host) == 0 {
+		p.policy = policy.Default()
+		return p, nil
+	}
+	if len(srcs) == 0 {
+		srcs = append(srcs, policy.DefaultSource())
+	}
+	for _, h := range host {
+		srcs = append(srcs, policy.Source{Name: "host/" + h.Name, Data: h.Data})
+	}
+	if p.policy, err = policy.LoadSources(srcs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// GatewayEnv is the variables that point a sandbox's programs at its
+// gateway (the daemon adds them to every exec).
+func GatewayEnv() []string { return gateway.Env() }
+
+// AdmitConfig is what a gateway built from cfg would admit of r, by the
+// configuration's checks alone (cordon policy explain).
+func AdmitConfig(cfg *config.Config, r gateway.AdmitRequest) gateway.Admission {
+	servers, allow := toolOffer(cfg.ToolConfig().Servers)
+	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig()},
+		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg), r)
 }

@@ -1,4 +1,4 @@
-package cli
+package launch
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/sandbox"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 	"github.com/cordon-project/cordon/internal/trapscan"
@@ -34,7 +34,7 @@ type toolServers struct {
 // startTools starts every command tool server of the plan, admitted at
 // DEDICATED_CONTAINER like any sandbox. On error, whatever started is
 // stopped.
-func (p *gatewayPlan) startTools(ctx context.Context, prov *linux.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) (ts *toolServers, err error) {
+func (p *Plan) startTools(ctx context.Context, prov sandbox.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) (ts *toolServers, err error) {
 	ts = &toolServers{}
 	defer func() {
 		if err != nil {
@@ -53,7 +53,7 @@ func (p *gatewayPlan) startTools(ctx context.Context, prov *linux.Provider, st *
 	return ts, nil
 }
 
-func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool, prov *linux.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) error {
+func (ts *toolServers) start(ctx context.Context, p *Plan, t config.Tool, prov sandbox.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) error {
 	env := []string{}
 	for _, k := range sortedKeys(t.Env) {
 		env = append(env, k+"="+t.Env[k])
@@ -100,8 +100,8 @@ func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool,
 	adm, err := sb.Start(ctx)
 	inR.Close()
 	outW.Close()
-	if err == nil && adm.Level < sandbox.DedicatedContainer {
-		err = failure.Failf(failure.KindEvidence, "admission", "the evidence supports %s, below %s", adm.Level, sandbox.DedicatedContainer)
+	if err == nil {
+		_, err = Admit(adm, sandbox.DedicatedContainer)
 	}
 	if err == nil && len(t.Egress.Allow) > 0 {
 		var gw *gateway.Process
@@ -124,12 +124,12 @@ func (ts *toolServers) start(ctx context.Context, p *gatewayPlan, t config.Tool,
 
 // startToolGateway gives a tool server its own gateway: egress only, on
 // the server's own allow-list, under the workload's policy and budgets.
-func (p *gatewayPlan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, t config.Tool) (*gateway.Process, error) {
+func (p *Plan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, t config.Tool) (*gateway.Process, error) {
 	c := p.cfg
 	cc := gateway.ChildConfig{
 		Identity: crossing.Identity{Workload: c.Workload, Tenant: c.Tenant, Purpose: c.Purpose, SandboxID: sb.ID()},
-		Limits:   gateway.ModelLimits{MaxRequestBytes: 1, MaxResponseBytes: 1, MaxConcurrentStreams: 1},
-		Egress:   egressConfig(t.Egress),
+		Model:    model.Config{Limits: model.Limits{MaxRequestBytes: 1, MaxResponseBytes: 1, MaxConcurrentStreams: 1}},
+		Egress:   t.Egress.BrokerConfig(),
 		Secrets:  map[string][]byte{},
 	}
 	return startGateway(sb, st, log, cc, p.policy, c, nil, false, nil) // no managed state for a tool server
@@ -145,16 +145,12 @@ func (ts *toolServers) haltAndScan(ctx context.Context) []trapscan.Report {
 	}
 	var out []trapscan.Report
 	for _, sb := range ts.sbs {
-		sc, ok := sb.(interface{ ScanTraps() []trapscan.Report })
-		if !ok {
-			continue
-		}
 		if err := sb.Stop(ctx); err != nil {
 			out = append(out, trapscan.Report{Root: "tool server " + sb.ID(), Traps: []trapscan.Trap{},
 				Truncated: fmt.Sprintf("not scanned: the tool server did not stop: %v", err)})
 			continue
 		}
-		out = append(out, sc.ScanTraps()...)
+		out = append(out, sb.ScanTraps()...)
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package sandbox
+package level
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
 // UnmarshalText decodes a level name.
 func (l *Level) UnmarshalText(b []byte) error {
-	v, err := ParseLevel(string(b))
+	v, err := Parse(string(b))
 	if err != nil {
 		return err
 	}
@@ -55,8 +55,8 @@ func Levels() []Level {
 	return []Level{Shared, DomainIsolated, DedicatedRuntime, DedicatedContainer, DedicatedVM}
 }
 
-// ParseLevel parses a level name (case-insensitive).
-func ParseLevel(s string) (Level, error) {
+// Parse parses a level name (case-insensitive).
+func Parse(s string) (Level, error) {
 	u := strings.ToUpper(strings.TrimSpace(s))
 	for _, l := range Levels() {
 		if l.String() == u {

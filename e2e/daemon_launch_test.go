@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+)
+
+// Daemon sandboxes have the binds cordon run has: --ro and --rw, each a
+// directory the caller opened and owns, sent as a descriptor. What the
+// program reads and writes through them is observed on the host; the
+// read-only bind refuses writes; a bind of a path the caller does not own
+// is refused before anything exists on the host (no record, no cgroup),
+// with the owner's own create of the same path as the positive control.
+func TestDaemonBinds(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	bob := &syscall.Credential{Uid: 1001, Gid: 1000}
+	roDir, rwDir := userWorkspace(t), userWorkspace(t)
+	for _, p := range []string{roDir, rwDir} {
+		os.Chmod(p, 0o755)
+		os.Chmod(filepath.Dir(p), 0o755)
+	}
+	marker := fmt.Sprintf("read-only input %d", time.Now().UnixNano())
+	os.WriteFile(filepath.Join(roDir, "in.txt"), []byte(marker), 0o644)
+	os.Chown(filepath.Join(roDir, "in.txt"), 1000, 1000)
+
+	// The negative case first: bob binds alice's directory.
+	w := watchCgroups(t)
+	if got := w.createdDuring(t, func() {
+		for _, flag := range []string{"--ro", "--rw"} {
+			r := cordonSocket(t, d.socket, st, bob, "sandbox", "create", "bob-bind", flag, roDir+":/x")
+			if r.Code != 125 || !strings.Contains(r.Stderr, "owned by uid 1000") {
+				t.Errorf("bob %s of alice's directory: %d %s; want refused as not his", flag, r.Code, r.Stderr)
+			}
+		}
+	}); len(got) != 0 {
+		t.Errorf("cgroups %v were created for a refused bind", got)
+	}
+	if _, ok := d.ls()["bob-bind"]; ok {
+		t.Error("a record of bob's refused sandbox exists")
+	}
+
+	// Positive control: alice binds her own directories.
+	r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "binds", "--ro", roDir+":/in", "--rw", rwDir+":/out",
+		"--", "/bin/sh", "-c", `cat /in/in.txt > /out/copied && echo main-done; exec sleep 1000`)
+	if r.Code != 0 {
+		t.Fatalf("alice create with binds: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "start", "binds"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(cordonSocket(t, d.socket, st, alice, "sandbox", "logs", "binds").Stdout, "main-done")
+	}, "the main program's copy")
+	copied := filepath.Join(rwDir, "copied")
+	if b, err := os.ReadFile(copied); err != nil || string(b) != marker {
+		t.Fatalf("host %s = %q, %v; want %q copied through the binds", copied, b, err, marker)
+	}
+	if fi, err := os.Stat(copied); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Errorf("the copy is not alice's on the host: %v", err)
+	}
+	// The read-only bind refuses a write; the host directory is unchanged.
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "exec", "binds", "--", "/bin/sh", "-c", "echo x > /in/written"); r.Code == 0 {
+		t.Errorf("a write to the --ro bind succeeded: %s", r.Stdout)
+	}
+	if _, err := os.Stat(filepath.Join(roDir, "written")); err == nil {
+		t.Error("the --ro bind was written on the host")
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "exec", "binds", "--", "/bin/sh", "-c", "echo y > /out/by-exec"); r.Code != 0 {
+		t.Errorf("a write to the --rw bind failed: %d %s", r.Code, r.Stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(rwDir, "by-exec")); string(b) != "y\n" {
+		t.Errorf("the --rw bind's write on the host = %q", b)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "binds"); r.Code != 0 {
+		t.Fatalf("rm: %d %s", r.Code, r.Stderr)
+	}
+}
+
+// --rootfs through the daemon: the caller's own root directory, by
+// descriptor, read-only; the host's /usr layout is absent. Another user's
+// root is refused.
+func TestDaemonRootfs(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, dir := range []string{"proc", "dev", "tmp", "bin", "home/agent"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Dir(root), 0o755)
+	os.Chmod(filepath.Dir(filepath.Dir(root)), 0o755)
+	probe, err := os.ReadFile(filepath.Join(probeDir, "probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "bin", "probe"), probe, 0o755)
+	marker := fmt.Sprintf("daemon rootfs %d\n", time.Now().UnixNano())
+	os.WriteFile(filepath.Join(root, "marker"), []byte(marker), 0o644)
+
+	bob := &syscall.Credential{Uid: 1001, Gid: 1000}
+	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "create", "bob-root", "--rootfs", root); r.Code != 125 || !strings.Contains(r.Stderr, "owned by uid 0") {
+		t.Errorf("bob's create on root's rootfs: %d %s; want refused", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "create", "rootfs", "--rootfs", root); r.Code != 0 {
+		t.Fatalf("create --rootfs: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "rootfs"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	if i := d.ls()["rootfs"]; i.Level != "DEDICATED_CONTAINER" {
+		t.Errorf("admitted %q, want DEDICATED_CONTAINER", i.Level)
+	}
+	for _, tt := range []struct {
+		argv   []string
+		ok     bool
+		data   string
+		noExec bool
+	}{
+		{argv: []string{"/bin/probe", "read", "/marker"}, ok: true, data: marker},
+		{argv: []string{"/bin/probe", "read", "/etc/passwd"}},
+		{argv: []string{"/bin/probe", "write", "/marker"}},
+		{argv: []string{"/bin/sh", "-c", "true"}, noExec: true},
+	} {
+		r := d.cli(append([]string{"sandbox", "exec", "rootfs", "--"}, tt.argv...)...)
+		if tt.noExec {
+			if r.Code != 127 {
+				t.Errorf("exec %q = %d, want 127 (the host's /bin is not there)", tt.argv, r.Code)
+			}
+			continue
+		}
+		if r.Code != 0 || r.Probe.OK != tt.ok || r.Probe.Data != tt.data {
+			t.Errorf("exec %q = %d probe %+v, want ok=%v data %q\n%s", tt.argv, r.Code, r.Probe, tt.ok, tt.data, r.Stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "marker")); string(b) != marker {
+		t.Errorf("host marker = %q, want unchanged", b)
+	}
+	d.cli("sandbox", "rm", "rootfs")
+}
+
+// shMCPServer is an MCP tool server in POSIX sh (the tool server's own
+// sandbox has only the host's base layout): one tool, whoami, answering
+// with the uid it runs as.
+const shMCPServer = `while IFS= read -r line; do
+  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
+  [ -z "$id" ] && continue
+  case "$line" in
+    *'"initialize"'*) r='{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"sh","version":"1"}}';;
+    *'"tools/list"'*) r='{"tools":[{"name":"whoami","description":"who the server runs as","inputSchema":{"type":"object"}}]}';;
+    *'"tools/call"'*) r='{"content":[{"type":"text","text":"sh-tool uid '"$(id -u)"' in '"$(hostname)"'"}]}';;
+    *) r='{}';;
+  esac
+  printf '{"jsonrpc":"2.0","id":%s,"result":%s}\n' "$id" "$r"
+done`
+
+// Daemon sandboxes get the config's tool servers, through the same
+// lifecycle as cordon run: the server runs in its own sandbox and the
+// agent reaches it only through its gateway's tool broker. After a daemon
+// restart the adopted sandbox's gateway has new tool servers and the old
+// ones are gone; all end with the daemon sandbox (no cgroup left).
+func TestDaemonToolServers(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	var script strings.Builder
+	for _, l := range strings.Split(shMCPServer, "\n") {
+		script.WriteString("        " + l + "\n")
+	}
+	cfg := writeConfig(t, "tools:\n  - name: sh\n    command:\n      - /bin/sh\n      - -c\n      - |\n"+script.String())
+	w := watchCgroups(t)
+	w.created(t) // drain what came before
+	if r := d.cli("sandbox", "create", "tools", "--config", cfg, "--ro", probeDir+":/probe"); r.Code != 0 {
+		t.Fatalf("create with tool servers: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "tools"); r.Code != 0 {
+		t.Fatalf("start: %d %s\n%s", r.Code, r.Stderr, d)
+	}
+	made := w.created(t)
+	i := d.ls()["tools"]
+	r := d.cli("sandbox", "exec", "tools", "--", "/probe/mcpclient", "call", "sh__whoami", "{}")
+	lines := toolLines(t, r)
+	host, ok := strings.CutPrefix(lines[0].Text, "sh-tool uid 1000 in cordon-")
+	if lines[0].IsError || !ok || strings.HasPrefix(i.ID, host) {
+		t.Fatalf("tool call through the daemon sandbox's gateway: %+v (sandbox %s)", lines[0], i.ID)
+	}
+	// The tool server ran in a sandbox of its own (its hostname names
+	// it), made while the daemon sandbox started.
+	var tool string
+	for _, id := range made {
+		if strings.HasPrefix(id, host) {
+			tool = id
+		}
+	}
+	if tool == "" {
+		t.Fatalf("no cgroup of the tool server's sandbox cordon-%s among %v", host, made)
+	}
+	// A daemon restart adopts the sandbox and reopens its gateway with new
+	// tool servers; the old ones are released (their cgroups go).
+	d.kill()
+	d.start()
+	r = d.cli("sandbox", "exec", "tools", "--", "/probe/mcpclient", "call", "sh__whoami", "{}")
+	lines = toolLines(t, r)
+	host2, ok := strings.CutPrefix(lines[0].Text, "sh-tool uid 1000 in cordon-")
+	if lines[0].IsError || !ok || host2 == host {
+		t.Fatalf("tool call after a daemon restart: %+v (first tool server cordon-%s)", lines[0], host)
+	}
+	for _, ctl := range []string{"pids", "memory"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, "cordon", tool)); err == nil {
+			t.Errorf("the first tool server's cgroup %s/%s outlived the daemon restart", ctl, tool)
+		}
+	}
+	// Reconciliation took the new tool servers for nobody's residue.
+	if log := d.String(); strings.Contains(log, "release host resources") {
+		t.Errorf("the restarted daemon tried to release a live sandbox:\n%s", log)
+	}
+	if r := d.cli("sandbox", "rm", "tools"); r.Code != 0 {
+		t.Fatalf("rm: %d %s", r.Code, r.Stderr)
+	}
+	for _, n := range []string{tool, tool + "--gw", i.ID} {
+		for _, ctl := range []string{"pids", "memory"} {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, "cordon", n)); err == nil {
+				t.Errorf("cgroup %s/%s outlived the daemon sandbox", ctl, n)
+			}
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/broker/state"
+	"github.com/cordon-project/cordon/internal/broker/tool"
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// The metered operations (model, egress; record also for the tool
+// broker's refusals), served in the batch against authorityOps.
+
+// reserve holds budget for one crossing after policy allowed it; the
+// reservation's policy decision is set in resp also when refused.
+func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
+	if req.Broker != "model" && req.Broker != "egress" {
+		return fmt.Errorf("unknown broker %q", req.Broker)
+	}
+	// Every reservation takes a receipt slot (crossbudget.go): a
+	// crossing writes its receipt when it settles, and any reservation
+	// left open by a gateway that dies is receipted as lost — an egress
+	// tunnel's byte chunks too, or a compromised gateway could hold (and
+	// lose) unbounded many. A crossing that opens (main) also counts
+	// against the crossing rate; the byte chunks of an open tunnel do not.
+	main := req.Broker == "model" || req.Want.Connections > 0
+	if err := s.admitCrossing(main, ops.Record); err != nil {
+		return err
+	}
+	d, err := s.askPolicyIn(req, ops.BudgetState)
+	if err != nil {
+		resp.Res.Policy = d
+		s.receipts.end(false)
+		return err
+	}
+	if d != nil && d.ApprovalRequired && !s.skipApprovals() {
+		// Decided differently from needsApproval a moment ago (a policy
+		// reading context.budget): never let it through here.
+		resp.Res.Policy = d
+		s.receipts.end(false)
+		return fmt.Errorf("%w: the crossing needs an approval; retry it", crossing.ErrUnavailable)
+	}
+	resp.Res, resp.State, err = ops.Reserve(s.ID, req.Broker, req.Want, req.Streams, s.Budget)
+	if err != nil {
+		s.receipts.end(false)
+		return err
+	}
+	resp.Res.Policy = d
+	s.remember(resp.Res.ID, d, resp.State)
+	s.opened(resp.Res.ID, req.Broker, req.Ask, main)
+	return nil
+}
+
+// settle settles a reservation without a receipt (a byte chunk, or a
+// crossing whose receipt comes in a record).
+func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, error) {
+	if req.Res == nil {
+		return crossing.BudgetState{}, errors.New("settle without a reservation")
+	}
+	r := *req.Res
+	r.Identity = s.ID
+	if err := s.ownReservation(req.Broker, r.ID); err != nil {
+		return crossing.BudgetState{}, err
+	}
+	st, err := ops.SettleRecord(r, req.Used, s.Budget, nil)
+	if err != nil {
+		return st, err
+	}
+	// Nothing of the reservation stays keyed by its id: the store reuses
+	// a settled reservation's id, and a later reservation must not
+	// inherit its decision or approval. (An egress connection's record
+	// names its approval by id: grants.byID.)
+	s.forget(r.ID)
+	s.unbindGrant(r.ID)
+	switch held, main := s.closed(r.ID); {
+	case main:
+		s.receipts.settled() // its receipt comes in a record
+	case held:
+		s.receipts.end(false) // a byte chunk: no receipt
+	}
+	return st, nil
+}
+
+// settleRecord settles a reservation and records its crossing's receipt
+// in one commit, with the decision and approval this side holds.
+func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetState, error) {
+	if req.Res == nil || req.Receipt == nil {
+		return crossing.BudgetState{}, errors.New("settle_record without a reservation and a receipt")
+	}
+	r := *req.Res
+	r.Identity = s.ID
+	if err := s.ownReservation(req.Broker, r.ID); err != nil {
+		return crossing.BudgetState{}, err
+	}
+	rc := *req.Receipt
+	rc.Identity = s.ID
+	rc.Policy = s.forget(r.ID)
+	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
+	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
+	if err != nil {
+		return st, err
+	}
+	if held, _ := s.closed(r.ID); held {
+		s.receipts.end(true)
+	} else {
+		s.receipts.wrote() // a reservation of an earlier gateway
+	}
+	return st, nil
+}
+
+// record records one receipt of the channel's broker, with only the
+// fields this side lets the gateway set.
+func (s *Authority) record(ops authorityOps, req call) error {
+	if req.Receipt == nil {
+		return errors.New("record without a receipt")
+	}
+	rc := *req.Receipt
+	rc.Identity = s.ID
+	switch {
+	case rc.Broker != req.Broker:
+		// A channel records its own broker's receipts only.
+		return fmt.Errorf("%w: record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
+	case rc.Broker == state.Name:
+		// The privileged side writes every state receipt itself.
+		return errors.New("record: state receipts come only from state operations")
+	case rc.Broker == tool.Name && rc.Decision == crossing.Allow:
+		// A tool call is recorded allowed only by tool_end, from the call
+		// this side began.
+		return errors.New("record: an allowed tool receipt comes only from tool_end")
+	}
+	// Fields only this side may set (tool_end, settle_record); an
+	// approval only when this side used it for an open crossing.
+	if rc.Decision != crossing.Allow || !s.recordedGrant(rc.Approval) {
+		rc.Approval = ""
+	}
+	rc.CallKey, rc.ResultDigest = "", ""
+	if rc.Policy != nil {
+		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
+	}
+	if rc.Decision != crossing.Allow {
+		// A refusal's receipt needs a slot of the receipt budget; past
+		// the bound it is counted, not written.
+		if s.admitCrossing(false, ops.Record) != nil {
+			return nil
+		}
+		dropped, ok := s.denials.admit(time.Now())
+		if !ok {
+			s.receipts.end(false)
+			return nil
+		}
+		if dropped > 0 {
+			rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
+		}
+		_, err := ops.Record(rc)
+		s.receipts.end(err == nil)
+		return err
+	}
+	// An allowed crossing's receipt is always written: it takes the slot
+	// its crossing held until it settled. One no crossing settled (only a
+	// compromised gateway sends it, or a settle that failed) needs a slot
+	// of its own: past the bound it is refused.
+	if !s.receipts.takePending() {
+		if err := s.admitCrossing(false, ops.Record); err != nil {
+			return err
+		}
+	}
+	_, err := ops.Record(rc)
+	s.receipts.end(err == nil)
+	return err
+}
+
+// ownReservation refuses to settle, on one broker's channel, a
+// reservation another broker's channel opened: each broker settles only
+// its own crossings.
+func (s *Authority) ownReservation(broker string, id int64) error {
+	if by, ok := s.openedBy(id); ok && by != broker {
+		return fmt.Errorf("%w: reservation %d is the %s broker's, not the %s broker's", crossing.ErrPolicyDenied, id, by, broker)
+	}
+	return nil
+}

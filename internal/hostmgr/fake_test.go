@@ -1,0 +1,145 @@
+package hostmgr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/fake"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// fakeDaemon is a daemon on the fake provider (package fake): the daemon
+// path with nothing Linux-specific behind the seam.
+func fakeDaemon(t *testing.T, p *fake.Provider) *Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"), store.DefaultPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	d, err := New(Options{StateDir: filepath.Join(dir, "state"), Store: st, Provider: p, VolumeDir: filepath.Join(dir, "volumes")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// testCall serves one request as root, as the protocol would, and decodes the
+// final result into out.
+func (d *Daemon) testCall(t *testing.T, op string, args any, files []*os.File, out any) error {
+	t.Helper()
+	b, _ := json.Marshal(args)
+	var res proto.Response
+	err := d.handle(context.Background(), proto.Peer{UID: 0}, proto.Request{Version: proto.Version, Op: op, Args: b}, files,
+		func(r proto.Response) error { res = r; return nil })
+	if err != nil {
+		return err
+	}
+	if out != nil && res.Final {
+		return json.Unmarshal(res.Result, out)
+	}
+	return nil
+}
+
+// The daemon creates, starts and stops a sandbox of a second provider
+// through the lifecycle: the main program runs (the file it writes is
+// observed here) and the sandbox is admitted at SHARED from the fake's
+// evidence.
+func TestDaemonWithFakeProvider(t *testing.T) {
+	p := &fake.Provider{}
+	d := fakeDaemon(t, p)
+	marker := filepath.Join(t.TempDir(), "ran")
+	var i Info
+	if err := d.testCall(t, "create", CreateArgs{Name: "f1", Spec: Spec{Level: "SHARED", Argv: []string{"/bin/sh", "-c", `: > "$0"`, marker}}}, nil, &i); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := d.testCall(t, "start", NameArgs{Name: "f1"}, nil, &i); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if i.State != store.DRunning || i.Level != sandbox.Shared.String() {
+		t.Errorf("started: state %s level %s, want running SHARED", i.State, i.Level)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the main program did not run")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := d.testCall(t, "stop", NameArgs{Name: "f1"}, nil, &i); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// Asking the daemon for a level the fake cannot evidence fails closed,
+// and the typed failure arrives over the protocol: unsupported at
+// selection (nothing provisioned, no record left), evidence_insufficient
+// at admission when the fake overstates its capability (the program
+// never runs, the sandbox ends stopped).
+func TestDaemonFakeProviderFailsClosed(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	argv := []string{"/bin/sh", "-c", `: > "$0"`, marker}
+
+	p := &fake.Provider{}
+	d := fakeDaemon(t, p)
+	err := d.testCall(t, "create", CreateArgs{Name: "f2", Spec: Spec{Argv: argv}}, nil, nil)
+	var pe *proto.Error
+	if !errors.As(err, &pe) || pe.Failure != failure.KindUnsupported {
+		t.Fatalf("create at DEDICATED_CONTAINER on the fake = %v, want failure unsupported", err)
+	}
+	if n := p.Provisioned(); n != 0 {
+		t.Errorf("%d sandboxes provisioned after the refusal, want 0", n)
+	}
+	if _, err := d.o.Store.DaemonSandbox(context.Background(), "f2"); err == nil {
+		t.Error("a record of the refused sandbox is left")
+	}
+
+	over := &fake.Provider{ClaimLevel: sandbox.DedicatedContainer}
+	d = fakeDaemon(t, over)
+	if err := d.testCall(t, "create", CreateArgs{Name: "f3", Spec: Spec{Argv: argv}}, nil, nil); err != nil {
+		t.Fatalf("create on the overstating fake: %v", err)
+	}
+	err = d.testCall(t, "start", NameArgs{Name: "f3"}, nil, nil)
+	if !errors.As(err, &pe) || pe.Failure != failure.KindEvidence {
+		t.Fatalf("start at DEDICATED_CONTAINER on the overstating fake = %v, want failure evidence_insufficient", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Error("the program ran although admission refused")
+	}
+	rec, err := d.o.Store.DaemonSandbox(context.Background(), "f3")
+	if err != nil || rec.State != store.DStopped {
+		t.Errorf("after the refusal: record %+v, %v; want stopped", rec, err)
+	}
+}
+
+// A descriptor the caller does not own is refused (the workspace rule,
+// for binds and rootfs too), and one the caller does own passes.
+func TestCheckOwned(t *testing.T) {
+	f, err := os.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := checkOwned(f, 0, "bind /x", false); err != nil {
+		t.Errorf("root: %v", err)
+	}
+	if err := checkOwned(f, uint32(os.Getuid()), "bind /x", false); err != nil {
+		t.Errorf("the owner: %v", err)
+	}
+	if err := checkOwned(f, 54321, "bind /x", false); proto.KindOf(err) != proto.KindUnauthorized {
+		t.Errorf("another uid: %v, want unauthorized", err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package testkit
+
+const cgoEnabled = false
