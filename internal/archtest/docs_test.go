@@ -28,8 +28,7 @@ var planes = map[string]bool{
 // removes its entry. An entry ending in "/..." covers the package and
 // everything below it. A pending package whose doc already passes is
 // logged, so the set can only shrink.
-var pending = map[string]string{
-}
+var pending = map[string]string{}
 
 // TestPackageDocs checks the doc of every package under internal/ and cmd/.
 func TestPackageDocs(t *testing.T) {
