@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gateway benchmark (issue 3): the model broker and the egress proxy on the
 # production path (policy, budgets with every limit set, receipts, the
-# ledger to SQLite), side by side in one run with the same client calling
+# authority channel to SQLite), side by side in one run with the same client calling
 # the fake upstream directly, and — for egress — with stripe/smokescreen
 # doing the same job. Prints markdown tables (ratios from this one run);
 # raw numbers in bench/out/gateway.json, logs in bench/out/gw-*.log.
@@ -22,7 +22,7 @@ tools=$out/tools
 mkdir -p "$bin" "$tools"
 export CGO_ENABLED=0
 go build -o "$bin/cordon" ./cmd/cordon
-go build -o "$bin/" ./bench/gateway/upstream ./bench/gateway/load ./bench/gateway/ledger ./bench/gateway/bareproxy
+go build -o "$bin/" ./bench/gateway/upstream ./bench/gateway/load ./bench/gateway/authority ./bench/gateway/bareproxy
 go build -o "$tools/gw-driver" ./bench/gateway/driver
 if [ ! -x "$tools/smokescreen" ]; then
 	(cd /tmp && GOBIN="$tools" go install github.com/stripe/smokescreen@v0.1.0)

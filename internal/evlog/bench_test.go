@@ -12,7 +12,7 @@ import (
 // The benchmarks append receipts through the real store path: each
 // receipt, its leaf and its stored hashes in one write transaction
 // (RecordReceipt), or 64 receipts per transaction (Batch, as the gateway's
-// ledger server group-commits). One op is one receipt, so ns/op is the
+// authority server group-commits). One op is one receipt, so ns/op is the
 // amortised cost per receipt; µs/receipt says the same in microseconds.
 
 func BenchmarkAppend(b *testing.B) {

@@ -12,7 +12,7 @@
 // the receipt (internal/store, evlog.go): leaf i's data is exactly the
 // receipt's stored body, and the tlog hashes the leaf completes are stored
 // with it. The gateway answers the agent only after that transaction
-// commits (its ledger server group-commits up to 64 crossings at once), so
+// commits (its authority server group-commits up to 64 crossings at once), so
 // no response leaves without its receipt being in the log. Signing is
 // batched: [Log.Checkpoint], run periodically by [Log.RunCheckpointer] or
 // on demand by `cordon evidence checkpoint`, signs the tree as it stands,

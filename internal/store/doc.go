@@ -29,14 +29,14 @@
 //     DaemonSandbox, DaemonSandboxes, UpdateDaemonSandbox,
 //     DeleteDaemonSandbox, CreateVolume, Volume, Volumes, DeleteVolume.
 //     Used by the daemon (internal/hostmgr) only.
-//   - Budgets and reservations (ledger.go): Reserve, Settle, SettleRecord,
+//   - Budgets and reservations (budgets.go): Reserve, Settle, SettleRecord,
 //     BudgetState, DropReservations, OverBudget, and Batch, whose [Tx]
 //     (Reserve, SettleRecord, Record, BudgetState) group-commits many
 //     crossings in one transaction. Used by the gateway's root side (model
 //     and egress crossings, policy's context.budget, the reservations of
 //     approved crossings), by `cordon policy explain` (OverBudget) and by
-//     bench/gateway/ledger.
-//   - Receipts and the evidence log's leaves (ledger.go: RecordReceipt,
+//     bench/gateway/authority.
+//   - Receipts and the evidence log's leaves (budgets.go: RecordReceipt,
 //     Receipts; evlog.go: LogSize, LogLeaf, LogLeaves, LogIndex, LogHashes,
 //     LogHashReader, LogStats, SaveCheckpoint, Checkpoints,
 //     LatestCheckpoint). Receipts are written by the gateway's root side,

@@ -149,7 +149,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 	created     INTEGER NOT NULL -- unix nanoseconds
 ) STRICT;
 
--- Version 2: budgets and receipts (the gateway's ledger).
+-- Version 2: budgets and receipts (the gateway's authority channel).
 CREATE TABLE IF NOT EXISTS budget_usage (
 	workload      TEXT    NOT NULL,
 	window_start  INTEGER NOT NULL, -- unix seconds; 0 when budgets have no window

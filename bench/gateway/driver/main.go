@@ -11,7 +11,7 @@
 // on every path back to back, so the ratios come from one machine state.
 // Around each phase it reads the CPU time of the processes under test from
 // /proc: the gateway process (argv[0] "cordon-gateway", a child of
-// cordon), the privileged cordon process (it serves the ledger: SQLite),
+// cordon), the privileged cordon process (it serves the authority: SQLite),
 // smokescreen, and the upstream.
 //
 // After the run it reads the receipts (`cordon receipts --json`) and
@@ -45,16 +45,16 @@ import (
 )
 
 var (
-	binDir     = flag.String("bin", "", "directory with cordon, load, upstream, ledger (bound read-only into the sandbox at /bench)")
-	smokeBin   = flag.String("smokescreen", "", "smokescreen binary (empty: skip)")
-	outDir     = flag.String("out", "bench/out", "where gateway.json and the logs go")
-	httpsPort  = flag.Int("https-port", 443, "port of the HTTPS file server on 127.0.0.1 (443: the broker checks the SNI)")
-	modelDur   = flag.Duration("model-dur", 8*time.Second, "duration of each model phase")
-	egressDur  = flag.Duration("egress-dur", 5*time.Second, "duration of each egress phase")
-	warmup     = flag.Duration("warmup", time.Second, "warm-up before each phase (not measured)")
-	only       = flag.String("only", "", "run only these phases (comma-separated names)")
-	rerender   = flag.String("report", "", "print the tables of an earlier run's gateway.json and exit")
-	ledgerArgs = flag.String("ledger-args", "-n 2000 -dur 3s -held 0,1024,4096", "arguments of the ledger micro-benchmark (empty: skip)")
+	binDir        = flag.String("bin", "", "directory with cordon, load, upstream, authority (bound read-only into the sandbox at /bench)")
+	smokeBin      = flag.String("smokescreen", "", "smokescreen binary (empty: skip)")
+	outDir        = flag.String("out", "bench/out", "where gateway.json and the logs go")
+	httpsPort     = flag.Int("https-port", 443, "port of the HTTPS file server on 127.0.0.1 (443: the broker checks the SNI)")
+	modelDur      = flag.Duration("model-dur", 8*time.Second, "duration of each model phase")
+	egressDur     = flag.Duration("egress-dur", 5*time.Second, "duration of each egress phase")
+	warmup        = flag.Duration("warmup", time.Second, "warm-up before each phase (not measured)")
+	only          = flag.String("only", "", "run only these phases (comma-separated names)")
+	rerender      = flag.String("report", "", "print the tables of an earlier run's gateway.json and exit")
+	authorityArgs = flag.String("authority-args", "-n 2000 -dur 3s -held 0,1024,4096", "arguments of the authority-channel micro-benchmark (empty: skip)")
 )
 
 const (
@@ -155,13 +155,13 @@ func main() {
 		}
 		var old struct {
 			Results     map[string]map[string]*result
-			Ledger      json.RawMessage
+			Authority   json.RawMessage
 			Smokescreen string
 		}
 		if err := json.Unmarshal(b, &old); err != nil {
 			log.Fatal(err)
 		}
-		report(os.Stdout, old.Results, old.Ledger, old.Smokescreen != "")
+		report(os.Stdout, old.Results, old.Authority, old.Smokescreen != "")
 		return
 	}
 	if *binDir == "" {
@@ -354,13 +354,17 @@ secrets:
 		return err
 	}
 	cordonPid := cd.cmd.Process.Pid
-	gwPid, err := gatewayPid(cordonPid)
+	gwPids, err := gatewayPids(cordonPid)
 	if err != nil {
 		return err
 	}
-	log.Printf("cordon pid %d, gateway pid %d, sandbox env %v", cordonPid, gwPid, hello)
+	log.Printf("cordon pid %d, gateway pids %v, sandbox env %v", cordonPid, gwPids, hello)
 	paths = append(paths, &path{name: "cordon", load: cd, watch: func() map[string]int {
-		return map[string]int{"gateway": gwPid, "cordon": cordonPid, "upstream": up.cmd.Process.Pid}
+		m := map[string]int{"cordon": cordonPid, "upstream": up.cmd.Process.Pid}
+		for n, pid := range gwPids {
+			m[n] = pid
+		}
+		return m
 	}})
 
 	var smokeVersion string
@@ -436,22 +440,22 @@ secrets:
 			r.Receipts = receiptsIn(receipts, r.Start, r.End)
 		}
 	}
-	var ledger json.RawMessage
-	if *ledgerArgs != "" {
-		out, err := exec.Command(bin("ledger"), strings.Fields(*ledgerArgs)...).Output()
+	var authority json.RawMessage
+	if *authorityArgs != "" {
+		out, err := exec.Command(bin("authority"), strings.Fields(*authorityArgs)...).Output()
 		if err != nil {
-			return fmt.Errorf("ledger micro-benchmark: %v", err)
+			return fmt.Errorf("authority micro-benchmark: %v", err)
 		}
-		ledger = out
+		authority = out
 	}
 	host, _ := os.ReadFile("/proc/loadavg")
-	all := map[string]any{"phases": phases, "results": results, "ledger": ledger, "smokescreen": smokeVersion,
+	all := map[string]any{"phases": phases, "results": results, "authority": authority, "smokescreen": smokeVersion,
 		"config": cfg, "loadavg_end": strings.TrimSpace(string(host)), "receipts_total": len(receipts)}
 	b, _ := json.MarshalIndent(all, "", " ")
 	if err := os.WriteFile(filepath.Join(*outDir, "gateway.json"), b, 0o644); err != nil {
 		return err
 	}
-	report(os.Stdout, results, ledger, smokeVersion != "")
+	report(os.Stdout, results, authority, smokeVersion != "")
 	return nil
 }
 
@@ -511,6 +515,11 @@ func runPhase(p *path, ph phase) (*result, error) {
 	r.ProcCPUms = map[string]float64{}
 	for n, pid := range pids {
 		r.ProcCPUms[n] = cpuMS(pid) - before[n]
+		// The gateway is every broker process (and the socket source):
+		// "gateway" is their sum.
+		if strings.HasPrefix(n, "gateway/") {
+			r.ProcCPUms["gateway"] += r.ProcCPUms[n]
+		}
 	}
 	return r, nil
 }
@@ -558,13 +567,15 @@ func schedNS(pid int) float64 {
 	return sum
 }
 
-// gatewayPid finds the gateway: a child of cordon whose argv[0] is
-// "cordon-gateway".
-func gatewayPid(parent int) (int, error) {
+// gatewayPids finds the gateway's processes: the children of cordon whose
+// argv[0] is "cordon-gateway" (one per broker and the socket source since
+// issue 10; one process before), named "gateway/<argv[1]>".
+func gatewayPids(parent int) (map[string]int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]int{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -583,11 +594,20 @@ func gatewayPid(parent int) (int, error) {
 			continue
 		}
 		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if argv0, _, _ := bytes.Cut(cl, []byte{0}); string(argv0) == "cordon-gateway" {
-			return pid, nil
+		args := strings.Split(strings.TrimRight(string(cl), "\x00"), "\x00")
+		if args[0] != "cordon-gateway" {
+			continue
 		}
+		name := "all"
+		if len(args) > 1 {
+			name = args[1]
+		}
+		out["gateway/"+name] = pid
 	}
-	return 0, fmt.Errorf("no cordon-gateway child of cordon (pid %d)", parent)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no cordon-gateway child of cordon (pid %d)", parent)
+	}
+	return out, nil
 }
 
 type smoke struct {
@@ -716,7 +736,7 @@ func fstats(v []float64) stats {
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // report prints the markdown tables.
-func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessage, withSmoke bool) {
+func report(w io.Writer, res map[string]map[string]*result, authority json.RawMessage, withSmoke bool) {
 	get := func(ph, p string) *result {
 		if r := res[ph][p]; r != nil {
 			return r
@@ -798,7 +818,7 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 		f1(d64.RPS), f1(b64.RPS), f1(c64.RPS), b64.RPS/d64.RPS, c64.RPS/d64.RPS, yes(c64.RPS/d64.RPS >= 0.95))
 	for _, ph := range []string{"model-stream-c1", "model-json-c1", "model-stream-c64"} {
 		d, b, c := get(ph, "direct"), get(ph, "bare"), get(ph, "cordon")
-		fmt.Fprintf(w, "| %s: proxy CPU ms/request (cordon: gateway + cordon/ledger) | — | %.3f | %.3f + %.3f = %.3f | | | | |\n", ph,
+		fmt.Fprintf(w, "| %s: proxy CPU ms/request (cordon: gateway + cordon/authority) | — | %.3f | %.3f + %.3f = %.3f | | | | |\n", ph,
 			perReq(b, "bareproxy"), perReq(c, "gateway"), perReq(c, "cordon"), perReq(c, "gateway", "cordon"))
 		fmt.Fprintf(w, "| %s: CPU ms/request, upstream / client | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | | | | |\n", ph,
 			perReq(d, "upstream"), d.CPUms/float64(max(1, d.Requests)), perReq(b, "upstream"), b.CPUms/float64(max(1, b.Requests)),
@@ -833,7 +853,7 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 	proxyCPU := func(r *result) float64 {
 		return r.ProcCPUms["gateway"] + r.ProcCPUms["cordon"] + r.ProcCPUms["smokescreen"]
 	}
-	eg("proxy CPU ms per 1 MiB download (cordon: gateway + ledger)", "egress-latency-c1", func(r *result) float64 {
+	eg("proxy CPU ms per 1 MiB download (cordon: gateway + authority)", "egress-latency-c1", func(r *result) float64 {
 		return proxyCPU(r) / float64(max(1, r.Requests))
 	}, true)
 	eg("proxy CPU ms per GiB, bulk 4 tunnels", "egress-bulk-c4", func(r *result) float64 {
@@ -860,7 +880,7 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 		r := get("egress-long-c1", p)
 		fmt.Fprintf(w, "- one tunnel, %s: MiB/s each second %v", p, r.Series)
 		if p == "cordon" {
-			fmt.Fprintf(w, "; CPU gateway %.0f ms, cordon (ledger) %.0f ms", r.ProcCPUms["gateway"], r.ProcCPUms["cordon"])
+			fmt.Fprintf(w, "; CPU gateway %.0f ms, cordon (authority) %.0f ms", r.ProcCPUms["gateway"], r.ProcCPUms["cordon"])
 		}
 		if p == "smokescreen" {
 			fmt.Fprintf(w, "; CPU smokescreen %.0f ms", r.ProcCPUms["smokescreen"])
@@ -869,7 +889,7 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 	}
 	for _, ph := range []string{"egress-latency-c1", "egress-bulk-c1", "egress-bulk-c4"} {
 		if r := get(ph, "cordon"); r.ProcCPUms != nil {
-			fmt.Fprintf(w, "- %s, cordon CPU: gateway %.0f ms, cordon (ledger) %.0f ms; smokescreen %.0f ms\n", ph,
+			fmt.Fprintf(w, "- %s, cordon CPU: gateway %.0f ms, cordon (authority) %.0f ms; smokescreen %.0f ms\n", ph,
 				r.ProcCPUms["gateway"], r.ProcCPUms["cordon"], get(ph, "smokescreen").ProcCPUms["smokescreen"])
 		}
 		for _, p := range []string{"direct", "cordon", "smokescreen"} {
@@ -899,10 +919,10 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 	}
 	fmt.Fprintln(w)
 
-	if len(ledger) > 0 {
+	if len(authority) > 0 {
 		var l map[string]map[string]json.RawMessage
-		if json.Unmarshal(ledger, &l) == nil {
-			fmt.Fprintln(w, "### Ledger alone (bench/gateway/ledger: LedgerServer on a socketpair → SQLite, as the gateway uses it)")
+		if json.Unmarshal(authority, &l) == nil {
+			fmt.Fprintln(w, "### The authority channel alone (bench/gateway/authority: gateway.Authority on a socketpair → SQLite, as the gateway uses it)")
 			fmt.Fprintln(w)
 			fmt.Fprintln(w, "| path | reserve p50 / p99 µs | settle p50 / p99 µs | record p50 / p99 µs | wall µs per sequence | CPU µs per sequence |")
 			fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
@@ -918,12 +938,12 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 				}
 				return f1(x)
 			}
-			for _, k := range []string{"store_model_serial", "ledger_model_serial", "ledger_model_paced_20ms", "ledger_egress_serial"} {
+			for _, k := range []string{"store_model_serial", "authority_model_serial", "authority_model_paced_20ms", "authority_egress_serial"} {
 				m := l[k]
 				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", k, pq(m["reserve_us"]), pq(m["settle_us"]), pq(m["record_us"]),
 					num(m["wall_us_per_seq"]), num(m["cpu_us_per_seq"]))
 			}
-			for _, k := range []string{"ledger_model_c64", "ledger_egress_c64"} {
+			for _, k := range []string{"authority_model_c64", "authority_egress_c64"} {
 				m := l[k]
 				fmt.Fprintf(w, "| %s: ceiling %s sequences/s | | | | | %s |\n", k, num(m["seq_per_s"]), num(m["cpu_us_per_seq"]))
 			}
@@ -950,7 +970,7 @@ func report(w io.Writer, res map[string]map[string]*result, ledger json.RawMessa
 					Ms float64
 				}
 				json.Unmarshal(h["settle_all"], &all)
-				fmt.Fprintf(w, "\nClosing that tunnel settles its %d chunks one by one: %.0f ms of ledger round trips. Until then every reserve and settle of the workload (model calls too) sums all the held rows.\n\n", all.N, all.Ms)
+				fmt.Fprintf(w, "\nClosing that tunnel settles its %d chunks one by one: %.0f ms of authority round trips. Until then every reserve and settle of the workload (model calls too) sums all the held rows.\n\n", all.N, all.Ms)
 			}
 		}
 	}

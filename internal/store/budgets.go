@@ -200,7 +200,7 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Re
 	return st, nil
 }
 
-// Batch runs several ledger operations in one write transaction (group
+// Batch runs several budget and receipt operations in one write transaction (group
 // commit): each runs under its own savepoint, so one that fails leaves
 // the others intact. If the commit fails, every operation failed.
 func (s *Store) Batch(ctx context.Context, fn func(*Tx)) error {

@@ -1,4 +1,4 @@
-// Command ledger times the gateway's authority path in isolation: the
+// Command authority times the gateway's authority path in isolation: the
 // root side's gateway.Authority on one SOCK_SEQPACKET socketpair per broker
 // in front of a fresh SQLite store (as `cordon run --config` wires it),
 // driven by the gateway process's own client (internal/gateway/wire). It reports, per model request (reserve, settle, record)
@@ -91,7 +91,7 @@ func (c *client) call(r req) resp {
 	return resp{Res: out.Res}
 }
 
-var id = crossing.Identity{Workload: "bench", Tenant: "acme", Purpose: "bench", SandboxID: "ledger-bench"}
+var id = crossing.Identity{Workload: "bench", Tenant: "acme", Purpose: "bench", SandboxID: "authority-bench"}
 
 // receipt is a model receipt of the size the broker writes.
 func receipt(broker string) *crossing.Receipt {
@@ -170,7 +170,7 @@ func main() {
 	pacedN := flag.Int("paced", 150, "model sequences one every 20 ms")
 	heldMarks := flag.String("held", "0,1024,4096", "held chunk reservations at which to time a chunk reserve and settle")
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "cordon-ledger-bench-")
+	dir, err := os.MkdirTemp("", "cordon-authority-bench-")
 	must(err)
 	defer os.RemoveAll(dir)
 	sigs := make(chan os.Signal, 1)
@@ -190,7 +190,7 @@ func main() {
 		Streams: 1024, Window: 24 * time.Hour}
 
 	// Policy on, as in production.
-	polFile := filepath.Join(os.TempDir(), fmt.Sprintf("cordon-bench-ledger-%d.cedar", os.Getpid()))
+	polFile := filepath.Join(os.TempDir(), fmt.Sprintf("cordon-bench-authority-%d.cedar", os.Getpid()))
 	must(os.WriteFile(polFile, []byte(`@id("models") permit(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-*" };
 @id("host") permit(principal, action == Action::"egress.connect", resource == Host::"bench.test");
 @id("no-opus") forbid(principal, action == Action::"model.invoke", resource) when { resource.name like "claude-opus*" };
@@ -240,9 +240,9 @@ func main() {
 	for k, v := range paced {
 		o[k+"_us"] = pct(v)
 	}
-	out["ledger_model_paced_20ms"] = o
-	serial("ledger_model_serial", func(t timings) { modelSeq(c, t) })
-	serial("ledger_egress_serial", func(t timings) { egressSeq(c, t) })
+	out["authority_model_paced_20ms"] = o
+	serial("authority_model_serial", func(t timings) { modelSeq(c, t) })
+	serial("authority_egress_serial", func(t timings) { egressSeq(c, t) })
 
 	concurrent := func(name string, seq func(timings)) {
 		var done atomic.Int64
@@ -261,8 +261,8 @@ func main() {
 		el := time.Since(start)
 		out[name] = map[string]any{"seq_per_s": float64(done.Load()) / el.Seconds(), "cpu_us_per_seq": us(cpuTime()-cpu0) / float64(done.Load()), "c": *conc}
 	}
-	concurrent("ledger_model_c64", func(t timings) { modelSeq(c, t) })
-	concurrent("ledger_egress_c64", func(t timings) { egressSeq(c, t) })
+	concurrent("authority_model_c64", func(t timings) { modelSeq(c, t) })
+	concurrent("authority_egress_c64", func(t timings) { egressSeq(c, t) })
 	// One egress tunnel holds a 1 MiB chunk reservation for every MiB it
 	// has moved until it closes; every Reserve sums all held reservations
 	// of the workload. Time a chunk reserve (and its settle) as the held
