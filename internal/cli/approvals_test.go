@@ -15,6 +15,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // approvalsTest is a state dir with one pending approval, and a way to run
@@ -27,9 +28,7 @@ type approvalsTest struct {
 
 func newApprovalsTest(t *testing.T) *approvalsTest {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cordon approvals requires root")
-	}
+	testkit.RequireRoot(t)
 	at := &approvalsTest{t: t, dir: t.TempDir()}
 	st, err := store.Open(at.dir, store.DefaultPool)
 	if err != nil {

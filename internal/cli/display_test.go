@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
@@ -55,13 +56,6 @@ func jsonEscaped(s string) string {
 	return e[1 : len(e)-1]
 }
 
-func requireRootCLI(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("these commands require root")
-	}
-}
-
 func runCLI(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -85,7 +79,7 @@ func runCLI(t *testing.T, dir string, args ...string) string {
 }
 
 func TestPrintersEscapeAgentText(t *testing.T) {
-	requireRootCLI(t)
+	testkit.RequireRoot(t)
 	dir := t.TempDir()
 	st, err := store.Open(dir, store.DefaultPool)
 	if err != nil {
@@ -193,7 +187,7 @@ func TestSandboxInfoAndErrorsEscaped(t *testing.T) {
 func TestLogsOutputChoice(t *testing.T) {
 	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
-		t.Skipf("no pty: %v", err)
+		testkit.Unavailable(t, "no pty (/dev/ptmx): %v", err)
 	}
 	defer ptm.Close()
 	if !isTerminal(ptm) {

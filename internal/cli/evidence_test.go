@@ -17,6 +17,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // evidenceTest is a state dir holding receipts, and a way to run
@@ -28,9 +29,7 @@ type evidenceTest struct {
 
 func newEvidenceTest(t *testing.T, receipts int) *evidenceTest {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cordon evidence requires root")
-	}
+	testkit.RequireRoot(t)
 	et := &evidenceTest{t: t, dir: t.TempDir()}
 	st, err := store.Open(et.dir, store.DefaultPool)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 var (
@@ -23,9 +23,7 @@ var (
 // stateTest is a state dir with entries in two scopes of one workload.
 func stateTest(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("cordon state requires root")
-	}
+	testkit.RequireRoot(t)
 	dir := t.TempDir()
 	st, err := store.Open(dir, store.DefaultPool)
 	if err != nil {

@@ -9,12 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // The agent's side of an approval, through the real brokers the gateway
@@ -32,15 +31,6 @@ import (
 // passes once the operator approves it (from the store, as `cordon
 // approvals approve` does), and only once; what the upstream saw and
 // what the store holds are checked from outside the brokers.
-
-func serveWithIdentity(t *testing.T, h http.Handler) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), apprID)))
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func approvalHandlers(t *testing.T, text string, cfg ChildConfig) (map[string]http.Handler, *store.Store) {
 	t.Helper()
@@ -62,22 +52,18 @@ func approvalHandlers(t *testing.T, text string, cfg ChildConfig) (map[string]ht
 func TestModelApprovalOverHTTP(t *testing.T) {
 	for _, tc := range []struct{ name, text string }{{"annotated", approvalPolicy}, {"control", controlPolicy}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var calls atomic.Int64
-			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				calls.Add(1)
-				io.Copy(io.Discard, r.Body)
-				w.Header().Set("Content-Type", "application/json")
-				io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}`)
-			}))
-			defer up.Close()
+			// It answers only the custodied key: a 200 below is a call
+			// that carried it.
+			up := testkit.NewModelUpstream(t, "sk-ant-api03-secretsecretsecret", "hi")
+			calls := func() int { return len(up.Seen()) }
 			h, st := approvalHandlers(t, tc.text, ChildConfig{
 				Model: model.Config{
-					Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: up.URL, Credential: "key", Models: []string{"claude-*"}}},
+					Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: up.URL(), Credential: "key", Models: []string{"claude-*"}}},
 					Limits: model.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentStreams: 4},
 				},
 				Secrets: map[string][]byte{"key": []byte("sk-ant-api03-secretsecretsecret")},
 			})
-			srv := serveWithIdentity(t, h["model"])
+			srv := testkit.ServeAs(t, h["model"], apprID)
 			post := func(text string) (int, map[string]any) {
 				body := `{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"` + text + `"}]}`
 				resp, err := http.Post(srv.URL+"/v1/messages", "application/json", strings.NewReader(body))
@@ -90,8 +76,8 @@ func TestModelApprovalOverHTTP(t *testing.T) {
 				return resp.StatusCode, m
 			}
 			if tc.name == "control" {
-				if code, _ := post("hello"); code != 200 || calls.Load() != 1 {
-					t.Fatalf("control: status %d, upstream calls %d; want 200 and 1", code, calls.Load())
+				if code, _ := post("hello"); code != 200 || calls() != 1 {
+					t.Fatalf("control: status %d, upstream calls %d; want 200 and 1", code, calls())
 				}
 				return
 			}
@@ -101,19 +87,19 @@ func TestModelApprovalOverHTTP(t *testing.T) {
 			if code != http.StatusConflict || e["type"] != "approval_pending" || !store.ValidApprovalID(id) || e["expires"] == nil {
 				t.Fatalf("pending answer: %d %v", code, m)
 			}
-			if calls.Load() != 0 {
-				t.Fatalf("the upstream was called %d times before approval", calls.Load())
+			if calls() != 0 {
+				t.Fatalf("the upstream was called %d times before approval", calls())
 			}
 			// Another body is another approval.
 			if code, m := post("something else"); code != http.StatusConflict || m["error"].(map[string]any)["approval_id"] == id {
 				t.Fatalf("other body: %d %v", code, m)
 			}
 			decide(t, st, id, true)
-			if code, m := post("hello"); code != 200 || calls.Load() != 1 {
-				t.Fatalf("approved: %d %v, upstream calls %d", code, m, calls.Load())
+			if code, m := post("hello"); code != 200 || calls() != 1 {
+				t.Fatalf("approved: %d %v, upstream calls %d", code, m, calls())
 			}
-			if code, m := post("hello"); code != http.StatusConflict || m["error"].(map[string]any)["approval_id"] == id || calls.Load() != 1 {
-				t.Fatalf("reuse: %d %v, upstream calls %d", code, m, calls.Load())
+			if code, m := post("hello"); code != http.StatusConflict || m["error"].(map[string]any)["approval_id"] == id || calls() != 1 {
+				t.Fatalf("reuse: %d %v, upstream calls %d", code, m, calls())
 			}
 			// Receipts: the pending refusals and the one call, which names
 			// the approval.
@@ -135,19 +121,14 @@ func TestModelApprovalOverHTTP(t *testing.T) {
 }
 
 func TestEgressApprovalOverHTTP(t *testing.T) {
-	var calls atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		io.WriteString(w, "ok")
-	}))
-	defer up.Close()
-	port := up.Listener.Addr().(*net.TCPAddr).Port
+	up := testkit.NewTarget(t, "ok")
+	port, _ := strconv.Atoi(up.Port())
 	h, st := approvalHandlers(t, approvalPolicy, ChildConfig{Egress: egress.Config{
 		Allow:             []egress.Rule{{Host: "api.example.com", Ports: []int{port}}},
 		UnsafeAllowRanges: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Resolve:           map[string][]netip.Addr{"api.example.com": {netip.MustParseAddr("127.0.0.1")}},
 	}})
-	srv := serveWithIdentity(t, h["egress"])
+	srv := testkit.ServeAs(t, h["egress"], apprID)
 	authority := "api.example.com:" + strconv.Itoa(port)
 
 	// CONNECT: refused with 403 and the approval's id.
@@ -191,12 +172,12 @@ func TestEgressApprovalOverHTTP(t *testing.T) {
 	}
 	resp = get()
 	id2 := resp.Header.Get("X-Cordon-Approval")
-	if resp.StatusCode != 403 || id2 == "" || id2 == id || calls.Load() != 0 {
-		t.Fatalf("second connection: %d %v, upstream calls %d", resp.StatusCode, resp.Header, calls.Load())
+	if resp.StatusCode != 403 || id2 == "" || id2 == id || up.Hits() != 0 {
+		t.Fatalf("second connection: %d %v, upstream calls %d", resp.StatusCode, resp.Header, up.Hits())
 	}
 	decide(t, st, id2, true)
-	if resp := get(); resp.StatusCode != 200 || calls.Load() != 1 {
-		t.Fatalf("approved forward: %d, upstream calls %d", resp.StatusCode, calls.Load())
+	if resp := get(); resp.StatusCode != 200 || up.Hits() != 1 {
+		t.Fatalf("approved forward: %d, upstream calls %d", resp.StatusCode, up.Hits())
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -219,7 +200,7 @@ func TestEgressApprovalOverHTTP(t *testing.T) {
 
 func TestStateApprovalOverHTTP(t *testing.T) {
 	h, st := approvalHandlers(t, approvalPolicy, ChildConfig{})
-	srv := serveWithIdentity(t, h["state"])
+	srv := testkit.ServeAs(t, h["state"], apprID)
 	put := func(v string) (int, map[string]any) {
 		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/state/notes/a", strings.NewReader(v))
 		resp, err := http.DefaultClient.Do(req)

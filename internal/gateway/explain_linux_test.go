@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -24,6 +23,7 @@ import (
 	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // The policy of TestExplainIsTheRuntime: policy permits what the
@@ -45,13 +45,12 @@ const explainPolicyText = `
 // the crossing is made through the brokers and the privileged side —
 // observed at the upstream, the store and the agent's answer.
 func TestExplainIsTheRuntime(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}`)
-	}))
-	defer up.Close()
-	port := up.Listener.Addr().(*net.TCPAddr).Port
+	// The model provider answers only the custodied key; the egress
+	// target counts what reached it. The runtime's verdict is checked
+	// against what each of them saw.
+	up := testkit.NewModelUpstream(t, "sk-ant-api03-secretsecretsecret", "hi")
+	target := testkit.NewTarget(t, "ok")
+	port, _ := strconv.Atoi(target.Port())
 
 	f := filepath.Join(t.TempDir(), "explain.cedar")
 	if err := os.WriteFile(f, []byte(explainPolicyText), 0o644); err != nil {
@@ -64,7 +63,7 @@ func TestExplainIsTheRuntime(t *testing.T) {
 	cfg := ChildConfig{
 		Identity: apprID,
 		Model: model.Config{
-			Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: up.URL, Credential: "key", Models: []string{"claude-*"}}},
+			Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: up.URL(), Credential: "key", Models: []string{"claude-*"}}},
 			Limits: model.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentStreams: 4},
 		},
 		Secrets: map[string][]byte{"key": []byte("sk-ant-api03-secretsecretsecret")},
@@ -88,7 +87,7 @@ func TestExplainIsTheRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modelSrv, egressSrv, stateSrv := serveWithIdentity(t, h["model"]), serveWithIdentity(t, h["egress"]), serveWithIdentity(t, sh)
+	modelSrv, egressSrv, stateSrv := testkit.ServeAs(t, h["model"], apprID), testkit.ServeAs(t, h["egress"], apprID), testkit.ServeAs(t, sh, apprID)
 	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: egressSrv.Listener.Addr().String()})}
 	defer tr.CloseIdleConnections()
 	if _, _, _, err := st.PutState(context.Background(), StateScope(apprID), store.StateWrite{Key: "notes/a", Value: []byte("x"), SandboxID: "seed"},
@@ -101,22 +100,32 @@ func TestExplainIsTheRuntime(t *testing.T) {
 		switch r.Action {
 		case policy.ActionModelInvoke:
 			body := `{"model":"` + r.Resource + `","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+			before := len(up.Seen())
 			resp, err := http.Post(modelSrv.URL+"/v1/messages", "application/json", strings.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			return resp.StatusCode == 200
+			ok, reached := resp.StatusCode == 200, len(up.Seen()) > before
+			if ok != reached {
+				t.Fatalf("the agent got %d, the upstream was reached: %v", resp.StatusCode, reached)
+			}
+			return ok
 		case policy.ActionEgressConnect:
 			req, _ := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(r.Resource, strconv.Itoa(r.Port))+"/", nil)
+			before := target.Hits()
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			return resp.StatusCode == 200 && resp.Header.Get("X-Cordon-Reason") == ""
+			ok, reached := resp.StatusCode == 200 && resp.Header.Get("X-Cordon-Reason") == "", target.Hits() > before
+			if ok != reached {
+				t.Fatalf("the agent got %d (%s), the target was reached: %v", resp.StatusCode, resp.Header.Get("X-Cordon-Reason"), reached)
+			}
+			return ok
 		case policy.ActionStateRead, policy.ActionStateWrite:
 			method := map[string]string{state.OpGet: http.MethodGet, state.OpPut: http.MethodPut, state.OpDelete: http.MethodDelete}[r.Operation]
 			req, _ := http.NewRequest(method, stateSrv.URL+"/v1/state/"+r.Resource, strings.NewReader("v"))

@@ -13,6 +13,7 @@ import (
 	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/fake"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // run drives the lifecycle the way cordon run does (package cli): one
@@ -143,7 +144,7 @@ func TestNoGatewayWithoutALease(t *testing.T) {
 func TestNotInTheBinary(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/cordon-project/cordon/cmd/cordon").CombinedOutput()
 	if err != nil {
-		t.Skipf("go list: %v: %s", err, out)
+		testkit.Unavailable(t, "go list: %v: %s", err, out)
 	}
 	if !strings.Contains(string(out), "internal/launch\n") {
 		t.Fatalf("positive control: cmd/cordon does not depend on internal/launch:\n%s", out)

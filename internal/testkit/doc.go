@@ -1,9 +1,10 @@
 // Package testkit holds the helpers cordon's tests share: the checks that
 // a test's host requirements are met (root, a static build, Landlock, a
 // program or file), the re-execution of a test binary as a child process,
-// and the fake upstreams several packages' tests stand up (a model
-// provider speaking Anthropic and OpenAI, an HTTP target that counts what
-// reached it).
+// the fake upstreams several packages' tests stand up (a model provider
+// speaking Anthropic and OpenAI, an HTTP target that counts what reached
+// it), and a server that binds a sandbox identity to each connection the
+// way the gateway does, for serving a broker under test.
 //
 // The rule every Require… helper enforces: a test whose requirement is
 // missing skips with the reason, except under CI=true, where it fails. CI

@@ -1,12 +1,15 @@
 package testkit_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/testkit"
 )
 
@@ -107,5 +110,32 @@ func TestFakes(t *testing.T) {
 	resp.Body.Close()
 	if string(b) != "target-body" || tg.Hits() != 1 {
 		t.Errorf("GET target = %q, hits %d; want target-body, 1", b, tg.Hits())
+	}
+}
+
+// A server from ServeAs hands its handler requests carrying the identity;
+// the control, the same handler behind a plain server, sees none.
+func TestServeAs(t *testing.T) {
+	id := crossing.Identity{Workload: "wl", Tenant: "t", Purpose: "p", SandboxID: "sb-1"}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := crossing.IdentityFrom(r.Context())
+		fmt.Fprintf(w, "%v %+v", ok, got)
+	})
+	get := func(url string) string {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got, want := get(testkit.ServeAs(t, h, id).URL), fmt.Sprintf("true %+v", id); got != want {
+		t.Errorf("ServeAs: the handler saw %q, want %q", got, want)
+	}
+	plain := httptest.NewServer(h)
+	defer plain.Close()
+	if got := get(plain.URL); !strings.HasPrefix(got, "false") {
+		t.Errorf("plain server: the handler saw %q, want no identity", got)
 	}
 }

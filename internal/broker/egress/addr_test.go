@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 func TestAddrPolicy(t *testing.T) {
@@ -99,7 +101,7 @@ func TestAddrPolicyOwnAddresses(t *testing.T) {
 	}
 	ifs, err := net.InterfaceAddrs()
 	if err != nil {
-		t.Skipf("no interface addresses: %v", err)
+		testkit.Unavailable(t, "no interface addresses: %v", err)
 	}
 	for _, ia := range ifs {
 		ipn, ok := ia.(*net.IPNet)

@@ -37,9 +37,7 @@ func benchProxy(b *testing.B, port int, tlsAddr string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(withIdentity(br))
-	b.Cleanup(srv.Close)
-	return srv.Listener.Addr().String()
+	return startProxy(b, br)
 }
 
 // benchAuthority is an Authority that never refuses and does not remember.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"sync"
 
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 var testID = crossing.Identity{Workload: "w1", Tenant: "t1", SandboxID: "sb-1"}
@@ -166,19 +166,11 @@ func (d *recordingDialer) dialed() []string {
 	return append([]string(nil), d.addrs...)
 }
 
-// withIdentity binds testID the way the gateway does.
-func withIdentity(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), testID)))
-	})
-}
-
-// startProxy serves b on a loopback listener and returns its address.
+// startProxy serves b on a loopback listener whose connections carry
+// testID, as the gateway binds it, and returns its address.
 func startProxy(t testing.TB, b *Broker) string {
 	t.Helper()
-	srv := httptest.NewServer(withIdentity(b))
-	t.Cleanup(srv.Close)
-	return srv.Listener.Addr().String()
+	return testkit.ServeAs(t, b, testID).Listener.Addr().String()
 }
 
 // bufConn reads through the bufio.Reader that read the CONNECT answer.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // pendingAuthority holds every model call for an approval, as the privileged
@@ -35,9 +36,9 @@ func (l *pendingAuthority) Reserve(ctx context.Context, _ crossing.Identity, _ s
 // the approval's id and expiry, nothing sent upstream, a deny receipt
 // naming the approval; the question carries the exact body's digest.
 func TestApprovalPendingAnswer(t *testing.T) {
-	up, log := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) { w.WriteHeader(200) })
+	up := testkit.NewModelUpstream(t, anthropicKey, "x")
 	led := &pendingAuthority{fakeAuthority: newFakeAuthority()}
-	s := newSetup(t, up.URL, func(o *Options) { o.Authority = led })
+	s := newSetup(t, up.URL(), func(o *Options) { o.Authority = led })
 	for _, tc := range []struct{ path, body, typePath string }{
 		{"/v1/messages", `{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`, "anthropic"},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "openai"},
@@ -72,7 +73,7 @@ func TestApprovalPendingAnswer(t *testing.T) {
 			t.Fatalf("%s: receipt %+v", tc.path, rc)
 		}
 	}
-	if n := log.count(); n != 0 {
+	if n := len(up.Seen()); n != 0 {
 		t.Fatalf("the upstream was called %d times", n)
 	}
 }

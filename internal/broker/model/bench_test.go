@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // The Proxy benchmarks run agent → broker → in-process upstream over
@@ -85,11 +86,7 @@ func benchProxy(b *testing.B, up string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		bk.ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), testID)))
-	}))
-	b.Cleanup(srv.Close)
-	return srv.URL
+	return testkit.ServeAs(b, bk, testID).URL
 }
 
 // benchAuthority keeps budgets but no receipts (a benchmark would otherwise

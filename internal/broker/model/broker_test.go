@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -169,7 +170,10 @@ func (u *upstreamLog) count() int {
 }
 
 // fakeProvider is an httptest upstream that checks credentials as the real
-// provider would, then answers with fn.
+// provider would, then answers with fn. Tests that need exact reply bytes,
+// whole recorded requests (every header, the body) or a reply shaped to
+// the case use it; tests that only count or check the key use
+// testkit.NewModelUpstream.
 func fakeProvider(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, body []byte)) (*httptest.Server, *upstreamLog) {
 	t.Helper()
 	log := &upstreamLog{}
@@ -233,11 +237,7 @@ func newSetup(t *testing.T, upstream string, mod func(*Options)) *setup {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), testID)))
-	}))
-	t.Cleanup(srv.Close)
-	return &setup{broker: b, authority: led, srv: srv}
+	return &setup{broker: b, authority: led, srv: testkit.ServeAs(t, b, testID)}
 }
 
 // post sends body to the broker as an agent would, with its placeholder
@@ -576,8 +576,8 @@ func TestBudgetAndAuthority(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {})
-			s := newSetup(t, up.URL, nil)
+			up := testkit.NewModelUpstream(t, anthropicKey, "x")
+			s := newSetup(t, up.URL(), nil)
 			tt.prep(s.authority)
 			resp, out := s.post(t, tt.path, tt.body)
 			e := decodeError(t, out)
@@ -587,8 +587,8 @@ func TestBudgetAndAuthority(t *testing.T) {
 			if bytes.Contains(out, []byte("/var/lib")) {
 				t.Errorf("error leaks a host path: %s", out)
 			}
-			if seen.count() != 0 {
-				t.Errorf("upstream reached")
+			if n := len(up.Seen()); n != 0 {
+				t.Errorf("upstream reached %d times", n)
 			}
 			if rc := s.authority.lastReceipt(t); rc.Decision != crossing.Deny {
 				t.Errorf("receipt decision %q", rc.Decision)
@@ -598,16 +598,16 @@ func TestBudgetAndAuthority(t *testing.T) {
 }
 
 func TestMissingIdentity(t *testing.T) {
-	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {})
-	s := newSetup(t, up.URL, nil)
+	up := testkit.NewModelUpstream(t, anthropicKey, "x")
+	s := newSetup(t, up.URL(), nil)
 	rec := httptest.NewRecorder()
 	s.broker.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/messages", strings.NewReader(`{"model":"claude-x"}`)))
 	e := decodeError(t, rec.Body.Bytes())
 	if rec.Code != 500 || e.Error.Type != "api_error" {
 		t.Errorf("got %d %s, want 500 api_error", rec.Code, rec.Body)
 	}
-	if seen.count() != 0 {
-		t.Error("forwarded without identity")
+	if n := len(up.Seen()); n != 0 {
+		t.Errorf("forwarded without identity: upstream saw %d requests", n)
 	}
 }
 
@@ -637,29 +637,24 @@ func TestConcurrentReservationsCannotOverspend(t *testing.T) {
 }
 
 func TestRouteSelectionByModel(t *testing.T) {
-	upA, seenA := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, anthropicReply)
-	})
-	var gotKey string
-	upB := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotKey = r.Header.Get("X-Api-Key")
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, anthropicReply)
-	}))
-	defer upB.Close()
-	ub, _ := url.Parse(upB.URL)
-	s := newSetup(t, upA.URL, func(o *Options) {
+	upA := testkit.NewModelUpstream(t, anthropicKey, "from A")
+	upB := testkit.NewModelUpstream(t, "local-secret-value", "from B")
+	ub, _ := url.Parse(upB.URL())
+	s := newSetup(t, upA.URL(), func(o *Options) {
 		o.Routes = append([]Route{{Name: "local", API: APIAnthropic, Upstream: ub, Credential: "local", Models: []string{"claude-haiku-*"}}}, o.Routes...)
 		o.Secrets = fakeSecrets{"anthropic": anthropicKey, "openai": openaiKey, "local": "local-secret-value"}
 	})
-	s.post(t, "/v1/messages", `{"model":"claude-haiku-4-5"}`)
-	if gotKey != "local-secret-value" || seenA.count() != 0 {
-		t.Errorf("haiku went to key %q (A saw %d), want the local route", gotKey, seenA.count())
+	if resp, out := s.post(t, "/v1/messages", `{"model":"claude-haiku-4-5"}`); resp.StatusCode != 200 || !strings.Contains(string(out), "from B") {
+		t.Errorf("haiku = %d %s, want route local's answer", resp.StatusCode, out)
 	}
-	s.post(t, "/v1/messages", `{"model":"claude-opus-4"}`)
-	if seenA.count() != 1 {
-		t.Errorf("opus did not reach route claude")
+	if b, a := upB.Seen(), upA.Seen(); len(b) != 1 || b[0].APIKey != "local-secret-value" || len(a) != 0 {
+		t.Errorf("haiku: B saw %+v, A saw %d; want one request to B with the local key", b, len(a))
+	}
+	if resp, out := s.post(t, "/v1/messages", `{"model":"claude-opus-4"}`); resp.StatusCode != 200 || !strings.Contains(string(out), "from A") {
+		t.Errorf("opus = %d %s, want route claude's answer", resp.StatusCode, out)
+	}
+	if a := upA.Seen(); len(a) != 1 || a[0].APIKey != anthropicKey || len(upB.Seen()) != 1 {
+		t.Errorf("opus: A saw %+v, want one request with the claude key and B nothing more", a)
 	}
 }
 

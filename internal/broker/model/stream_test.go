@@ -12,6 +12,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/custody"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 func TestFirstByteBeforeUpstreamFinishes(t *testing.T) {
@@ -241,8 +242,8 @@ func TestAgentDisconnectCancelsUpstream(t *testing.T) {
 }
 
 func TestUpstreamUnreachable(t *testing.T) {
-	up, _ := fakeProvider(t, nil)
-	addr := up.URL
+	up := testkit.NewModelUpstream(t, openaiKey, "x")
+	addr := up.URL()
 	up.Close()
 	s := newSetup(t, addr, nil)
 	resp, out := s.post(t, "/v1/chat/completions", `{"model":"gpt-4o"}`)

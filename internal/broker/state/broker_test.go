@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // fakeAuthority is an in-memory privileged side: one scope, versions, a
@@ -241,10 +242,7 @@ func rawResponse(t *testing.T, srv *httptest.Server, req string) []byte {
 // bytes: status, headers (no Date) and body; nothing names the key.
 func TestAbsentAnswersAreIdentical(t *testing.T) {
 	l := newFakeAuthority() // the privileged side answers ErrNotFound for both
-	srv := httptest.NewUnstartedServer(newTestBroker(t, l))
-	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, testID) }
-	srv.Start()
-	defer srv.Close()
+	srv := testkit.ServeAs(t, newTestBroker(t, l), testID)
 	a := rawResponse(t, srv, "GET /v1/state/theirs/secret-plan HTTP/1.1\r\nHost: 127.0.0.1:83\r\nConnection: close\r\n\r\n")
 	n := rawResponse(t, srv, "GET /v1/state/never/written HTTP/1.1\r\nHost: 127.0.0.1:83\r\nConnection: close\r\n\r\n")
 	if !bytes.Equal(a, n) || !bytes.HasPrefix(a, []byte("HTTP/1.1 404 ")) || bytes.Contains(a, []byte("Date:")) {
@@ -452,11 +450,7 @@ func TestExportCutShort(t *testing.T) {
 		do(b, "PUT", fmt.Sprintf("/v1/state/k%d", i), bytes.Repeat([]byte("v"), 10000))
 	}
 	l.failPage = 2
-	srv := httptest.NewUnstartedServer(b)
-	srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context { return crossing.WithIdentity(ctx, testID) }
-	srv.Config.ErrorLog = nil
-	srv.Start()
-	defer srv.Close()
+	srv := testkit.ServeAs(t, b, testID)
 	resp, err := http.Get(srv.URL + "/v1/state:export")
 	if err != nil {
 		t.Fatal(err)

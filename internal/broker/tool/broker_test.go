@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // testSecret holds characters the JSON encoder escapes (&, <, >, "):
@@ -210,12 +209,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewUnstartedServer(b)
-	hs.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-		return crossing.WithIdentity(ctx, crossing.Identity{Workload: "w", SandboxID: "sb"})
-	}
-	hs.Start()
-	t.Cleanup(hs.Close)
+	hs := testkit.ServeAs(t, b, crossing.Identity{Workload: "w", SandboxID: "sb"})
 	f.url = hs.URL + Path
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: f.url}, nil)
 	if err != nil {

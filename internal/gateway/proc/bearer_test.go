@@ -6,18 +6,18 @@ import (
 	"net/url"
 	"sync/atomic"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // A remote tool server's credential goes to the declared server only: a
 // redirect elsewhere is not followed and no other host gets a request.
 func TestBearerOnlyToTheDeclaredServer(t *testing.T) {
-	var elsewhere atomic.Int64
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
-	defer other.Close()
+	other := testkit.NewTarget(t, "")
 	var auth atomic.Value
 	declared := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth.Store(r.Header.Get("Authorization"))
-		http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
+		http.Redirect(w, r, other.URL()+"/steal", http.StatusTemporaryRedirect)
 	}))
 	defer declared.Close()
 	u, _ := url.Parse(declared.URL)
@@ -30,10 +30,10 @@ func TestBearerOnlyToTheDeclaredServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if auth.Load() != "Bearer REMOTE-CRED" || resp.StatusCode != http.StatusTemporaryRedirect || elsewhere.Load() != 0 {
-		t.Fatalf("auth %v status %d elsewhere %d", auth.Load(), resp.StatusCode, elsewhere.Load())
+	if auth.Load() != "Bearer REMOTE-CRED" || resp.StatusCode != http.StatusTemporaryRedirect || other.Hits() != 0 {
+		t.Fatalf("auth %v status %d elsewhere %d", auth.Load(), resp.StatusCode, other.Hits())
 	}
-	if _, err := hc.Get(other.URL + "/x"); err == nil || elsewhere.Load() != 0 {
-		t.Fatalf("a request to another host went out: %v (hits %d)", err, elsewhere.Load())
+	if _, err := hc.Get(other.URL() + "/x"); err == nil || other.Hits() != 0 {
+		t.Fatalf("a request to another host went out: %v (hits %d)", err, other.Hits())
 	}
 }

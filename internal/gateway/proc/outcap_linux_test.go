@@ -13,6 +13,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // fakeAuthority answers the model broker's channel: every reservation is
@@ -80,10 +81,7 @@ func TestDefaultOutputCapFromConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				h["model"].ServeHTTP(w, r.WithContext(crossing.WithIdentity(r.Context(), crossing.Identity{Workload: "demo", SandboxID: "sb"})))
-			}))
-			defer srv.Close()
+			srv := testkit.ServeAs(t, h["model"], crossing.Identity{Workload: "demo", SandboxID: "sb"})
 			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o","messages":[]}`))
 			if err != nil {
 				t.Fatal(err)

@@ -7,26 +7,25 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
-// The child side of TestSocketModeRefusesOthers: the test binary re-execs
-// itself under another uid with these set.
-const (
-	childEnv  = "CORDON_PROTO_TEST_CHILD"
-	socketEnv = "CORDON_PROTO_TEST_SOCKET"
-)
+// socketEnv names the socket the children of TestSocketModeRefusesOthers
+// dial: the test binary re-execs itself under another uid as the child
+// "dial-refused" or "dial-ok" with it set.
+const socketEnv = "CORDON_PROTO_TEST_SOCKET"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(child(mode, os.Getenv(socketEnv)))
-	}
+	testkit.Dispatch(map[string]func() int{
+		"dial-refused": func() int { return child("dial-refused", os.Getenv(socketEnv)) },
+		"dial-ok":      func() int { return child("dial-ok", os.Getenv(socketEnv)) },
+	})
 	os.Exit(m.Run())
 }
 
@@ -64,15 +63,8 @@ func child(mode, path string) int {
 	return 2
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (chown to another group, run as another uid)")
-	}
-}
-
 func TestListenModeAndOwner(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t) // chown to another group
 	dir := t.TempDir()
 	// The widest umask: a socket bound now would be rwxrwxrwx.
 	old := syscall.Umask(0)
@@ -234,7 +226,7 @@ func TestListenStaleAndLive(t *testing.T) {
 // socket of mode 0600 (refused by the kernel: EACCES) and of mode 0660
 // with nobody's group (served, with nobody as the peer).
 func TestSocketModeRefusesOthers(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t) // run as another uid
 	// A directory everyone can traverse, so that only the socket's mode
 	// decides; the test binary is copied in so that nobody can run it.
 	dir, err := os.MkdirTemp("", "cordon-proto-")
@@ -259,8 +251,11 @@ func TestSocketModeRefusesOthers(t *testing.T) {
 	}
 
 	run := func(mode, path string) (string, error) {
-		cmd := exec.Command(bin, "-test.run=^$")
-		cmd.Env = []string{childEnv + "=" + mode, socketEnv + "=" + path}
+		// The copy runs, with only what the child needs in its
+		// environment.
+		cmd := testkit.Child(t, mode)
+		cmd.Path, cmd.Args[0] = bin, bin
+		cmd.Env = []string{testkit.ChildVar + "=" + mode, socketEnv + "=" + path}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
 		out, err := cmd.CombinedOutput()
 		return strings.TrimSpace(string(out)), err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
@@ -446,7 +447,7 @@ func TestPeerCredentials(t *testing.T) {
 }
 
 func TestPeerOwns(t *testing.T) {
-	requireRoot(t)
+	testkit.RequireRoot(t)
 	path := serve(t, newTestHandler().serve, nil)
 	c := dial(t, path)
 	dir := t.TempDir()

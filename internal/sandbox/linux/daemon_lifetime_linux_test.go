@@ -20,6 +20,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // Tests of a daemon sandbox's life beyond the process that spawned it:
@@ -127,16 +128,14 @@ func TestDaemonAttach(t *testing.T) {
 	}
 }
 
-// helperEnv makes this test binary a daemon stand-in that spawns
-// sandboxes into the state dir it names, prints them, and waits to be
-// killed (TestDaemonSurvivesSpawnerSIGKILL).
+// TestDaemonSpawnerHelper, re-run by TestDaemonSurvivesSpawnerSIGKILL
+// (testkit.HelperTest), is a daemon stand-in that spawns sandboxes into
+// the state dir helperEnv names, prints them, and waits to be killed.
 const helperEnv = "CORDON_TEST_DAEMON_SPAWNER"
 
 func TestDaemonSpawnerHelper(t *testing.T) {
+	testkit.OnlyAsHelper(t)
 	dir := os.Getenv(helperEnv)
-	if dir == "" {
-		t.Skip("helper process only")
-	}
 	st, err := store.Open(dir, store.DefaultPool)
 	if err != nil {
 		t.Fatal(err)
@@ -157,8 +156,7 @@ func TestDaemonSpawnerHelper(t *testing.T) {
 func TestDaemonSurvivesSpawnerSIGKILL(t *testing.T) {
 	requireSandboxes(t)
 	dir, st := newStateDir(t)
-	cmd := exec.Command("/proc/self/exe", "-test.run=^TestDaemonSpawnerHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	cmd := testkit.HelperTest(t, "TestDaemonSpawnerHelper", helperEnv+"="+dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
@@ -36,9 +37,7 @@ func suggested(t *testing.T, shown string) string {
 // and the payload in the name did not run. Control: the quoting this
 // replaced, printed the same way, does run the payload (the name is live).
 func TestSocketRefusalCommandIsSafeToRun(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
+	testkit.RequireCommand(t, "the refusal's command is run by a shell", "sh")
 	base := t.TempDir()
 	marker := filepath.Join(base, "pwned")
 	payload := "touch pwned" // run in base: a name holds no slash
