@@ -96,8 +96,10 @@ type Authority struct {
 	Crossings CrossingLimits
 
 	receipts receiptBudget
-	// open are the sandbox's open reservations (lost.go).
-	open map[int64]openCrossing
+	// open are the sandbox's open reservations (lost.go); maxOpen bounds
+	// them (0: maxOpenReservations).
+	open    map[int64]openCrossing
+	maxOpen int
 	// toolSlots are the tool calls begun that hold a receipt slot.
 	toolSlots map[int64]bool
 

@@ -26,6 +26,9 @@ func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
 	// lose) unbounded many. A crossing that opens (main) also counts
 	// against the crossing rate; the byte chunks of an open tunnel do not.
 	main := req.Broker == "model" || req.Want.Connections > 0
+	if err := s.admitOpen(main); err != nil {
+		return err
+	}
 	if err := s.admitCrossing(main, ops.Record); err != nil {
 		return err
 	}
