@@ -102,16 +102,19 @@ func (b *receiptBudget) admit(now time.Time, rate bool) (marker *crossing.Receip
 	return nil, nil
 }
 
-// rated takes one token of the crossing rate for work that writes no
-// receipt (a tools/list's policy decisions).
-func (b *receiptBudget) rated(now time.Time) error {
+// rated takes n tokens of the crossing rate for work that writes no
+// receipt (a tools/list's policy decisions); none when fewer are left.
+func (b *receiptBudget) rated(now time.Time, n int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.take(now)
+	return b.takeN(now, max(n, 1))
 }
 
 // take takes a token of the crossing rate; b.mu is held.
-func (b *receiptBudget) take(now time.Time) error {
+func (b *receiptBudget) take(now time.Time) error { return b.takeN(now, 1) }
+
+// takeN takes n tokens of the crossing rate, or none; b.mu is held.
+func (b *receiptBudget) takeN(now time.Time, n int) error {
 	if b.lim.Rate <= 0 {
 		return nil
 	}
@@ -121,10 +124,11 @@ func (b *receiptBudget) take(now time.Time) error {
 	}
 	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*b.lim.Rate)
 	b.last = now
-	if b.tokens < 1 {
+	need := min(float64(n), burst) // a burst below n still lets it through, at the burst's cost
+	if b.tokens < need {
 		return fmt.Errorf("%w: crossing rate: more than %g per second (burst %d) from this sandbox", crossing.ErrBudgetExceeded, b.lim.Rate, b.lim.Burst)
 	}
-	b.tokens--
+	b.tokens -= need
 	return nil
 }
 
