@@ -163,9 +163,10 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	// An allowed crossing's receipt is always written: it takes the slot
 	// its crossing held until it settled. One no crossing settled (only a
 	// compromised gateway sends it, or a settle that failed) needs a slot
-	// of its own: past the bound it is refused.
+	// of its own and a token of the crossing rate, like the crossing it
+	// claims: past either bound it is refused.
 	if !s.receipts.takePending() {
-		if err := s.admitCrossing(false, ops.Record); err != nil {
+		if err := s.admitCrossing(true, ops.Record); err != nil {
 			return err
 		}
 	}
