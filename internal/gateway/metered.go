@@ -98,7 +98,13 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 		return crossing.BudgetState{}, err
 	}
 	rc := *req.Receipt
+	if rc.Broker != req.Broker {
+		// As record: a channel writes its own broker's receipts only (a
+		// tool or state receipt comes only from their trusted halves).
+		return crossing.BudgetState{}, fmt.Errorf("%w: settle_record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
+	}
 	rc.Identity = s.ID
+	rc.CallKey, rc.ResultDigest = "", "" // a tool call's, set by tool_end only
 	rc.Policy = s.forget(r.ID)
 	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
