@@ -63,7 +63,7 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 		return crossing.BudgetState{}, errors.New("settle without a reservation")
 	}
 	r := *req.Res
-	r.Identity = s.ID
+	r.Identity, r.Broker = s.ID, req.Broker // the store settles only the channel's broker's
 	if err := s.ownReservation(req.Broker, r.ID); err != nil {
 		return crossing.BudgetState{}, err
 	}
@@ -93,7 +93,7 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 		return crossing.BudgetState{}, errors.New("settle_record without a reservation and a receipt")
 	}
 	r := *req.Res
-	r.Identity = s.ID
+	r.Identity, r.Broker = s.ID, req.Broker // the store settles only the channel's broker's
 	if err := s.ownReservation(req.Broker, r.ID); err != nil {
 		return crossing.BudgetState{}, err
 	}

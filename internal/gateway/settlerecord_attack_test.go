@@ -53,3 +53,38 @@ func TestSettleRecordWritesItsOwnBrokersReceipt(t *testing.T) {
 		t.Fatalf("receipts %+v, want only the model's control", rcs)
 	}
 }
+
+// A reservation this Authority did not open (an earlier gateway of the
+// sandbox left it, and its charge has not run) could be settled on any
+// broker's channel: the store matched the sandbox, not the broker.
+// Observed in the store: on the egress channel the model reservation is
+// refused and stays held; on the model channel it settles (control).
+func TestEarlierReservationSettlesOnItsOwnBrokersChannel(t *testing.T) {
+	st := testStore(t)
+	id := crossing.Identity{Workload: "w", Tenant: "t", Purpose: "p", SandboxID: "sb-early"}
+	bud := store.Budget{}
+	ctx := context.Background()
+	early, _, err := st.Reserve(ctx, id, "model", crossing.Amount{Requests: 1}, 0, bud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Authority{Store: st, ID: id}
+	c := connect(t, srv)
+	held := func() int64 {
+		t.Helper()
+		b, err := st.BudgetState(ctx, id.Workload, bud)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.Used.Requests
+	}
+	if _, err := c.metered("egress").Settle(ctx, early, crossing.Amount{}); err == nil {
+		t.Fatal("the model reservation was settled on the egress channel")
+	}
+	if n := held(); n != 1 {
+		t.Fatalf("after the refused settle the store holds %d requests, want 1", n)
+	}
+	if _, err := c.metered("model").Settle(ctx, early, crossing.Amount{Requests: 1}); err != nil {
+		t.Fatalf("settle on the model channel: %v", err)
+	}
+}

@@ -172,9 +172,10 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Re
 		return crossing.BudgetState{}, fmt.Errorf("settle: %w", err)
 	}
 	var win int64
-	// Only the sandbox that holds a reservation may settle it.
-	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? AND sandbox_id = ? AND workload = ? RETURNING window_start`,
-		r.ID, r.Identity.SandboxID, r.Identity.Workload).Scan(&win); err != nil {
+	// Only the sandbox that holds a reservation may settle it, and only
+	// as the broker it holds it for.
+	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? AND sandbox_id = ? AND workload = ? AND broker = ? RETURNING window_start`,
+		r.ID, r.Identity.SandboxID, r.Identity.Workload, r.Broker).Scan(&win); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle reservation %d: %w", r.ID, err)
 	}
 	_, err := tx.ExecContext(ctx, addUsage,
