@@ -102,6 +102,9 @@ type Authority struct {
 	maxOpen int
 	// toolSlots are the tool calls begun that hold a receipt slot.
 	toolSlots map[int64]bool
+	// owed counts, per broker, the allowed crossings settled whose
+	// receipt the gateway still owes in a record (crossbudget.go).
+	owed map[string]int64
 
 	denials bucket
 	// approvals are the approvals used by open crossings (approvals.go).

@@ -49,10 +49,12 @@ const (
 	DefaultBurst        = 500
 )
 
-// Reasons of the receipt budget's two receipts.
+// Reasons of the receipt budget's two receipts, and of the receipt of
+// allowed crossings whose own receipt never came.
 const (
 	ReasonReceiptBudgetExhausted = "receipt_budget_exhausted"
 	ReasonReceiptBudgetRefusals  = "receipt_budget_refusals"
+	ReasonReceiptMissing         = "receipt_missing"
 )
 
 // receiptBudget is a sandbox's CrossingLimits in force. The zero value
@@ -216,8 +218,10 @@ func (s *Authority) admitCrossing(rate bool, rec func(crossing.Receipt) (int64, 
 }
 
 // finishReceipts records how many crossings were refused past the bound
-// without a receipt of their own: once, when the gateway stops.
+// without a receipt of their own, and how many allowed ones never got
+// the receipt the gateway owed: once, when the gateway stops.
 func (s *Authority) finishReceipts(ctx context.Context) {
+	s.finishOwed(ctx)
 	n := s.receipts.takeRefused()
 	if n == 0 {
 		return
@@ -226,6 +230,57 @@ func (s *Authority) finishReceipts(ctx context.Context) {
 		Reason: fmt.Sprintf("%s: %d crossings were refused past the bound of %d receipts", ReasonReceiptBudgetRefusals, n, s.receipts.lim.MaxReceipts)}
 	if _, err := s.Store.RecordReceipt(ctx, rc); err != nil {
 		s.log().Error("record the receipt budget's refusals", "err", err, "refused", n)
+	}
+}
+
+// owe notes an allowed crossing of broker settled without its receipt,
+// which the gateway owes in a record.
+func (s *Authority) owe(broker string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owed == nil {
+		s.owed = map[string]int64{}
+	}
+	s.owed[broker]++
+}
+
+// paid notes the record of a crossing of broker that settled without it;
+// false when none is owed.
+func (s *Authority) paid(broker string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owed[broker] == 0 {
+		return false
+	}
+	s.owed[broker]--
+	return true
+}
+
+// finishOwed records, per broker, how many allowed crossings settled
+// without the receipt the gateway owed in a record (only a compromised
+// gateway, or one that died between the two, leaves one): no allowed
+// crossing goes unreceipted. Each takes the slot its crossing held.
+func (s *Authority) finishOwed(ctx context.Context) {
+	s.mu.Lock()
+	owed := s.owed
+	s.owed = nil
+	s.mu.Unlock()
+	for _, broker := range Brokers {
+		n := owed[broker]
+		if n == 0 {
+			continue
+		}
+		rc := crossing.Receipt{Time: time.Now().UTC(), Identity: s.ID, Broker: broker, Action: ReasonReceiptMissing, Decision: crossing.Allow,
+			Reason: fmt.Sprintf("%s: %d allowed crossings settled without the receipt the gateway owed", ReasonReceiptMissing, n)}
+		_, err := s.Store.RecordReceipt(ctx, rc)
+		if err != nil {
+			s.log().Error("record the missing receipts", "err", err, "broker", broker, "missing", n)
+		}
+		for range n {
+			if s.receipts.takePending() {
+				s.receipts.end(err == nil)
+			}
+		}
 	}
 }
 

@@ -80,6 +80,7 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 	switch held, main := s.closed(r.ID); {
 	case main:
 		s.receipts.settled() // its receipt comes in a record
+		s.owe(req.Broker)
 	case held:
 		s.receipts.end(false) // a byte chunk: no receipt
 	}
@@ -171,7 +172,7 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	// compromised gateway sends it, or a settle that failed) needs a slot
 	// of its own and a token of the crossing rate, like the crossing it
 	// claims: past either bound it is refused.
-	if !s.receipts.takePending() {
+	if !s.paid(req.Broker) || !s.receipts.takePending() {
 		if err := s.admitCrossing(true, ops.Record); err != nil {
 			return err
 		}
