@@ -25,9 +25,10 @@
 // secret and its source, never the value. It must never resolve a secret
 // from anything the sandbox controls.
 //
-// Caveats. Redaction matches the bytes of a value and its JSON-escaped
-// spellings (Go's, with HTML characters escaped; ASCII-only \uXXXX; "/"
-// as "\/"): other encodings (base64, URL escaping) are not recognised; a
+// Caveats. Redaction matches the bytes of a value and every JSON spelling
+// of it (any mix of raw characters, \uXXXX in either case of hex and the
+// short escapes, as .NET, Jackson, Python, PHP and Go write them): other
+// encodings (base64, URL escaping) are not recognised; a
 // fragment of a value is not redacted; values shorter than MinLen cannot
 // be redacted without mangling ordinary text and are refused at Load. A
 // value containing '[' or ']' may, next to a replacement, re-form itself

@@ -30,7 +30,8 @@ const maxHold = 64 << 10
 // Redactor replaces custodied values. It matches each value raw and in
 // the escaped spellings a JSON encoder may write it in (Go's, with HTML
 // characters escaped; the ASCII-only form Python writes; each with "/"
-// as "\/"). Every byte covered by a match is replaced: overlapping
+// as "\/"), and in any mix of raw characters and JSON escapes (\uXXXX in
+// either case, short escapes; escape.go). Every byte covered by a match is replaced: overlapping
 // matches become one Replacement, so no piece of a value survives next
 // to another. A Redactor is immutable and safe for
 // concurrent use. It prints as "redactor(N values)". Make one with
@@ -50,6 +51,12 @@ type matcher struct {
 	pats   [][]byte // every spelling of every value of at least MinLen
 	maxLen int
 	first  [256]bool
+	// esc are the values (valid UTF-8) to find in any JSON spelling
+	// (escape.go); escFirst their raw first bytes, escMax the longest
+	// spelling.
+	esc      []escaped
+	escFirst [256]bool
+	escMax   int
 }
 
 // NewRedactor returns a redactor for values; values shorter than MinLen
@@ -63,6 +70,12 @@ func NewRedactor(values [][]byte) *Redactor {
 			continue
 		}
 		n++
+		if utf8.Valid(v) {
+			rs := []rune(string(v))
+			m.esc = append(m.esc, escaped{runes: rs, first: v[0]})
+			m.escFirst[v[0]] = true
+			m.escMax = max(m.escMax, escLen(rs))
+		}
 		for _, p := range spellings(v) {
 			if !slices.ContainsFunc(m.pats, func(q []byte) bool { return bytes.Equal(p, q) }) {
 				m.pats = append(m.pats, p)
@@ -167,6 +180,7 @@ func (m *matcher) spans(dst []span, b []byte) []span {
 			i += j + 1
 		}
 	}
+	dst = m.escSpans(dst, b)
 	if len(dst) < 2 {
 		return dst
 	}
@@ -183,8 +197,14 @@ func (m *matcher) spans(dst []span, b []byte) []span {
 }
 
 // partial returns the length of the longest suffix of b that is a proper
-// prefix of a pattern: bytes that might begin a value the next piece ends.
+// prefix of a pattern, or of any JSON spelling of a value: bytes that
+// might begin a value the next piece ends.
 func (m *matcher) partial(b []byte) int {
+	return max(m.litPartial(b), m.escPartial(b))
+}
+
+// litPartial is partial for the fixed spellings.
+func (m *matcher) litPartial(b []byte) int {
 	for i := max(0, len(b)-m.maxLen+1); i < len(b); i++ {
 		if !m.first[b[i]] {
 			continue
@@ -248,12 +268,13 @@ func (r *Redactor) Contains(b []byte) bool {
 	if r.Empty() {
 		return false
 	}
-	for _, p := range r.m().pats {
+	m := r.m()
+	for _, p := range m.pats {
 		if bytes.Contains(b, p) {
 			return true
 		}
 	}
-	return false
+	return len(m.escSpans(nil, b)) > 0
 }
 
 // ContainsFold is Contains with ASCII case folded: for header names,

@@ -2,6 +2,7 @@ package custody
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // naive is the reference: every occurrence of every spelling of every
@@ -27,6 +29,9 @@ func naive(values []string, in string) string {
 					runs = append(runs, run{i, i + len(p)})
 				}
 			}
+			if end := naiveEscaped(v, in, i); end > 0 {
+				runs = append(runs, run{i, end})
+			}
 		}
 	}
 	slices.SortStableFunc(runs, func(a, b run) int { return a.start - b.start })
@@ -43,6 +48,48 @@ func naive(values []string, in string) string {
 	}
 	b.WriteString(in[at:])
 	return b.String()
+}
+
+// naiveEscaped is where v ends when it is spelled at in[i:] in any mix
+// of raw characters and JSON escapes (each unit decoded by
+// encoding/json), 0 when it is not. A backslash that is itself escaped
+// begins nothing.
+func naiveEscaped(v, in string, i int) int {
+	if !utf8.ValidString(v) || (in[i] != v[0] && in[i] != '\\') {
+		return 0
+	}
+	if in[i] == '\\' && (len(in[:i])-len(strings.TrimRight(in[:i], `\`)))%2 == 1 {
+		return 0
+	}
+	j := i
+	for _, want := range v {
+		if j >= len(in) {
+			return 0
+		}
+		if in[j] != '\\' {
+			r, n := utf8.DecodeRuneInString(in[j:])
+			if r != want || (r == utf8.RuneError && n == 1) {
+				return 0
+			}
+			j += n
+			continue
+		}
+		got := false
+		for _, n := range []int{12, 6, 2} {
+			var s string
+			if j+n > len(in) || json.Unmarshal([]byte(`"`+in[j:j+n]+`"`), &s) != nil {
+				continue
+			}
+			if r, size := utf8.DecodeRuneInString(s); size == len(s) && r == want && r != utf8.RuneError {
+				j, got = j+n, true
+				break
+			}
+		}
+		if !got {
+			return 0
+		}
+	}
+	return j
 }
 
 func toBytes(ss []string) [][]byte {

@@ -99,10 +99,15 @@ type Authority struct {
 	Crossings CrossingLimits
 
 	receipts receiptBudget
-	// open are the sandbox's open reservations (lost.go).
-	open map[int64]openCrossing
+	// open are the sandbox's open reservations (lost.go); maxOpen bounds
+	// them (0: maxOpenReservations).
+	open    map[int64]openCrossing
+	maxOpen int
 	// toolSlots are the tool calls begun that hold a receipt slot.
 	toolSlots map[int64]bool
+	// owed counts, per broker, the allowed crossings settled whose
+	// receipt the gateway still owes in a record (crossbudget.go).
+	owed map[string]int64
 
 	denials bucket
 	// approvals are the approvals used by open crossings (approvals.go).

@@ -49,10 +49,12 @@ const (
 	DefaultBurst        = 500
 )
 
-// Reasons of the receipt budget's two receipts.
+// Reasons of the receipt budget's two receipts, and of the receipt of
+// allowed crossings whose own receipt never came.
 const (
 	ReasonReceiptBudgetExhausted = "receipt_budget_exhausted"
 	ReasonReceiptBudgetRefusals  = "receipt_budget_refusals"
+	ReasonReceiptMissing         = "receipt_missing"
 )
 
 // receiptBudget is a sandbox's CrossingLimits in force. The zero value
@@ -102,16 +104,19 @@ func (b *receiptBudget) admit(now time.Time, rate bool) (marker *crossing.Receip
 	return nil, nil
 }
 
-// rated takes one token of the crossing rate for work that writes no
-// receipt (a tools/list's policy decisions).
-func (b *receiptBudget) rated(now time.Time) error {
+// rated takes n tokens of the crossing rate for work that writes no
+// receipt (a tools/list's policy decisions); none when fewer are left.
+func (b *receiptBudget) rated(now time.Time, n int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.take(now)
+	return b.takeN(now, max(n, 1))
 }
 
 // take takes a token of the crossing rate; b.mu is held.
-func (b *receiptBudget) take(now time.Time) error {
+func (b *receiptBudget) take(now time.Time) error { return b.takeN(now, 1) }
+
+// takeN takes n tokens of the crossing rate, or none; b.mu is held.
+func (b *receiptBudget) takeN(now time.Time, n int) error {
 	if b.lim.Rate <= 0 {
 		return nil
 	}
@@ -121,10 +126,11 @@ func (b *receiptBudget) take(now time.Time) error {
 	}
 	b.tokens = min(burst, b.tokens+now.Sub(b.last).Seconds()*b.lim.Rate)
 	b.last = now
-	if b.tokens < 1 {
+	need := min(float64(n), burst) // a burst below n still lets it through, at the burst's cost
+	if b.tokens < need {
 		return fmt.Errorf("%w: crossing rate: more than %g per second (burst %d) from this sandbox", crossing.ErrBudgetExceeded, b.lim.Rate, b.lim.Burst)
 	}
-	b.tokens--
+	b.tokens -= need
 	return nil
 }
 
@@ -212,8 +218,10 @@ func (s *Authority) admitCrossing(rate bool, rec func(crossing.Receipt) (int64, 
 }
 
 // finishReceipts records how many crossings were refused past the bound
-// without a receipt of their own: once, when the gateway stops.
+// without a receipt of their own, and how many allowed ones never got
+// the receipt the gateway owed: once, when the gateway stops.
 func (s *Authority) finishReceipts(ctx context.Context) {
+	s.finishOwed(ctx)
 	n := s.receipts.takeRefused()
 	if n == 0 {
 		return
@@ -222,6 +230,57 @@ func (s *Authority) finishReceipts(ctx context.Context) {
 		Reason: fmt.Sprintf("%s: %d crossings were refused past the bound of %d receipts", ReasonReceiptBudgetRefusals, n, s.receipts.lim.MaxReceipts)}
 	if _, err := s.Store.RecordReceipt(ctx, rc); err != nil {
 		s.log().Error("record the receipt budget's refusals", "err", err, "refused", n)
+	}
+}
+
+// owe notes an allowed crossing of broker settled without its receipt,
+// which the gateway owes in a record.
+func (s *Authority) owe(broker string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owed == nil {
+		s.owed = map[string]int64{}
+	}
+	s.owed[broker]++
+}
+
+// paid notes the record of a crossing of broker that settled without it;
+// false when none is owed.
+func (s *Authority) paid(broker string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owed[broker] == 0 {
+		return false
+	}
+	s.owed[broker]--
+	return true
+}
+
+// finishOwed records, per broker, how many allowed crossings settled
+// without the receipt the gateway owed in a record (only a compromised
+// gateway, or one that died between the two, leaves one): no allowed
+// crossing goes unreceipted. Each takes the slot its crossing held.
+func (s *Authority) finishOwed(ctx context.Context) {
+	s.mu.Lock()
+	owed := s.owed
+	s.owed = nil
+	s.mu.Unlock()
+	for _, broker := range Brokers {
+		n := owed[broker]
+		if n == 0 {
+			continue
+		}
+		rc := crossing.Receipt{Time: time.Now().UTC(), Identity: s.ID, Broker: broker, Action: ReasonReceiptMissing, Decision: crossing.Allow,
+			Reason: fmt.Sprintf("%s: %d allowed crossings settled without the receipt the gateway owed", ReasonReceiptMissing, n)}
+		_, err := s.Store.RecordReceipt(ctx, rc)
+		if err != nil {
+			s.log().Error("record the missing receipts", "err", err, "broker", broker, "missing", n)
+		}
+		for range n {
+			if s.receipts.takePending() {
+				s.receipts.end(err == nil)
+			}
+		}
 	}
 }
 

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/broker/egress"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
@@ -28,6 +31,52 @@ type openCrossing struct {
 	// own. Every open reservation holds a slot of the receipt budget: a
 	// lost one is receipted.
 	main bool
+}
+
+// maxOpenReservations bounds the reservations one sandbox holds open at
+// once. Each open reservation is a row every later reservation and
+// settlement of the workload sums in the store's write transaction (the
+// lock every sandbox of a daemon shares), so what a gateway holds must be
+// bounded apart from the receipt budget: held open and never settled,
+// 20000 reservations cost 100 s of that lock. A legitimate gateway holds
+// one per model call in flight and two per egress connection (the
+// connection and its current byte chunk).
+const maxOpenReservations = 4096
+
+// admitOpen refuses a reservation the sandbox may not hold now: past
+// maxOpenReservations (crossing.ErrBudgetExceeded), or an egress byte
+// chunk (!main) beyond one per open egress connection — the egress
+// broker's meter reserves a chunk only inside a connection and holds one
+// at a time (crossing.ErrPolicyDenied). Reservations served at once
+// outside the batch (reserveApproved) may pass it together: the bound
+// is exceeded by at most maxToolOps.
+func (s *Authority) admitOpen(main bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bound := s.maxOpen
+	if bound <= 0 {
+		bound = maxOpenReservations
+	}
+	if len(s.open) >= bound {
+		return fmt.Errorf("%w: open reservations: this sandbox holds %d, the bound", crossing.ErrBudgetExceeded, len(s.open))
+	}
+	if main {
+		return nil
+	}
+	conns, chunks := 0, 0
+	for _, oc := range s.open {
+		switch {
+		case oc.broker != egress.Name:
+		case oc.main:
+			conns++
+		default:
+			chunks++
+		}
+	}
+	if chunks >= conns {
+		return fmt.Errorf("%w: an egress byte chunk needs an open connection to hold it (%d connections hold %d chunks)", crossing.ErrPolicyDenied, conns, chunks)
+	}
+	return nil
 }
 
 // opened notes an open reservation (a reserve that succeeded); it holds

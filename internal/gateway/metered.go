@@ -26,6 +26,9 @@ func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
 	// lose) unbounded many. A crossing that opens (main) also counts
 	// against the crossing rate; the byte chunks of an open tunnel do not.
 	main := req.Broker == "model" || req.Want.Connections > 0
+	if err := s.admitOpen(main); err != nil {
+		return err
+	}
 	if err := s.admitCrossing(main, ops.Record); err != nil {
 		return err
 	}
@@ -60,7 +63,7 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 		return crossing.BudgetState{}, errors.New("settle without a reservation")
 	}
 	r := *req.Res
-	r.Identity = s.ID
+	r.Identity, r.Broker = s.ID, req.Broker // the store settles only the channel's broker's
 	if err := s.ownReservation(req.Broker, r.ID); err != nil {
 		return crossing.BudgetState{}, err
 	}
@@ -77,6 +80,7 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 	switch held, main := s.closed(r.ID); {
 	case main:
 		s.receipts.settled() // its receipt comes in a record
+		s.owe(req.Broker)
 	case held:
 		s.receipts.end(false) // a byte chunk: no receipt
 	}
@@ -90,12 +94,18 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 		return crossing.BudgetState{}, errors.New("settle_record without a reservation and a receipt")
 	}
 	r := *req.Res
-	r.Identity = s.ID
+	r.Identity, r.Broker = s.ID, req.Broker // the store settles only the channel's broker's
 	if err := s.ownReservation(req.Broker, r.ID); err != nil {
 		return crossing.BudgetState{}, err
 	}
 	rc := *req.Receipt
+	if rc.Broker != req.Broker {
+		// As record: a channel writes its own broker's receipts only (a
+		// tool or state receipt comes only from their trusted halves).
+		return crossing.BudgetState{}, fmt.Errorf("%w: settle_record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
+	}
 	rc.Identity = s.ID
+	rc.CallKey, rc.ResultDigest = "", "" // a tool call's, set by tool_end only
 	rc.Policy = s.forget(r.ID)
 	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
@@ -160,9 +170,10 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	// An allowed crossing's receipt is always written: it takes the slot
 	// its crossing held until it settled. One no crossing settled (only a
 	// compromised gateway sends it, or a settle that failed) needs a slot
-	// of its own: past the bound it is refused.
-	if !s.receipts.takePending() {
-		if err := s.admitCrossing(false, ops.Record); err != nil {
+	// of its own and a token of the crossing rate, like the crossing it
+	// claims: past either bound it is refused.
+	if !s.paid(req.Broker) || !s.receipts.takePending() {
+		if err := s.admitCrossing(true, ops.Record); err != nil {
 			return err
 		}
 	}

@@ -42,8 +42,15 @@ func (s *Authority) handleTool(req call) reply {
 	var err error
 	switch req.Op {
 	case "tool_filter":
-		// Policy work per listed tool, no receipt: rate only.
-		if err = s.receipts.rated(time.Now()); err != nil {
+		// Policy work per listed tool, no receipt: rate only, one token
+		// per tool.DefaultMaxTools tools, and never more tools than the
+		// configured servers can offer (the gateway lists at most
+		// tool.DefaultMaxTools of each).
+		if most := len(s.Tools.Servers) * tool.DefaultMaxTools; len(req.Tools) > most {
+			err = fmt.Errorf("%w: a filter of %d tools; the configured servers offer at most %d", crossing.ErrPolicyDenied, len(req.Tools), most)
+			break
+		}
+		if err = s.receipts.rated(time.Now(), 1+(len(req.Tools)-1)/tool.DefaultMaxTools); err != nil {
 			break
 		}
 		resp.Allowed = s.toolHalf().Filter(req.Tools)

@@ -81,9 +81,11 @@ func TestAuthorityAsksPolicy(t *testing.T) {
 	if _, _, err := c.Reserve(egressAsModel, crossing.Identity{}, "egress", crossing.Amount{Connections: 1}, 0); !errors.Is(err, crossing.ErrPolicyDenied) {
 		t.Fatalf("egress asking a model question: %v", err)
 	}
-	// Tunnel chunks (no new connection) need no question.
-	if _, _, err := c.Reserve(ctx, crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 10}, 0); err != nil {
-		t.Fatalf("chunk reserve: %v", err)
+	// Tunnel chunks (no new connection) ask no question, but are held
+	// only inside an open connection (TestByteChunksNeedAnOpenConnection):
+	// here there is none.
+	if _, _, err := c.Reserve(ctx, crossing.Identity{}, "egress", crossing.Amount{EgressBytes: 10}, 0); !errors.Is(err, crossing.ErrPolicyDenied) {
+		t.Fatalf("chunk reserve without a connection: %v", err)
 	}
 	// Nothing permits egress in this policy: default deny.
 	hostAsk := crossing.WithAsk(ctx, crossing.Ask{Action: "egress.connect", Resource: "Host", Target: "example.com", Port: 443})

@@ -71,7 +71,7 @@ func over(used, want, lim crossing.Amount) string {
 		{"connections", used.Connections, want.Connections, lim.Connections},
 	}
 	for _, c := range check {
-		if c.l > 0 && c.w > 0 && c.u+c.w > c.l {
+		if c.l > 0 && c.w > 0 && c.w > c.l-c.u { // u+w > l, without overflow
 			return fmt.Sprintf("%s: %d used of %d, %d more requested", c.name, c.u, c.l, c.w)
 		}
 	}
@@ -172,16 +172,13 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Re
 		return crossing.BudgetState{}, fmt.Errorf("settle: %w", err)
 	}
 	var win int64
-	// Only the sandbox that holds a reservation may settle it.
-	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? AND sandbox_id = ? AND workload = ? RETURNING window_start`,
-		r.ID, r.Identity.SandboxID, r.Identity.Workload).Scan(&win); err != nil {
+	// Only the sandbox that holds a reservation may settle it, and only
+	// as the broker it holds it for.
+	if err := tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? AND sandbox_id = ? AND workload = ? AND broker = ? RETURNING window_start`,
+		r.ID, r.Identity.SandboxID, r.Identity.Workload, r.Broker).Scan(&win); err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("settle reservation %d: %w", r.ID, err)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
-		VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (workload, window_start) DO UPDATE SET
-		requests = requests + excluded.requests, input_tokens = input_tokens + excluded.input_tokens,
-		output_tokens = output_tokens + excluded.output_tokens, bytes = bytes + excluded.bytes,
-		egress_bytes = egress_bytes + excluded.egress_bytes, connections = connections + excluded.connections`,
+	_, err := tx.ExecContext(ctx, addUsage,
 		r.Identity.Workload, win, usage.Requests, usage.InputTokens, usage.OutputTokens, usage.Bytes, usage.EgressBytes, usage.Connections)
 	if err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
@@ -350,13 +347,36 @@ func (s *Store) Receipts(ctx context.Context, f ReceiptFilter) ([]crossing.Recei
 	return out, rows.Err()
 }
 
-// nonNegative refuses negative amounts: a negative hold or settlement
-// would hand budget back.
+// nonNegative refuses negative amounts (a negative hold or settlement
+// would hand budget back) and amounts over MaxAmount.
 func nonNegative(a crossing.Amount) error {
 	for _, v := range []int64{a.Requests, a.InputTokens, a.OutputTokens, a.Bytes, a.EgressBytes, a.Connections} {
 		if v < 0 {
 			return fmt.Errorf("negative amount %d", v)
 		}
+		if v > MaxAmount {
+			return fmt.Errorf("amount %d over the bound of %d", v, int64(MaxAmount))
+		}
 	}
 	return nil
 }
+
+// MaxAmount bounds each quantity of one reservation or settlement (2^50:
+// a pebibyte, 10^15 tokens). The budget is a sum of them in int64: a
+// gateway that could hold or settle amounts near math.MaxInt64 would make
+// the sums wrap (and a limit stop limiting) or SQLite refuse them (and
+// every crossing of the workload fail).
+const MaxAmount = 1 << 50
+
+// maxUsage caps what a window's settled usage counts (2^61, far past any
+// limit): the sum saturates there instead of leaving int64, so settled
+// usage plus what a sandbox can hold (maxOpen reservations of MaxAmount)
+// still fits.
+const maxUsage = 1 << 61
+
+// addUsage adds a settlement to its window's usage, saturating at maxUsage.
+var addUsage = fmt.Sprintf(`INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
+		VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (workload, window_start) DO UPDATE SET
+		requests = min(requests + excluded.requests, %[1]d), input_tokens = min(input_tokens + excluded.input_tokens, %[1]d),
+		output_tokens = min(output_tokens + excluded.output_tokens, %[1]d), bytes = min(bytes + excluded.bytes, %[1]d),
+		egress_bytes = min(egress_bytes + excluded.egress_bytes, %[1]d), connections = min(connections + excluded.connections, %[1]d)`, int64(maxUsage))

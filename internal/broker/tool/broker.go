@@ -268,6 +268,12 @@ func (b *Broker) candidates(ctx context.Context, ups []Upstream) ([]candidate, [
 			if !Allowed(up.Allow, t.Name) {
 				continue
 			}
+			if b.redactor.Contains([]byte(t.Name)) {
+				// The name is the upstream's text and reaches the agent
+				// and the logs as it is: never one holding a value.
+				b.log.Warn("tool not offered: its name holds a custodied value", "server", up.Name)
+				continue
+			}
 			name := up.Name + Separator + t.Name
 			if len(name) > 128 || !validToolName(t.Name) {
 				b.log.Warn("tool not offered: name unusable", "server", up.Name, "tool", clip(t.Name, 64))

@@ -200,14 +200,17 @@ func replayOf(old store.ToolCall, in tool.Begin, argDigest string) (tool.Began, 
 	return tool.Began{Status: tool.StatusReplay, Call: old.ID, Policy: old.Policy, Result: old.Result, Receipt: old.ReceiptID}, nil
 }
 
-// Await waits (bounded) for this workload's approval id to be
-// decided and returns its state.
+// Await waits (bounded) for this sandbox's approval id to be decided
+// and returns its state. Another sandbox's approval, even of the same
+// workload, is not found: it is good for that sandbox only, and its
+// state says what the sibling asks for and when it is answered.
 func (s *Authority) Await(ctx context.Context, id string, wait time.Duration) (string, error) {
 	wait = min(max(wait, 0), 10*time.Second)
 	deadline := time.Now().Add(wait)
+	me := s.Root.Identity()
 	for {
 		a, err := s.Store.Approval(ctx, id)
-		if err != nil || a.Workload != s.Root.Identity().Workload {
+		if err != nil || a.Workload != me.Workload || a.SandboxID != me.SandboxID {
 			return "", fmt.Errorf("%w: approval %s not found", tool.ErrDenied, clip(id))
 		}
 		if a.State != store.ApprovalPending || !time.Now().Before(deadline) {
