@@ -236,3 +236,64 @@ func TestDaemonToolServers(t *testing.T) {
 		}
 	}
 }
+
+// A daemon sandbox's tool servers are sandboxes too, each on its own lease
+// from the host's pool: they count against the caller's --max-per-user.
+// Otherwise one create with a long tools list would hold any number of
+// leases and cgroups. With a limit of 2, alice's create with three tool
+// servers is refused before anything exists on the host (no cgroup, no
+// record); the positive control, one tool server, makes exactly two
+// sandboxes, and then a plain create is refused: she holds her limit.
+func TestDaemonToolServersCountAgainstQuota(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000", "--max-per-user", "2")
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	var script strings.Builder
+	for _, l := range strings.Split(shMCPServer, "\n") {
+		script.WriteString("        " + l + "\n")
+	}
+	config := func(n int) string {
+		var b strings.Builder
+		b.WriteString("version: cordon/v1\nworkload: u1000-tools\ntenant: u1000\npurpose: testing\ntools:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: t%d\n    command:\n      - /bin/sh\n      - -c\n      - |\n%s", i, script.String())
+		}
+		dir := t.TempDir()
+		os.Chown(dir, 1000, 1000)
+		os.Chmod(filepath.Dir(dir), 0o755)
+		p := filepath.Join(dir, fmt.Sprintf("tools%d.yaml", n))
+		if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(p, 1000, 1000)
+		return p
+	}
+	w := watchCgroups(t)
+	var r result
+	if made := w.createdDuring(t, func() {
+		r = cordonSocket(t, d.socket, st, alice, "sandbox", "create", "many", "--config", config(3))
+		if r.Code == 0 {
+			cordonSocket(t, d.socket, st, alice, "sandbox", "start", "many")
+			cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "many")
+		}
+	}); r.Code == 0 || !strings.Contains(r.Stderr, "limit per user") || len(made) != 0 {
+		t.Errorf("create with 3 tool servers under a limit of 2: %d %s; cgroups made %v; want refused, none made", r.Code, r.Stderr, made)
+	}
+	if _, ok := d.ls()["many"]; ok {
+		t.Error("a record of the refused sandbox exists")
+	}
+
+	// Positive control: one tool server fits (the sandbox and its server),
+	// and then she holds her limit.
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "one", "--config", config(1)); r.Code != 0 {
+		t.Fatalf("create with 1 tool server: %d %s", r.Code, r.Stderr)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "start", "one"); r.Code != 0 {
+		t.Fatalf("start: %d %s\n%s", r.Code, r.Stderr, d)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "plain"); r.Code == 0 || !strings.Contains(r.Stderr, "limit per user") {
+		t.Errorf("a plain create at the limit (a sandbox and its tool server): %d %s; want refused", r.Code, r.Stderr)
+	}
+	cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "one")
+}

@@ -37,10 +37,10 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkQuota(ctx, c.peer.UID); err != nil {
-		return nil, err
-	}
 	policyDigest := policySetDigest(nil, d.hostPolicies())
+	// Set here, never taken from the client: a sandbox without a gateway
+	// has no gateway variables and no tool servers.
+	s.GatewayEnv, s.ToolServers = nil, 0
 	if s.Gateway != nil {
 		if err := d.checkIdentity(c.peer.UID, s.Gateway.Config); err != nil {
 			return nil, err
@@ -50,6 +50,12 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
 		}
 		s.GatewayEnv, policyDigest = launch.GatewayEnv(), plan.PolicyDigest()
+		s.ToolServers = plan.ToolServers()
+	}
+	// Each tool server is a sandbox of its own, on its own lease: the
+	// quota counts them with the sandbox.
+	if err := d.checkQuota(ctx, c.peer.UID, 1+s.ToolServers); err != nil {
+		return nil, err
 	}
 	spec.ID, spec.Workload = d.o.Provider.NewID(), workloadOf(s)
 	spec.Env = append(spec.Env, s.GatewayEnv...)

@@ -38,6 +38,18 @@ type Plan struct {
 // Config is the plan's configuration.
 func (p *Plan) Config() *config.Config { return p.cfg }
 
+// ToolServers is how many tool servers the plan starts, each in a
+// sandbox of its own (the command servers; url servers are remote).
+func (p *Plan) ToolServers() int {
+	n := 0
+	for _, t := range p.cfg.Tools {
+		if len(t.Command) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // PolicyDigest is the digest of the policy set the sandbox is decided by.
 func (p *Plan) PolicyDigest() string { return p.policy.Digest() }
 
