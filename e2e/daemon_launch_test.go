@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -296,4 +297,80 @@ func TestDaemonToolServersCountAgainstQuota(t *testing.T) {
 		t.Errorf("a plain create at the limit (a sandbox and its tool server): %d %s; want refused", r.Code, r.Stderr)
 	}
 	cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "one")
+}
+
+// A bind maps its directory's owner AND group to the program (idmapped),
+// so owning the directory is not enough: bob's directory in a setgid
+// shared directory carries a group he is not in (2000 here), and a file
+// of that group inside it (0640, another user's) is one bob cannot read.
+// His sandbox must not read it either: a descriptor whose group the
+// caller is not in is refused. Positive control: the same bind from a
+// directory of bob's own group is admitted and reads bob's own file.
+func TestDaemonBindForeignGroup(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	bob := &syscall.Credential{Uid: 1001, Gid: 1000}
+	top := t.TempDir()
+	os.Chmod(top, 0o755)
+	os.Chmod(filepath.Dir(top), 0o755)
+	shared := filepath.Join(top, "shared")
+	os.Mkdir(shared, 0o777)
+	os.Chown(shared, 0, 2000)
+	os.Chmod(shared, os.ModeSetgid|0o777)
+	// bob's directory: created as bob, so it inherits group 2000.
+	bobDir := filepath.Join(shared, "bob")
+	if r := runAs(t, bob, "/bin/mkdir", "-m", "2775", bobDir); r != nil {
+		t.Fatalf("mkdir as bob: %v", r)
+	}
+	var st0 syscall.Stat_t
+	if err := syscall.Stat(bobDir, &st0); err != nil || st0.Uid != 1001 || st0.Gid != 2000 {
+		t.Fatalf("bob's directory: %+v %v; want 1001:2000", st0, err)
+	}
+	secret := fmt.Sprintf("group-only %d", time.Now().UnixNano())
+	os.WriteFile(filepath.Join(bobDir, "secret"), []byte(secret), 0o640)
+	os.Chown(filepath.Join(bobDir, "secret"), 1002, 2000)
+	if r := runAs(t, bob, "/bin/cat", filepath.Join(bobDir, "secret")); r == nil {
+		t.Fatal("bob can read the group's file himself; the test proves nothing")
+	}
+	r := cordonSocket(t, d.socket, st, bob, "sandbox", "create", "grp", "--ro", bobDir+":/in")
+	if r.Code == 0 {
+		if r := cordonSocket(t, d.socket, st, bob, "sandbox", "start", "grp"); r.Code != 0 {
+			t.Fatalf("start: %d %s", r.Code, r.Stderr)
+		}
+		if r := cordonSocket(t, d.socket, st, bob, "sandbox", "exec", "grp", "--", "/bin/cat", "/in/secret"); strings.Contains(r.Stdout, secret) {
+			t.Errorf("bob's sandbox read a file of a group bob is not in: %q", r.Stdout)
+		}
+		cordonSocket(t, d.socket, st, bob, "sandbox", "rm", "grp")
+		t.Fatalf("the bind of a directory of a group bob is not in was admitted")
+	}
+	if !strings.Contains(r.Stderr, "group") {
+		t.Errorf("refusal: %d %s; want it to name the group", r.Code, r.Stderr)
+	}
+
+	// Positive control: bob's own group.
+	own := filepath.Join(top, "own")
+	os.Mkdir(own, 0o755)
+	os.Chown(own, 1001, 1000)
+	os.WriteFile(filepath.Join(own, "mine"), []byte(secret), 0o640)
+	os.Chown(filepath.Join(own, "mine"), 1001, 1000)
+	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "create", "own", "--ro", own+":/in"); r.Code != 0 {
+		t.Fatalf("bob's bind of his own group's directory: %d %s", r.Code, r.Stderr)
+	}
+	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "start", "own"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "exec", "own", "--", "/bin/cat", "/in/mine"); r.Code != 0 || r.Stdout != secret {
+		t.Errorf("bob's sandbox reading his own file: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+	cordonSocket(t, d.socket, st, bob, "sandbox", "rm", "own")
+}
+
+// runAs runs argv as cred and returns its error (nil: exit 0).
+func runAs(t *testing.T, cred *syscall.Credential, argv ...string) error {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	return cmd.Run()
 }

@@ -125,21 +125,36 @@ func TestDaemonFakeProviderFailsClosed(t *testing.T) {
 	}
 }
 
-// A descriptor the caller does not own is refused (the workspace rule,
-// for binds and rootfs too), and one the caller does own passes.
+// A descriptor the caller does not own, or whose group the caller is not
+// in, is refused (the workspace rule, for binds and rootfs too); one the
+// caller owns, of its group or of one of its supplementary groups, passes.
 func TestCheckOwned(t *testing.T) {
-	f, err := os.Open(t.TempDir())
+	if os.Getuid() != 0 {
+		t.Skip("needs root to chown the test directory")
+	}
+	dir := t.TempDir()
+	if err := os.Chown(dir, 54321, 54322); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := checkOwned(f, 0, "bind /x", false); err != nil {
-		t.Errorf("root: %v", err)
-	}
-	if err := checkOwned(f, uint32(os.Getuid()), "bind /x", false); err != nil {
-		t.Errorf("the owner: %v", err)
-	}
-	if err := checkOwned(f, 54321, "bind /x", false); proto.KindOf(err) != proto.KindUnauthorized {
-		t.Errorf("another uid: %v, want unauthorized", err)
+	for _, tt := range []struct {
+		name string
+		peer proto.Peer
+		ok   bool
+	}{
+		{"root", proto.Peer{UID: 0, GID: 0}, true},
+		{"the owner, its group", proto.Peer{UID: 54321, GID: 54322}, true},
+		{"the owner, a supplementary group", proto.Peer{UID: 54321, GID: 1, Groups: []uint32{7, 54322}}, true},
+		{"another uid", proto.Peer{UID: 54320, GID: 54322}, false},
+		{"the owner, not in the group", proto.Peer{UID: 54321, GID: 1, Groups: []uint32{7}}, false},
+	} {
+		err := checkOwned(f, tt.peer, "bind /x", false)
+		if tt.ok && err != nil || !tt.ok && proto.KindOf(err) != proto.KindUnauthorized {
+			t.Errorf("%s: checkOwned = %v, want ok=%v (else unauthorized)", tt.name, err, tt.ok)
+		}
 	}
 }
