@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -373,4 +375,81 @@ func runAs(t *testing.T, cred *syscall.Credential, argv ...string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	return cmd.Run()
+}
+
+// A descriptor of a mount in another mount namespace (alice's own user
+// and mount namespace, a tmpfs she mounted there: she owns everything in
+// it, and the path the daemon reads back for it looks like a host path)
+// is never bound: the workspace, --ro, --rw and --rootfs are each refused
+// and leave nothing behind (no record, no host record, no cgroup). The
+// positive control is TestDaemonBinds: the same binds from the host's
+// mount namespace are admitted.
+func TestDaemonForeignMountDescriptors(t *testing.T) {
+	testkit.RequireRoot(t)
+	if _, err := os.Stat("/usr/bin/unshare"); err != nil {
+		t.Fatalf("unshare(1) is needed: %v", err)
+	}
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	dir := userWorkspace(t)
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Mkdir(filepath.Join(dir, "m"), 0o755)
+	os.Chown(filepath.Join(dir, "m"), 1000, 1000)
+	// In alice's namespaces: a tmpfs over m, a directory and a root in it.
+	const script = `mount -t tmpfs x "$0"/m && mkdir -p "$0"/m/d "$0"/m/r/proc "$0"/m/r/dev "$0"/m/r/tmp && echo secret > "$0"/m/d/f && exec "$@"`
+	before := cordonCgroups(t)
+	for _, args := range [][]string{
+		{"--ro", dir + "/m/d:/in"},
+		{"--rw", dir + "/m/d:/in"},
+		{"--workspace", dir + "/m/d"},
+		{"--rootfs", dir + "/m/r"},
+	} {
+		argv := append([]string{"-Urm", "sh", "-c", script, dir, cordonBin, "--state-dir", st, "sandbox", "create", "ns"}, args...)
+		cmd := exec.Command("/usr/bin/unshare", argv...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "CORDON_SOCKET=" + d.socket}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "open_tree") {
+			t.Errorf("create %v from alice's own mount namespace: %v %s; want refused (open_tree)", args, err, out)
+			d.cli("sandbox", "rm", "ns")
+		}
+		if _, ok := d.ls()["ns"]; ok {
+			t.Errorf("create %v: a record of the refused sandbox is left", args)
+		}
+	}
+	for _, id := range cordonCgroups(t) {
+		if !slices.Contains(before, id) && d.ids.seen()[id] {
+			t.Errorf("cgroup %s of a refused sandbox is left", id)
+		}
+	}
+	out, _ := exec.Command(cordonBin, "--state-dir", st, "gc", "--json").Output()
+	var g struct {
+		Live []string `json:"live"`
+	}
+	_ = json.Unmarshal(out, &g)
+	if len(g.Live) != 0 {
+		t.Errorf("host records (leases) left by the refused creates: %v", g.Live)
+	}
+	// Nor a log file: a refused create has no record, and nothing would
+	// ever remove it (a caller looping on refusals would fill the state
+	// directory).
+	if logs, _ := os.ReadDir(filepath.Join(st, "logs")); len(logs) != 0 {
+		var names []string
+		for _, l := range logs {
+			names = append(names, l.Name())
+		}
+		t.Errorf("log files left by the refused creates: %v", names)
+	}
+}
+
+// cordonCgroups lists the sandbox cgroups under the pids hierarchy now.
+func cordonCgroups(t *testing.T) []string {
+	t.Helper()
+	es, _ := os.ReadDir("/sys/fs/cgroup/pids/cordon")
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
 }

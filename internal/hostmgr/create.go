@@ -144,6 +144,8 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 	d.mu.Unlock()
 	fail := func(err error) (any, error) {
 		d.cleanup(context.WithoutCancel(ctx), b, "create failed: "+err.Error())
+		// Without its record nothing would ever remove the log.
+		os.Remove(logPath(d.o.StateDir, spec.ID))
 		_ = d.o.Store.DeleteDaemonSandbox(context.WithoutCancel(ctx), name)
 		d.forget(name)
 		return nil, err
