@@ -52,11 +52,6 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 		s.GatewayEnv, policyDigest = launch.GatewayEnv(), plan.PolicyDigest()
 		s.ToolServers = plan.ToolServers()
 	}
-	// Each tool server is a sandbox of its own, on its own lease: the
-	// quota counts them with the sandbox.
-	if err := d.checkQuota(ctx, c.peer.UID, 1+s.ToolServers); err != nil {
-		return nil, err
-	}
 	spec.ID, spec.Workload = d.o.Provider.NewID(), workloadOf(s)
 	spec.Env = append(spec.Env, s.GatewayEnv...)
 	return d.create(ctx, c, a.Name, prof, s, spec, policyDigest)
@@ -130,8 +125,18 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 	}
 	specJSON, _ := json.Marshal(stored)
 	rec := store.DaemonSandbox{Name: name, ID: spec.ID, OwnerUID: c.peer.UID, Profile: string(SafeGuided), Spec: specJSON}
-	// The record first: nothing on the host exists without one.
-	if err := d.o.Store.CreateDaemonSandbox(ctx, rec); err != nil {
+	// The record first: nothing on the host exists without one. The
+	// quota is checked in the same step (concurrent creates would each
+	// see room otherwise); each tool server is a sandbox of its own, on
+	// its own lease, and counts with the sandbox.
+	d.quotaMu.Lock()
+	if err := d.checkQuota(ctx, c.peer.UID, 1+s.ToolServers); err != nil {
+		d.quotaMu.Unlock()
+		return nil, err
+	}
+	err := d.o.Store.CreateDaemonSandbox(ctx, rec)
+	d.quotaMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	d.crash("create.after_record")

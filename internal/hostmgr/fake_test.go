@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,5 +158,41 @@ func TestCheckOwned(t *testing.T) {
 		if tt.ok && err != nil || !tt.ok && proto.KindOf(err) != proto.KindUnauthorized {
 			t.Errorf("%s: checkOwned = %v, want ok=%v (else unauthorized)", tt.name, err, tt.ok)
 		}
+	}
+}
+
+// The per-user quota holds under concurrent creates: the check and the
+// record are one step, so 16 creates at once by a user with a limit of 2
+// leave exactly 2 sandboxes (positive control: the first 2 are admitted).
+func TestDaemonQuotaConcurrentCreates(t *testing.T) {
+	p := &fake.Provider{}
+	d := fakeDaemon(t, p)
+	d.o.MaxPerUser = 2
+	peer := proto.Peer{UID: 1000, GID: 1000}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, _ := json.Marshal(CreateArgs{Name: fmt.Sprintf("q%d", i), Spec: Spec{Level: "SHARED"}})
+			var res proto.Response
+			err := d.handle(context.Background(), peer, proto.Request{Version: proto.Version, Op: "create", Args: b}, nil,
+				func(r proto.Response) error { res = r; return nil })
+			if err == nil && res.Final && res.Error == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	recs, err := d.o.Store.DaemonSandboxes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != 2 || len(recs) != 2 || p.Provisioned() != 2 {
+		t.Errorf("64 concurrent creates under a limit of 2: %d admitted, %d records, %d provisioned; want 2 each", ok, len(recs), p.Provisioned())
 	}
 }
