@@ -453,3 +453,54 @@ func cordonCgroups(t *testing.T) []string {
 	}
 	return out
 }
+
+// A start that fails on a tool server (the second one's program does not
+// exist) leaves nothing of the tool servers that did start: no running
+// sandbox, no host record (lease), no exec socket, no cgroup. Each such
+// start otherwise leaked a live sandbox that no record, quota or rm
+// reaches. The positive control is TestDaemonToolServers (the good server
+// alone starts and answers); here the first server's cgroup is seen
+// created during the start.
+func TestDaemonToolServerStartFailureLeavesNothing(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	var script strings.Builder
+	for _, l := range strings.Split(shMCPServer, "\n") {
+		script.WriteString("        " + l + "\n")
+	}
+	cfg := writeConfig(t, "tools:\n  - name: sh\n    command:\n      - /bin/sh\n      - -c\n      - |\n"+script.String()+
+		"  - name: bad\n    command: [/nonexistent/server]\n")
+	if r := d.cli("sandbox", "create", "tools", "--config", cfg); r.Code != 0 {
+		t.Fatalf("create: %d %s", r.Code, r.Stderr)
+	}
+	w := watchCgroups(t)
+	w.created(t) // drain what came before
+	if r := d.cli("sandbox", "start", "tools"); r.Code == 0 || !strings.Contains(r.Stderr, "tool server bad") {
+		t.Fatalf("start with a tool server that cannot exec: %d %s; want refused naming it", r.Code, r.Stderr)
+	}
+	made := w.created(t)
+	if len(made) == 0 {
+		t.Fatal("no tool server sandbox was made during the start; the test proves nothing")
+	}
+	// This daemon's exec sockets and lease locks: none may be left.
+	runDir := filepath.Join(st, "run")
+	if es, _ := os.ReadDir(runDir); len(es) != 0 {
+		for _, e := range es {
+			id := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".sock"), ".lock")
+			procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/cordon", id, "cgroup.procs"))
+			t.Errorf("left in %s: %s (cgroup processes %q)", runDir, e.Name(), procs)
+		}
+	}
+	out, _ := exec.Command(cordonBin, "--state-dir", st, "gc", "--json").Output()
+	var g struct {
+		Live []string `json:"live"`
+	}
+	_ = json.Unmarshal(out, &g)
+	if len(g.Live) != 0 {
+		t.Errorf("host records (leases) left by the failed start: %v", g.Live)
+	}
+	if i := d.ls()["tools"]; i.State != "stopped" {
+		t.Errorf("after the failed start the sandbox is %s, want stopped", i.State)
+	}
+}
