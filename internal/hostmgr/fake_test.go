@@ -196,3 +196,30 @@ func TestDaemonQuotaConcurrentCreates(t *testing.T) {
 		t.Errorf("64 concurrent creates under a limit of 2: %d admitted, %d records, %d provisioned; want 2 each", ok, len(recs), p.Provisioned())
 	}
 }
+
+// A create names at most MaxVolumeMounts volume mounts: each is a bind the
+// root daemon opens, walks for sockets and clones as a mount tree, and a
+// request frame has room for thousands. One more is refused before
+// anything is provisioned; exactly the limit is admitted (positive
+// control).
+func TestDaemonCreateVolumeMountsBounded(t *testing.T) {
+	p := &fake.Provider{}
+	d := fakeDaemon(t, p)
+	if err := d.testCall(t, "volume_create", NameArgs{Name: "v"}, nil, nil); err != nil {
+		t.Fatalf("volume create: %v", err)
+	}
+	mounts := func(n int) []VolumeMount {
+		var out []VolumeMount
+		for i := range n {
+			out = append(out, VolumeMount{Name: "v", Target: fmt.Sprintf("/v%d", i), ReadOnly: true})
+		}
+		return out
+	}
+	err := d.testCall(t, "create", CreateArgs{Name: "many", Spec: Spec{Level: "SHARED", Volumes: mounts(MaxVolumeMounts + 1)}}, nil, nil)
+	if proto.KindOf(err) != proto.KindBadRequest || p.Provisioned() != 0 {
+		t.Errorf("create with %d volume mounts = %v (%d provisioned); want bad_request, none", MaxVolumeMounts+1, err, p.Provisioned())
+	}
+	if err := d.testCall(t, "create", CreateArgs{Name: "max", Spec: Spec{Level: "SHARED", Volumes: mounts(MaxVolumeMounts)}}, nil, nil); err != nil {
+		t.Errorf("create with %d volume mounts: %v", MaxVolumeMounts, err)
+	}
+}
