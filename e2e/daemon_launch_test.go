@@ -504,3 +504,65 @@ func TestDaemonToolServerStartFailureLeavesNothing(t *testing.T) {
 		t.Errorf("after the failed start the sandbox is %s, want stopped", i.State)
 	}
 }
+
+// The daemon refuses, as cordon run does, a sandbox that would hand one of
+// its configuration's secrets to the program: the secret's file inside a
+// --ro bind (the agent would read the credential the broker exists to
+// keep from it), or its value in --env. Nothing is created. Positive
+// control: the same configuration with a bind that does not hold the
+// file is admitted.
+func TestDaemonRefusesSecretLeaks(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	home, other := userWorkspace(t), userWorkspace(t)
+	for _, p := range []string{home, other} {
+		os.Chmod(p, 0o755)
+		os.Chmod(filepath.Dir(p), 0o755)
+	}
+	key := filepath.Join(home, "key")
+	value := fmt.Sprintf("sk-ant-e2e-%d", time.Now().UnixNano())
+	os.WriteFile(key, []byte(value), 0o600)
+	os.Chown(key, 1000, 1000)
+	cfg := filepath.Join(home, "cordon.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`version: cordon/v1
+workload: u1000-leak
+tenant: u1000
+purpose: testing
+secrets:
+  k: {file: %s}
+models:
+  - name: claude
+    api: anthropic
+    upstream: http://127.0.0.1:9
+    credential: k
+    models: ["claude-*"]
+`, key)), 0o600)
+	os.Chown(cfg, 1000, 1000)
+	w := watchCgroups(t)
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"the file in a --ro bind", []string{"--ro", home + ":/in"}},
+		{"the value in --env", []string{"--env", "LEAK=" + value}},
+	} {
+		var r result
+		if made := w.createdDuring(t, func() {
+			r = cordonSocket(t, d.socket, st, alice, append([]string{"sandbox", "create", "leak", "--config", cfg}, tt.args...)...)
+			if r.Code == 0 {
+				cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "leak")
+			}
+		}); r.Code == 0 || !strings.Contains(r.Stderr, "secret k") || len(made) != 0 {
+			t.Errorf("%s: %d %s; cgroups %v; want refused naming secret k, nothing made", tt.name, r.Code, r.Stderr, made)
+		}
+		if _, ok := d.ls()["leak"]; ok {
+			t.Errorf("%s: a record of the refused sandbox is left", tt.name)
+		}
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "clean", "--config", cfg, "--ro", other+":/in"); r.Code != 0 {
+		t.Fatalf("the same configuration with a bind that holds no secret: %d %s", r.Code, r.Stderr)
+	}
+	cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "clean")
+}

@@ -49,6 +49,11 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 		if err != nil {
 			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
 		}
+		// As cordon run: no secret of the configuration may reach the
+		// program through a bind, the workspace, the rootfs or --env.
+		if err := plan.CheckLeaks(spec); err != nil {
+			return nil, err
+		}
 		s.GatewayEnv, policyDigest = launch.GatewayEnv(), plan.PolicyDigest()
 		s.ToolServers = plan.ToolServers()
 	}
