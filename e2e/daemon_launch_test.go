@@ -564,5 +564,18 @@ models:
 	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "clean", "--config", cfg, "--ro", other+":/in"); r.Code != 0 {
 		t.Fatalf("the same configuration with a bind that holds no secret: %d %s", r.Code, r.Stderr)
 	}
+	// exec --env is the same door: the value is refused there too, and
+	// the program never runs (it would write the marker); an exec with a
+	// harmless variable runs (positive control).
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "start", "clean"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	r := cordonSocket(t, d.socket, st, alice, "sandbox", "exec", "clean", "--env", "LEAK="+value, "--", "/bin/sh", "-c", `echo "ran $LEAK"`)
+	if r.Code == 0 || strings.Contains(r.Stdout, value) || !strings.Contains(r.Stderr, "secret k") {
+		t.Errorf("exec --env with the secret's value: %d %q %s; want refused naming secret k", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "exec", "clean", "--env", "OK=fine", "--", "/bin/sh", "-c", `echo "ran $OK"`); r.Code != 0 || !strings.Contains(r.Stdout, "ran fine") {
+		t.Errorf("exec --env OK=fine: %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
 	cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "clean")
 }

@@ -114,6 +114,16 @@ func (p *Plan) CheckLeaks(spec sandbox.Spec) error {
 	return nil
 }
 
+// EnvLeaks refuses environment entries ("K=V") that carry one of secrets'
+// values: the daemon's exec --env, checked against the sandbox's
+// custodied values as cordon run checks --env (CheckLeaks).
+func EnvLeaks(env []string, secrets map[string][]byte) error {
+	if err := (&config.Config{}).CheckLeaks(nil, env, secrets); err != nil {
+		return failure.Fail(failure.KindPolicyRejected, "config", err)
+	}
+	return nil
+}
+
 // visibleInSandbox reports whether a host path can be seen from inside: it
 // is under a bind source, the workspace, the rootfs or the base layout.
 func visibleInSandbox(spec sandbox.Spec) func(string) bool {
