@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -578,4 +579,74 @@ models:
 		t.Errorf("exec --env OK=fine: %d %q %s", r.Code, r.Stdout, r.Stderr)
 	}
 	cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "clean")
+}
+
+// A Unix socket in a --rootfs is refused as it is in a bind: it would be
+// a path from the sandbox to a host service outside its network
+// namespace. Here a host listener's socket (mode 0777) sits in alice's
+// root; the create is refused, nothing is made, and the listener is
+// never reached. Positive control: the same directory as a --ro bind is
+// refused for the socket too (the check the rootfs lacked), and TestDaemonRootfs
+// admits a root without one.
+func TestDaemonRootfsRefusesSockets(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	root := filepath.Join(userWorkspace(t), "rootfs")
+	os.Chmod(filepath.Dir(root), 0o755)
+	os.Chmod(filepath.Dir(filepath.Dir(root)), 0o755)
+	for _, dir := range []string{"proc", "dev", "tmp", "bin", "home/agent", "run"} {
+		os.MkdirAll(filepath.Join(root, dir), 0o755)
+	}
+	probe, err := os.ReadFile(filepath.Join(probeDir, "probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "bin", "probe"), probe, 0o755)
+	sock := filepath.Join(root, "run", "host.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chmod(sock, 0o777)
+	reached := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, 64)
+			n, _ := c.Read(b)
+			reached <- string(b[:n])
+			c.Close()
+		}
+	}()
+	filepath.Walk(root, func(p string, _ os.FileInfo, _ error) error { os.Lchown(p, 1000, 1000); return nil })
+
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "ro", "--ro", root+":/r"); r.Code == 0 || !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("the directory as a --ro bind: %d %s; want refused for its socket", r.Code, r.Stderr)
+		cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "ro")
+	}
+	r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "rs", "--rootfs", root)
+	if r.Code == 0 {
+		if r := cordonSocket(t, d.socket, st, alice, "sandbox", "start", "rs"); r.Code == 0 {
+			cordonSocket(t, d.socket, st, alice, "sandbox", "exec", "rs", "--", "/bin/probe", "connects", "unix:/run/host.sock")
+		}
+		cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "rs")
+		t.Errorf("a --rootfs holding a host socket was admitted")
+	} else if !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("--rootfs with a socket: %d %s; want refused naming the socket", r.Code, r.Stderr)
+	}
+	// cordon run --rootfs is the same provider check.
+	if r := runCordon(t, st, runOpts{}, "run", "--rootfs", root, "--", "/bin/probe", "connects", "unix:/run/host.sock"); r.Code != 125 || !strings.Contains(r.Stderr, "socket") {
+		t.Errorf("cordon run --rootfs with a socket: %d %s; want 125 naming the socket", r.Code, r.Stderr)
+	}
+	select {
+	case m := <-reached:
+		t.Errorf("the host listener was reached from the sandbox: %q", m)
+	default:
+	}
 }
