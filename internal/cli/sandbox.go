@@ -269,15 +269,22 @@ func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*o
 // what the daemon is to bind: the workspace, each --ro/--rw source, the
 // --rootfs. They travel as descriptors, in that order; the daemon binds
 // these very files and opens no path.
-func (f *createFlags) openFiles(s *hostmgr.Spec) (files []*os.File, err error) {
-	defer func() {
-		if err != nil {
-			for _, fl := range files {
-				fl.Close()
-			}
-			files = nil
+func (f *createFlags) openFiles(s *hostmgr.Spec) ([]*os.File, error) {
+	files, err := f.openEach(s, nil)
+	if err != nil {
+		// Here, not in a defer over a named result: "return nil, err"
+		// would have emptied it first.
+		for _, fl := range files {
+			fl.Close()
 		}
-	}()
+		return nil, err
+	}
+	return files, nil
+}
+
+// openEach appends to files each descriptor openFiles sends; on error it
+// returns what it opened so far, for the caller to close.
+func (f *createFlags) openEach(s *hostmgr.Spec, files []*os.File) ([]*os.File, error) {
 	open := func(flag, path string, dir bool) error {
 		if !filepath.IsAbs(path) {
 			return failure.Failf(failure.KindUsage, "sandbox create", "%s %s: must be an absolute path", flag, path)
@@ -295,7 +302,7 @@ func (f *createFlags) openFiles(s *hostmgr.Spec) (files []*os.File, err error) {
 	}
 	if f.workspace != "" {
 		if err := open("--workspace", f.workspace, true); err != nil {
-			return nil, err
+			return files, err
 		}
 		s.Workspace = true
 	}
@@ -310,22 +317,22 @@ func (f *createFlags) openFiles(s *hostmgr.Spec) (files []*os.File, err error) {
 				target = host
 			}
 			if !filepath.IsAbs(target) {
-				return nil, failure.Failf(failure.KindUsage, "sandbox create", "%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
+				return files, failure.Failf(failure.KindUsage, "sandbox create", "%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
 			}
 			if err := open(p.name, host, false); err != nil {
-				return nil, err
+				return files, err
 			}
 			s.Binds = append(s.Binds, hostmgr.BindSpec{Target: target, Writable: p.rw})
 		}
 	}
 	if f.rootfs != "" {
 		if err := open("--rootfs", f.rootfs, true); err != nil {
-			return nil, err
+			return files, err
 		}
 		s.Rootfs = true
 	}
 	if len(files) > proto.MaxFiles {
-		return nil, failure.Failf(failure.KindUsage, "sandbox create", "%d descriptors (workspace, binds, rootfs): a request carries at most %d", len(files), proto.MaxFiles)
+		return files, failure.Failf(failure.KindUsage, "sandbox create", "%d descriptors (workspace, binds, rootfs): a request carries at most %d", len(files), proto.MaxFiles)
 	}
 	return files, nil
 }

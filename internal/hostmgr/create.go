@@ -37,10 +37,10 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkQuota(ctx, c.peer.UID); err != nil {
-		return nil, err
-	}
 	policyDigest := policySetDigest(nil, d.hostPolicies())
+	// Set here, never taken from the client: a sandbox without a gateway
+	// has no gateway variables and no tool servers.
+	s.GatewayEnv, s.ToolServers = nil, 0
 	if s.Gateway != nil {
 		if err := d.checkIdentity(c.peer.UID, s.Gateway.Config); err != nil {
 			return nil, err
@@ -49,7 +49,13 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 		if err != nil {
 			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
 		}
+		// As cordon run: no secret of the configuration may reach the
+		// program through a bind, the workspace, the rootfs or --env.
+		if err := plan.CheckLeaks(spec); err != nil {
+			return nil, err
+		}
 		s.GatewayEnv, policyDigest = launch.GatewayEnv(), plan.PolicyDigest()
+		s.ToolServers = plan.ToolServers()
 	}
 	spec.ID, spec.Workload = d.o.Provider.NewID(), workloadOf(s)
 	spec.Env = append(spec.Env, s.GatewayEnv...)
@@ -84,19 +90,19 @@ func (c *call) createSpec(ctx context.Context, s *Spec) (sandbox.Spec, error) {
 	}
 	spec := sandbox.Spec{Argv: s.Argv, Env: append([]string{}, s.Env...), UnsafeRootWorkspace: s.UnsafeRootWorkspace, Limits: s.Limits, Level: level}
 	if s.Workspace {
-		if err := checkOwned(files[0], c.peer.UID, "workspace", true); err != nil {
+		if err := checkOwned(files[0], c.peer, "workspace", true); err != nil {
 			return sandbox.Spec{}, err
 		}
 		spec.WorkspaceFile, files = files[0], files[1:]
 	}
 	for i, bs := range s.Binds {
-		if err := checkOwned(files[i], c.peer.UID, "bind "+clip(bs.Target), false); err != nil {
+		if err := checkOwned(files[i], c.peer, "bind "+clip(bs.Target), false); err != nil {
 			return sandbox.Spec{}, err
 		}
 		spec.Binds = append(spec.Binds, sandbox.Bind{Target: bs.Target, Writable: bs.Writable, File: files[i]})
 	}
 	if s.Rootfs {
-		if err := checkOwned(files[len(s.Binds)], c.peer.UID, "rootfs", true); err != nil {
+		if err := checkOwned(files[len(s.Binds)], c.peer, "rootfs", true); err != nil {
 			return sandbox.Spec{}, err
 		}
 		spec.RootfsFile = files[len(s.Binds)]
@@ -124,8 +130,18 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 	}
 	specJSON, _ := json.Marshal(stored)
 	rec := store.DaemonSandbox{Name: name, ID: spec.ID, OwnerUID: c.peer.UID, Profile: string(SafeGuided), Spec: specJSON}
-	// The record first: nothing on the host exists without one.
-	if err := d.o.Store.CreateDaemonSandbox(ctx, rec); err != nil {
+	// The record first: nothing on the host exists without one. The
+	// quota is checked in the same step (concurrent creates would each
+	// see room otherwise); each tool server is a sandbox of its own, on
+	// its own lease, and counts with the sandbox.
+	d.quotaMu.Lock()
+	if err := d.checkQuota(ctx, c.peer.UID, 1+s.ToolServers); err != nil {
+		d.quotaMu.Unlock()
+		return nil, err
+	}
+	err := d.o.Store.CreateDaemonSandbox(ctx, rec)
+	d.quotaMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	d.crash("create.after_record")
@@ -138,6 +154,8 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 	d.mu.Unlock()
 	fail := func(err error) (any, error) {
 		d.cleanup(context.WithoutCancel(ctx), b, "create failed: "+err.Error())
+		// Without its record nothing would ever remove the log.
+		os.Remove(logPath(d.o.StateDir, spec.ID))
 		_ = d.o.Store.DeleteDaemonSandbox(context.WithoutCancel(ctx), name)
 		d.forget(name)
 		return nil, err
@@ -172,9 +190,12 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 }
 
 // checkOwned checks a descriptor the caller sent: a directory (or, for a
-// bind, a regular file too) that the caller owns (root may send any),
-// opened by the caller itself.
-func checkOwned(f *os.File, uid uint32, what string, dirOnly bool) error {
+// bind, a regular file too) that the caller owns, of a group the caller
+// is in (root may send any), opened by the caller itself. The group
+// matters as much as the owner: a bind maps both to the program
+// (idmapped), so a directory of a group the caller is not in (inherited
+// from a setgid parent) would hand the program that group's files.
+func checkOwned(f *os.File, peer proto.Peer, what string, dirOnly bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return proto.Errorf(proto.KindBadRequest, "%s descriptor: %v", what, err)
@@ -185,8 +206,14 @@ func checkOwned(f *os.File, uid uint32, what string, dirOnly bool) error {
 	default:
 		return proto.Errorf(proto.KindBadRequest, "the %s descriptor is not a directory%s", what, map[bool]string{false: " or a regular file", true: ""}[dirOnly])
 	}
-	if uid != 0 && st.Uid != uid {
-		return proto.Errorf(proto.KindUnauthorized, "the %s is owned by uid %d, not by you (uid %d)", what, st.Uid, uid)
+	if peer.UID == 0 {
+		return nil
+	}
+	if st.Uid != peer.UID {
+		return proto.Errorf(proto.KindUnauthorized, "the %s is owned by uid %d, not by you (uid %d)", what, st.Uid, peer.UID)
+	}
+	if !peer.InGroup(st.Gid) {
+		return proto.Errorf(proto.KindUnauthorized, "the %s belongs to group %d, which you (uid %d) are not in; the sandbox would get that group's files (chgrp it to a group of yours)", what, st.Gid, peer.UID)
 	}
 	return nil
 }

@@ -76,6 +76,8 @@ type Daemon struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box // by name
+	// quotaMu makes a create's quota check and its record one step.
+	quotaMu sync.Mutex
 	// hostPolicy is the host policy directory's content and digest as
 	// last read.
 	hostPolicy []PolicySource

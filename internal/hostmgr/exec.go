@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -49,7 +50,7 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	b.mu.Lock()
-	state, drain, sb := b.rec.State, b.rec.Drain, b.sb
+	state, drain, sb, id, gw := b.rec.State, b.rec.Drain, b.sb, b.rec.ID, b.spec.Gateway != nil
 	env := append(append(append([]string{}, b.spec.Env...), a.Env...), b.spec.GatewayEnv...)
 	dir := "/home/agent"
 	if b.spec.Workspace {
@@ -61,6 +62,17 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	}
 	if drain != "" {
 		return nil, proto.Errorf(proto.KindDrain, "sandbox %s is draining: %s; running work continues, new execs are refused until it is re-admitted (cordon sandbox readmit %s)", a.Name, drain, a.Name)
+	}
+	if gw && len(a.Env) > 0 {
+		// As at create (and cordon run --env): no custodied value in
+		// the program's environment.
+		secrets, err := loadSecrets(d.o.StateDir, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := launch.EnvLeaks(a.Env, secrets); err != nil {
+			return nil, err
+		}
 	}
 	p, err := sb.ExecProcess(ctx, a.Argv, env, dir, [3]*os.File{c.files[0], c.files[1], c.files[2]})
 	if err != nil {

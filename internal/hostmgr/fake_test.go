@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,21 +127,99 @@ func TestDaemonFakeProviderFailsClosed(t *testing.T) {
 	}
 }
 
-// A descriptor the caller does not own is refused (the workspace rule,
-// for binds and rootfs too), and one the caller does own passes.
+// A descriptor the caller does not own, or whose group the caller is not
+// in, is refused (the workspace rule, for binds and rootfs too); one the
+// caller owns, of its group or of one of its supplementary groups, passes.
 func TestCheckOwned(t *testing.T) {
-	f, err := os.Open(t.TempDir())
+	if os.Getuid() != 0 {
+		t.Skip("needs root to chown the test directory")
+	}
+	dir := t.TempDir()
+	if err := os.Chown(dir, 54321, 54322); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := checkOwned(f, 0, "bind /x", false); err != nil {
-		t.Errorf("root: %v", err)
+	for _, tt := range []struct {
+		name string
+		peer proto.Peer
+		ok   bool
+	}{
+		{"root", proto.Peer{UID: 0, GID: 0}, true},
+		{"the owner, its group", proto.Peer{UID: 54321, GID: 54322}, true},
+		{"the owner, a supplementary group", proto.Peer{UID: 54321, GID: 1, Groups: []uint32{7, 54322}}, true},
+		{"another uid", proto.Peer{UID: 54320, GID: 54322}, false},
+		{"the owner, not in the group", proto.Peer{UID: 54321, GID: 1, Groups: []uint32{7}}, false},
+	} {
+		err := checkOwned(f, tt.peer, "bind /x", false)
+		if tt.ok && err != nil || !tt.ok && proto.KindOf(err) != proto.KindUnauthorized {
+			t.Errorf("%s: checkOwned = %v, want ok=%v (else unauthorized)", tt.name, err, tt.ok)
+		}
 	}
-	if err := checkOwned(f, uint32(os.Getuid()), "bind /x", false); err != nil {
-		t.Errorf("the owner: %v", err)
+}
+
+// The per-user quota holds under concurrent creates: the check and the
+// record are one step, so 16 creates at once by a user with a limit of 2
+// leave exactly 2 sandboxes (positive control: the first 2 are admitted).
+func TestDaemonQuotaConcurrentCreates(t *testing.T) {
+	p := &fake.Provider{}
+	d := fakeDaemon(t, p)
+	d.o.MaxPerUser = 2
+	peer := proto.Peer{UID: 1000, GID: 1000}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, _ := json.Marshal(CreateArgs{Name: fmt.Sprintf("q%d", i), Spec: Spec{Level: "SHARED"}})
+			var res proto.Response
+			err := d.handle(context.Background(), peer, proto.Request{Version: proto.Version, Op: "create", Args: b}, nil,
+				func(r proto.Response) error { res = r; return nil })
+			if err == nil && res.Final && res.Error == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}()
 	}
-	if err := checkOwned(f, 54321, "bind /x", false); proto.KindOf(err) != proto.KindUnauthorized {
-		t.Errorf("another uid: %v, want unauthorized", err)
+	wg.Wait()
+	recs, err := d.o.Store.DaemonSandboxes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != 2 || len(recs) != 2 || p.Provisioned() != 2 {
+		t.Errorf("64 concurrent creates under a limit of 2: %d admitted, %d records, %d provisioned; want 2 each", ok, len(recs), p.Provisioned())
+	}
+}
+
+// A create names at most MaxVolumeMounts volume mounts: each is a bind the
+// root daemon opens, walks for sockets and clones as a mount tree, and a
+// request frame has room for thousands. One more is refused before
+// anything is provisioned; exactly the limit is admitted (positive
+// control).
+func TestDaemonCreateVolumeMountsBounded(t *testing.T) {
+	p := &fake.Provider{}
+	d := fakeDaemon(t, p)
+	if err := d.testCall(t, "volume_create", NameArgs{Name: "v"}, nil, nil); err != nil {
+		t.Fatalf("volume create: %v", err)
+	}
+	mounts := func(n int) []VolumeMount {
+		var out []VolumeMount
+		for i := range n {
+			out = append(out, VolumeMount{Name: "v", Target: fmt.Sprintf("/v%d", i), ReadOnly: true})
+		}
+		return out
+	}
+	err := d.testCall(t, "create", CreateArgs{Name: "many", Spec: Spec{Level: "SHARED", Volumes: mounts(MaxVolumeMounts + 1)}}, nil, nil)
+	if proto.KindOf(err) != proto.KindBadRequest || p.Provisioned() != 0 {
+		t.Errorf("create with %d volume mounts = %v (%d provisioned); want bad_request, none", MaxVolumeMounts+1, err, p.Provisioned())
+	}
+	if err := d.testCall(t, "create", CreateArgs{Name: "max", Spec: Spec{Level: "SHARED", Volumes: mounts(MaxVolumeMounts)}}, nil, nil); err != nil {
+		t.Errorf("create with %d volume mounts: %v", MaxVolumeMounts, err)
 	}
 }

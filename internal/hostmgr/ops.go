@@ -43,6 +43,10 @@ type Spec struct {
 	// GatewayEnv points every program at the gateway; set by the daemon
 	// at create (last: it wins over Env).
 	GatewayEnv []string `json:"gateway_env,omitempty"`
+	// ToolServers is how many tool servers the gateway starts, each a
+	// sandbox of its own; set by the daemon at create (the quota counts
+	// them).
+	ToolServers int `json:"tool_servers,omitempty"`
 }
 
 // BindSpec is where one bind descriptor of a create request is bound.
@@ -381,9 +385,11 @@ func (d *Daemon) checkIdentity(uid uint32, config []byte) error {
 	return nil
 }
 
-// checkQuota bounds the sandboxes a non-root user holds (not stopped):
-// the lease pool is shared by the whole host.
-func (d *Daemon) checkQuota(ctx context.Context, uid uint32) error {
+// checkQuota bounds the sandboxes a non-root user holds (not stopped),
+// their tool servers' sandboxes included: the lease pool is shared by the
+// whole host. want is how many a create adds (the sandbox and its tool
+// servers).
+func (d *Daemon) checkQuota(ctx context.Context, uid uint32, want int) error {
 	if uid == 0 {
 		return nil
 	}
@@ -394,11 +400,13 @@ func (d *Daemon) checkQuota(ctx context.Context, uid uint32) error {
 	n := 0
 	for _, r := range recs {
 		if r.OwnerUID == uid && r.State != store.DStopped {
-			n++
+			var s Spec
+			_ = json.Unmarshal(r.Spec, &s) // written by this daemon; unreadable: the sandbox alone
+			n += 1 + max(s.ToolServers, 0)
 		}
 	}
-	if n >= d.o.MaxPerUser {
-		return proto.Errorf(proto.KindUnavailable, "you (uid %d) hold %d sandboxes, the limit per user; stop or remove some", uid, n)
+	if n+want > d.o.MaxPerUser {
+		return proto.Errorf(proto.KindUnavailable, "you (uid %d) hold %d sandboxes (tool servers included) and this one needs %d; %d is the limit per user; stop or remove some", uid, n, want, d.o.MaxPerUser)
 	}
 	return nil
 }

@@ -144,9 +144,17 @@ func (d *Daemon) opVolumeRm(ctx context.Context, c *call) (any, error) {
 	}{true}, nil
 }
 
+// MaxVolumeMounts bounds the volume mounts of one sandbox: each is a bind
+// the daemon opens as root, walks for Unix sockets and clones as a mount
+// tree, and a request frame has room for thousands of them.
+const MaxVolumeMounts = 32
+
 // volumeBinds turns a spec's volume mounts into binds of the daemon's own
 // directories, checking the caller may use each.
 func (c *call) volumeBinds(ctx context.Context, ms []VolumeMount) ([]sandbox.Bind, error) {
+	if len(ms) > MaxVolumeMounts {
+		return nil, proto.Errorf(proto.KindBadRequest, "%d volume mounts: a sandbox takes at most %d", len(ms), MaxVolumeMounts)
+	}
 	var out []sandbox.Bind
 	for _, m := range ms {
 		if _, err := c.volume(ctx, m.Name); err != nil {

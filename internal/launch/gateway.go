@@ -38,6 +38,18 @@ type Plan struct {
 // Config is the plan's configuration.
 func (p *Plan) Config() *config.Config { return p.cfg }
 
+// ToolServers is how many tool servers the plan starts, each in a
+// sandbox of its own (the command servers; url servers are remote).
+func (p *Plan) ToolServers() int {
+	n := 0
+	for _, t := range p.cfg.Tools {
+		if len(t.Command) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // PolicyDigest is the digest of the policy set the sandbox is decided by.
 func (p *Plan) PolicyDigest() string { return p.policy.Digest() }
 
@@ -82,10 +94,33 @@ func LoadPlan(path, workload string, warn func(string)) (*Plan, error) {
 // over the caller's).
 func (p *Plan) Apply(spec *sandbox.Spec) error {
 	spec.Workload = p.cfg.Workload
-	if err := p.cfg.CheckLeaks(visibleInSandbox(*spec), spec.Env, p.secrets); err != nil {
-		return failure.Fail(failure.KindPolicyRejected, "config", err)
+	if err := p.CheckLeaks(*spec); err != nil {
+		return err
 	}
 	spec.Env = append(spec.Env, gateway.Env()...)
+	return nil
+}
+
+// CheckLeaks refuses a spec that would hand one of the plan's secrets to
+// the program: a secret's file under a bind, the workspace, the rootfs or
+// the base layout, or a secret's value in the environment. cordon run
+// checks it in Apply; the daemon, which starts the gateway later, at
+// create (its binds are descriptors: judged by the path the kernel has
+// for each).
+func (p *Plan) CheckLeaks(spec sandbox.Spec) error {
+	if err := p.cfg.CheckLeaks(visibleInSandbox(spec), spec.Env, p.secrets); err != nil {
+		return failure.Fail(failure.KindPolicyRejected, "config", err)
+	}
+	return nil
+}
+
+// EnvLeaks refuses environment entries ("K=V") that carry one of secrets'
+// values: the daemon's exec --env, checked against the sandbox's
+// custodied values as cordon run checks --env (CheckLeaks).
+func EnvLeaks(env []string, secrets map[string][]byte) error {
+	if err := (&config.Config{}).CheckLeaks(nil, env, secrets); err != nil {
+		return failure.Fail(failure.KindPolicyRejected, "config", err)
+	}
 	return nil
 }
 
@@ -99,8 +134,17 @@ func visibleInSandbox(spec sandbox.Spec) func(string) bool {
 	if spec.Rootfs != "" {
 		roots = append(roots, spec.Rootfs)
 	}
+	for _, f := range []*os.File{spec.WorkspaceFile, spec.RootfsFile} {
+		if p, ok := fdPath(f); ok {
+			roots = append(roots, p)
+		}
+	}
 	for _, b := range spec.Binds {
-		roots = append(roots, b.Source)
+		if p, ok := fdPath(b.File); ok {
+			roots = append(roots, p)
+		} else if b.Source != "" {
+			roots = append(roots, b.Source)
+		}
 	}
 	return func(p string) bool {
 		p = filepath.Clean(p)
@@ -115,6 +159,19 @@ func visibleInSandbox(spec sandbox.Spec) func(string) bool {
 		}
 		return false
 	}
+}
+
+// fdPath is the host path the kernel has for a descriptor the caller
+// opened (nothing is opened by it); ok is false without one.
+func fdPath(f *os.File) (string, bool) {
+	if f == nil {
+		return "", false
+	}
+	p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil || !filepath.IsAbs(p) {
+		return "", false
+	}
+	return p, true
 }
 
 // start opens the gateway's listeners in the admitted sandbox and starts

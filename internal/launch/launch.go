@@ -217,18 +217,12 @@ type Gateway struct {
 // checkpointer (Host.CheckpointEvery), the tool servers, each in its own
 // sandbox admitted by the same rule, then the gateway process. On error
 // whatever started is stopped.
-func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) (gw *Gateway, err error) {
+func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) (*Gateway, error) {
 	if _, _, ok := sb.Lease().Top(); !ok {
 		// Checked first, before anything starts: see startGateway.
 		return nil, failure.Failf(failure.KindStart, "gateway", "the sandbox has no leased identity for its gateway to run as")
 	}
-	gw = &Gateway{}
-	defer func() {
-		if err != nil {
-			gw.Stop()
-			gw = nil
-		}
-	}()
+	gw := &Gateway{}
 	if h.CheckpointEvery > 0 {
 		// Receipts are leaves of the evidence log; it signs a checkpoint
 		// every few seconds and once more after the gateway has stopped
@@ -252,10 +246,15 @@ func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) 
 	if stderr == nil {
 		stderr = io.Discard
 	}
+	// On error, stop what started (the checkpointer, the tool servers)
+	// here: a deferred stop of a named result would see it nil.
+	var err error
 	if gw.tools, err = plan.startTools(ctx, h.Provider, h.Store, h.logger(), stderr); err != nil {
+		gw.Stop()
 		return nil, err
 	}
 	if gw.Proc, err = plan.start(sb, h.Store, h.logger(), gw.tools, h.Version); err != nil {
+		gw.Stop()
 		return nil, err
 	}
 	return gw, nil

@@ -33,20 +33,17 @@ type toolServers struct {
 
 // startTools starts every command tool server of the plan, admitted at
 // DEDICATED_CONTAINER like any sandbox. On error, whatever started is
-// stopped.
-func (p *Plan) startTools(ctx context.Context, prov sandbox.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) (ts *toolServers, err error) {
-	ts = &toolServers{}
-	defer func() {
-		if err != nil {
-			ts.stop(context.WithoutCancel(ctx))
-			ts = nil
-		}
-	}()
+// stopped and deprovisioned (in the daemon a tool server's sandbox
+// outlives the request: one left behind would run on, leased, with no
+// record that reaches it).
+func (p *Plan) startTools(ctx context.Context, prov sandbox.Provider, st *store.Store, log *slog.Logger, stderr io.Writer) (*toolServers, error) {
+	ts := &toolServers{}
 	for _, t := range p.cfg.Tools {
 		if len(t.Command) == 0 {
 			continue
 		}
 		if err := ts.start(ctx, p, t, prov, st, log, stderr); err != nil {
+			ts.stop(context.WithoutCancel(ctx))
 			return nil, failure.Fail(failure.KindOf(err), "tool server "+t.Name, err)
 		}
 	}

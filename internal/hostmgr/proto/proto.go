@@ -136,6 +136,23 @@ func KindOf(err error) string {
 type Peer struct {
 	UID, GID uint32
 	PID      int32
+	// Groups are the supplementary groups the connecting process had
+	// (SO_PEERGROUPS); nil when the kernel gave none.
+	Groups []uint32
+}
+
+// InGroup reports whether the caller had group gid when it connected: its
+// GID or one of its supplementary groups.
+func (p Peer) InGroup(gid uint32) bool {
+	if gid == p.GID {
+		return true
+	}
+	for _, g := range p.Groups {
+		if g == gid {
+			return true
+		}
+	}
+	return false
 }
 
 // Handler serves one request. It runs with the connection's context,

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -395,7 +396,33 @@ func peerOf(c *net.UnixConn) (Peer, error) {
 	if cerr != nil {
 		return Peer{}, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	return Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}, nil
+	var groups []uint32
+	if err := rc.Control(func(fd uintptr) { groups, cerr = peerGroups(int(fd)) }); err != nil {
+		return Peer{}, err
+	}
+	if cerr != nil {
+		return Peer{}, fmt.Errorf("SO_PEERGROUPS: %w", cerr)
+	}
+	return Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid, Groups: groups}, nil
+}
+
+// peerGroups reads the peer's supplementary groups at connect time
+// (SO_PEERGROUPS): the buffer grows to what the kernel says it needs.
+func peerGroups(fd int) ([]uint32, error) {
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch {
+		case errno == unix.ERANGE && int(n/4) > len(buf) && n/4 <= 1<<16:
+			buf = make([]uint32, n/4)
+		case errno != 0:
+			return nil, errno
+		default:
+			return buf[:n/4], nil
+		}
+	}
 }
 
 // Owns checks that the caller owns the file behind a descriptor it passed

@@ -441,8 +441,20 @@ func TestPeerCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid())}
-	if p != want {
+	if p.UID != want.UID || p.GID != want.GID || p.PID != want.PID {
 		t.Errorf("peer = %+v, want %+v", p, want)
+	}
+	groups, err := os.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Groups) != len(groups) {
+		t.Errorf("peer groups = %v, want %v", p.Groups, groups)
+	}
+	for _, g := range groups {
+		if !p.InGroup(uint32(g)) {
+			t.Errorf("peer groups = %v, want %v (%d missing)", p.Groups, groups, g)
+		}
 	}
 }
 

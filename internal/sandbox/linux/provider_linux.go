@@ -319,6 +319,28 @@ func (sb *linuxSandbox) openBinds() error {
 		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return failure.Failf(failure.KindUsage, "rootfs", "%s is not a directory", r)
 		}
+		return checkRootfsTree(sb.rootfs)
+	}
+	return nil
+}
+
+// checkRootfsTree holds a rootfs to the rules of a bind, since it is one
+// (the widest): not under a source that exposes the host itself (/proc,
+// /sys, /dev, /run...), and no Unix socket anywhere in it, which would be
+// a path from the sandbox to a host service outside its network
+// namespace.
+func checkRootfsTree(h *hostPath) error {
+	for _, r := range refusedSources {
+		if r != "/" && under(h.path, r) {
+			return failure.Failf(failure.KindPolicyRejected, "rootfs", "%s may not be a sandbox root (it is under %s)", h.path, r)
+		}
+	}
+	sock, err := findSocketFD(h.fd, 200000)
+	if err != nil {
+		return failure.Fail(failure.KindPolicyRejected, "rootfs", err)
+	}
+	if sock != "" {
+		return socketRefusal("rootfs", h.path, sock)
 	}
 	return nil
 }
