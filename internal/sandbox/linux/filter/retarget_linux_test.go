@@ -1,0 +1,260 @@
+//go:build linux && (amd64 || arm64)
+
+package filter
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+	"gvisor.dev/gvisor/pkg/bpf"
+)
+
+// Descriptors the retarget child inherits: a TCP socket connected to a
+// host listener (what the checked dialer hands a broker process) and a
+// listening TCP socket (its own listener).
+const (
+	retargetConnFD   = 3
+	retargetListenFD = 4
+	retargetEnv      = "CORDON_FILTER_TEST_TARGET" // host:port of the listener it must not reach
+)
+
+// retargetChild installs the broker filter (or not, the control) and
+// tries to point the sockets it was handed at another destination: the
+// connected one by connect(AF_UNSPEC) and connect(target), the listener
+// by shutdown(SHUT_RD) and a sendto(MSG_FASTOPEN) to target, and a host
+// listener of its own by bind and listen after the disconnect. One "name
+// errno" line per probe.
+func retargetChild(install bool) int {
+	runtime.LockOSThread()
+	ap, err := net.ResolveTCPAddr("tcp4", os.Getenv(retargetEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if install {
+		p, err := BuildBroker()
+		if err == nil {
+			err = Install(p)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	report := func(name string, err error) {
+		var errno syscall.Errno
+		if err != nil && !errors.As(err, &errno) {
+			errno = ^syscall.Errno(0)
+		}
+		fmt.Printf("%s %d\n", name, int(errno))
+	}
+	target := &unix.SockaddrInet4{Port: ap.Port}
+	copy(target.Addr[:], ap.IP.To4())
+	// connect(fd, {AF_UNSPEC}): the raw call, x/sys has no Sockaddr for it.
+	unspec := [16]byte{}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, retargetConnFD, uintptr(unsafe.Pointer(&unspec)), uintptr(len(unspec)))
+	report("disconnect", errnoOf(e))
+	report("reconnect", unix.Connect(retargetConnFD, target))
+	report("bind", unix.Bind(retargetConnFD, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	report("listen", unix.Listen(retargetConnFD, 1))
+	report("shutdown-listener", unix.Shutdown(retargetListenFD, unix.SHUT_RD))
+	report("fastopen", unix.Sendto(retargetListenFD, []byte("x"), unix.MSG_FASTOPEN, target))
+	// The process keeps working: reading and writing what it holds.
+	r, w, err := os.Pipe()
+	if err == nil {
+		_, err = w.Write([]byte("ok"))
+		r.Close()
+		w.Close()
+	}
+	report("write", err)
+	return 0
+}
+
+func errnoOf(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// TestBrokerFilterRetarget: a broker process cannot re-target the sockets
+// it was handed. The dialer's sockets live in the host's network
+// namespace; without the filter (the control) a child disconnects the
+// connected one and connects it to another host listener, and turns its
+// listener into a connecting socket with MSG_FASTOPEN: that listener,
+// observed from here, accepts both. With the broker filter it accepts
+// nothing and each step is refused.
+func TestBrokerFilterRetarget(t *testing.T) {
+	for _, tc := range []struct {
+		mode       string
+		want       map[string]syscall.Errno
+		wantAccept int64
+	}{
+		{mode: "noretarget", want: map[string]syscall.Errno{"disconnect": 0, "reconnect": 0, "fastopen": 0, "write": 0}, wantAccept: 2},
+		{mode: "retarget", want: map[string]syscall.Errno{"disconnect": unix.EPERM, "reconnect": unix.EPERM, "bind": unix.EPERM,
+			"listen": unix.EPERM, "fastopen": unix.EPERM, "write": 0}, wantAccept: 0},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			dialed := listenCounting(t) // what the dialer connected the socket to
+			target := listenCounting(t) // what the child must not reach
+			own, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer own.Close()
+			conn, err := net.Dial("tcp4", dialed.ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			cf, err := conn.(*net.TCPConn).File()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cf.Close()
+			lf, err := own.(*net.TCPListener).File()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lf.Close()
+			cmd := testkit.Child(t, tc.mode, retargetEnv+"="+target.ln.Addr().String())
+			cmd.ExtraFiles = []*os.File{cf, lf}
+			got := parseChild(t, cmd, tc.mode)
+			for name, want := range tc.want {
+				if g, ok := got[name]; !ok || g != want {
+					t.Errorf("f(%q) = %v (reported %t), want %v", tc.mode+" "+name, g, ok, want)
+				}
+			}
+			if n := target.settle(tc.wantAccept); n != tc.wantAccept {
+				t.Errorf("f(%q) = %d, want %d", tc.mode+" connections the other host listener accepted", n, tc.wantAccept)
+			}
+		})
+	}
+}
+
+// parseChild runs cmd and reads its "name errno" lines.
+func parseChild(t *testing.T, cmd *exec.Cmd, mode string) map[string]syscall.Errno {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child %s: %v\nstderr: %s", mode, err, stderr.String())
+	}
+	got := map[string]syscall.Errno{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		name, num, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			t.Fatalf("child %s: bad line %q", mode, sc.Text())
+		}
+		got[name] = syscall.Errno(n)
+	}
+	return got
+}
+
+type countingLn struct {
+	ln       net.Listener
+	accepted atomic.Int64
+}
+
+func listenCounting(t *testing.T) *countingLn {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingLn{ln: ln}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.accepted.Add(1)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return c
+}
+
+func (c *countingLn) settle(n int64) int64 {
+	for deadline := time.Now().Add(2 * time.Second); c.accepted.Load() < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	return c.accepted.Load()
+}
+
+// TestDenylistX32: the broker and socket source filters allow by default
+// and list what they refuse; a call through the x32 ABI (amd64: the same
+// number with bit 0x40000000, under the native audit arch, served by
+// kernels built with CONFIG_X86_X32_ABI) must not slip past the list.
+// The control: the native numbers are refused as listed, and a call
+// neither lists is allowed.
+func TestDenylistX32(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func() (*Program, error)
+		calls []string
+	}{
+		{"broker", BuildBroker, []string{"socket", "socketpair", "ptrace", "setns"}},
+		{"socket source", BuildSocketSource, []string{"socketpair", "connect", "bind", "ptrace"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prog := compiledOf(t, tc.build)
+			if got := eval(t, prog, auditArch, sysnums["read"]); got != action(retAllow) {
+				t.Errorf("f(%q) = %v, want %v", tc.name+" read", got, action(retAllow))
+			}
+			for _, c := range tc.calls {
+				args := []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}
+				if got := eval(t, prog, auditArch, sysnums[c], args...); got != action(retEPERM) {
+					t.Errorf("f(%q) = %v, want %v", tc.name+" "+c, got, action(retEPERM))
+				}
+				if got := eval(t, prog, auditArch, sysnums[c]|x32SyscallBit, args...); got == action(retAllow) {
+					t.Errorf("f(%q) = %v, want not %v", tc.name+" x32 "+c+" ("+strconv.Itoa(int(sysnums[c]|x32SyscallBit))+")", got, action(retAllow))
+				}
+			}
+		})
+	}
+}
+
+// compiledOf decodes a built program's Raw bytes for gVisor's interpreter.
+func compiledOf(tb testing.TB, build func() (*Program, error)) bpf.Program {
+	tb.Helper()
+	p, err := build()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	filters, err := sockFilters(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	insns := make([]bpf.Instruction, len(filters))
+	for i, f := range filters {
+		insns[i] = bpf.Instruction{OpCode: f.Code, JumpIfTrue: f.Jt, JumpIfFalse: f.Jf, K: f.K}
+	}
+	prog, err := bpf.Compile(insns, false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return prog
+}
