@@ -47,7 +47,8 @@ var (
 // BuildBroker compiles the broker processes' filter for runtime.GOARCH:
 // everything the sandbox filter denies outright (deniedGroups: mounts,
 // namespaces, cross-process access, kernel code, keyrings, …), plus every
-// call that creates a socket, fails with EPERM; anything else is allowed
+// call that creates, connects, binds or listens on a socket, a send with
+// MSG_FASTOPEN and the IPC calls, fails with EPERM; anything else is allowed
 // (the process is Go code cordon ships, not an agent). A call through a
 // foreign ABI kills the process. Compiled once per process.
 func BuildBroker() (*Program, error) {
@@ -58,9 +59,16 @@ func BuildBroker() (*Program, error) {
 	return &Program{Arch: brokerBuilt.Arch, Raw: slices.Clone(brokerBuilt.Raw), SHA256: brokerBuilt.SHA256}, nil
 }
 
+// brokerIPCSyscalls (System V IPC and POSIX message queues) are refused
+// to a broker process too: it shares the host's IPC namespace, where
+// these objects are host-wide (a host-wide count of ids a process could
+// exhaust) and outlive the process that made them — a later gateway with
+// the same leased uid would find them. The process uses none.
+var brokerIPCSyscalls = ipcSyscalls
+
 // BrokerDenied lists (sorted) the calls the broker filter refuses.
 func BrokerDenied() []string {
-	names := slices.Concat(append(slices.Clone(deniedGroups), brokerSocketSyscalls)...)
+	names := slices.Concat(append(slices.Clone(deniedGroups), brokerSocketSyscalls, brokerIPCSyscalls)...)
 	slices.Sort(names)
 	return slices.Compact(names)
 }

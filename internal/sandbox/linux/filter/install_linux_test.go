@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 		"source":     func() int { return sourceChild(os.Getenv(childFileEnv)) },
 		"retarget":   func() int { return retargetChild(true) },
 		"noretarget": func() int { return retargetChild(false) },
+		"ipc":        func() int { return ipcChild(true) },
+		"noipc":      func() int { return ipcChild(false) },
 	})
 	os.Exit(m.Run())
 }

@@ -258,3 +258,102 @@ func compiledOf(tb testing.TB, build func() (*Program, error)) bpf.Program {
 	}
 	return prog
 }
+
+// ipcChild installs the broker filter (or not, the control) and creates a
+// System V shared memory segment, a message queue and a semaphore set, and
+// a POSIX message queue, in the IPC namespace it shares with the host. It
+// prints "name errno" per probe and the segment's id as "shmid N".
+func ipcChild(install bool) int {
+	runtime.LockOSThread()
+	if install {
+		p, err := BuildBroker()
+		if err == nil {
+			err = Install(p)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	report := func(name string, e syscall.Errno) { fmt.Printf("%s %d\n", name, int(e)) }
+	id, _, e := unix.Syscall(unix.SYS_SHMGET, unix.IPC_PRIVATE, 4096, unix.IPC_CREAT|0o600)
+	report("shmget", e)
+	if e == 0 {
+		fmt.Printf("shmid %d\n", id)
+	}
+	mq, _, e := unix.Syscall(unix.SYS_MSGGET, unix.IPC_PRIVATE, unix.IPC_CREAT|0o600, 0)
+	report("msgget", e)
+	if e == 0 {
+		fmt.Printf("msqid %d\n", mq)
+	}
+	sem, _, e := unix.Syscall(unix.SYS_SEMGET, unix.IPC_PRIVATE, 1, unix.IPC_CREAT|0o600)
+	report("semget", e)
+	if e == 0 {
+		fmt.Printf("semid %d\n", sem)
+	}
+	name := []byte("cordon-filter-test\x00")
+	fd, _, e := unix.Syscall6(unix.SYS_MQ_OPEN, uintptr(unsafe.Pointer(&name[0])), uintptr(unix.O_CREAT|unix.O_RDWR), 0o600, 0, 0, 0)
+	report("mq_open", e)
+	if e == 0 {
+		unix.Close(int(fd))
+	}
+	return 0
+}
+
+// TestBrokerFilterIPC: a broker process shares the host's IPC namespace,
+// where System V objects and POSIX message queues are host-wide (a
+// host-wide count of ids) and outlive the process that made them. Without
+// the filter (the control) a child creates a shared memory segment that
+// this test then finds in /proc/sysvipc/shm, from outside; with the
+// broker filter every IPC call is refused and nothing appears.
+func TestBrokerFilterIPC(t *testing.T) {
+	for _, tc := range []struct {
+		mode   string
+		want   syscall.Errno
+		wantID bool
+	}{
+		{mode: "noipc", want: 0, wantID: true},
+		{mode: "ipc", want: unix.EPERM, wantID: false},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cmd := testkit.Child(t, tc.mode)
+			got := parseChild(t, cmd, tc.mode)
+			// Whatever the child made, remove it (never leave host-wide
+			// objects behind).
+			if id, ok := got["shmid"]; ok {
+				defer unix.Syscall(unix.SYS_SHMCTL, uintptr(id), unix.IPC_RMID, 0)
+			}
+			if id, ok := got["msqid"]; ok {
+				defer unix.Syscall(unix.SYS_MSGCTL, uintptr(id), unix.IPC_RMID, 0)
+			}
+			if id, ok := got["semid"]; ok {
+				defer unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), 0, unix.IPC_RMID, 0, 0, 0)
+			}
+			defer func() {
+				name := []byte("cordon-filter-test\x00")
+				unix.Syscall(unix.SYS_MQ_UNLINK, uintptr(unsafe.Pointer(&name[0])), 0, 0)
+			}()
+			for _, name := range []string{"shmget", "msgget", "semget", "mq_open"} {
+				if g, ok := got[name]; !ok || g != tc.want {
+					t.Errorf("f(%q) = %v (reported %t), want %v", tc.mode+" "+name, g, ok, tc.want)
+				}
+			}
+			id, made := got["shmid"]
+			found := false
+			if made {
+				b, err := os.ReadFile("/proc/sysvipc/shm")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range strings.Split(string(b), "\n")[1:] {
+					if f := strings.Fields(l); len(f) > 1 && f[1] == strconv.Itoa(int(id)) {
+						found = true
+					}
+				}
+			}
+			if found != tc.wantID {
+				t.Errorf("f(%q) = %t, want %t", tc.mode+" segment in the host's /proc/sysvipc/shm", found, tc.wantID)
+			}
+		})
+	}
+}
