@@ -208,6 +208,9 @@ secrets:
 		"files": []string{toolKeyFile},
 		// Its own upstream's socket, pointed at the host listener.
 		"retarget": []string{"127.0.0.1:" + modelUp.port() + ">127.0.0.1:" + hostTCP.port()},
+		// Its siblings run as its uid: kill the state broker, stop the
+		// socket source.
+		"signal": map[string]int{"state": int(syscall.SIGKILL), "sockets": int(syscall.SIGSTOP)},
 	})
 	rep, stdout, stderr := runCompromised(t, st, cfg, spec)
 	got := map[string]string{}
@@ -220,6 +223,11 @@ secrets:
 			t.Errorf("the model broker process read the tool broker's credential through %s", a.Probe)
 		}
 	}
+	// The run succeeded (runCompromised), so no broker process was lost:
+	// the privileged side logs one that ends while the sandbox runs.
+	if strings.Contains(stderr, "ended unexpectedly") {
+		t.Errorf("a broker process ended during the run\nstderr: %s", stderr)
+	}
 	if strings.Contains(stderr, toolKey) || strings.Contains(stdout, toolKey) {
 		t.Errorf("the tool credential appears in cordon's output")
 	}
@@ -231,6 +239,8 @@ secrets:
 		"dial " + toolHostPort,
 		"read " + toolKeyFile,
 		"retarget 127.0.0.1:" + modelUp.port() + ">127.0.0.1:" + hostTCP.port(),
+		"signal state 9",
+		"signal sockets 19",
 	}
 	for _, p := range mustFail {
 		if e, ok := got[p]; !ok || e == "" {
@@ -344,9 +354,10 @@ func runCompromised(t *testing.T, st, cfg string, spec []byte) (*compromiseRepor
 // network namespace has nothing to route to — but it DOES reach a host
 // pathname Unix socket, which no network namespace isolates, and it DOES
 // re-target a socket the dialer handed it (disconnect, connect) to a
-// host 127.0.0.1 listener, since that socket is the host namespace's: the
-// filter (TestCompromisedGatewayModel, with it) is the layer that stops
-// both.
+// host 127.0.0.1 listener, since that socket is the host namespace's, and
+// it MAY signal a sibling broker process (same uid): the filter
+// (TestCompromisedGatewayModel, with it) is the layer that stops all
+// three.
 func TestCompromisedGatewayLayers(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
@@ -371,7 +382,8 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 	via := strings.TrimPrefix(up.URL(), "http://")
 	retarget := via + ">127.0.0.1:" + retargetTCP.port()
 	spec, _ := json.Marshal(map[string]any{"broker": "model", "skip_filter": true,
-		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}, "retarget": []string{retarget}})
+		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}, "retarget": []string{retarget},
+		"signal": map[string]int{"state": 0}})
 	rep, _, _ := runCompromised(t, st, cfg, spec)
 	got := map[string]string{}
 	for _, a := range rep.Attempts {
@@ -398,6 +410,12 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 	}
 	if n := retargetTCP.settle(1); n != 1 {
 		t.Errorf("without the filter, the re-targeted socket's host listener accepted %d connections, want 1", n)
+	}
+	// Its siblings share its uid: without the filter it may signal them
+	// (signal 0 here, so the run goes on; TestCompromisedGatewayModel
+	// sends SIGKILL and SIGSTOP with it, refused).
+	if e, ok := got["signal state 0"]; !ok || e != "" {
+		t.Errorf("without the filter, signalling the state broker process: err %q (reported %t), want success (same uid)", e, ok)
 	}
 }
 

@@ -38,6 +38,10 @@ type Compromise struct {
 	// it to to — the dialer's sockets live in the host's network
 	// namespace.
 	Retarget []string `json:"retarget,omitempty"`
+	// Signal names peer processes (a broker, or "sockets" for the socket
+	// source) and the signal number to send each; they run as the same
+	// uid.
+	Signal map[string]int `json:"signal,omitempty"`
 	// Peers are the other broker processes' pids (the privileged side
 	// fills them in): their environ, mem, cmdline and config descriptor
 	// are read.
@@ -109,6 +113,13 @@ func compromise(broker string, raw json.RawMessage, dc *dial.Client, _ *slog.Log
 			}
 		}
 		add("dial "+t, nil, err)
+	}
+	for peer, sig := range c.Signal {
+		err := fmt.Errorf("no such peer")
+		if pid := c.Peers[peer]; pid > 0 {
+			err = unix.Kill(pid, unix.Signal(sig))
+		}
+		add("signal "+peer+" "+strconv.Itoa(sig), nil, err)
 	}
 	for _, r := range c.Retarget {
 		add("retarget "+r, nil, retarget(dc, r))

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -48,9 +49,12 @@ var (
 // everything the sandbox filter denies outright (deniedGroups: mounts,
 // namespaces, cross-process access, kernel code, keyrings, …), plus every
 // call that creates, connects, binds or listens on a socket, a send with
-// MSG_FASTOPEN and the IPC calls, fails with EPERM; anything else is allowed
+// MSG_FASTOPEN, the IPC calls and a signal to any process but the caller,
+// fails with EPERM; anything else is allowed
 // (the process is Go code cordon ships, not an agent). A call through a
-// foreign ABI kills the process. Compiled once per process.
+// foreign ABI kills the process. Compiled once per process, for that
+// process: it names the caller's pid (install it in the process that
+// built it).
 func BuildBroker() (*Program, error) {
 	brokerOnce.Do(func() { brokerBuilt, errBroker = buildBroker() })
 	if errBroker != nil {
@@ -66,9 +70,19 @@ func BuildBroker() (*Program, error) {
 // the same leased uid would find them. The process uses none.
 var brokerIPCSyscalls = ipcSyscalls
 
+// brokerSelfSignal are the calls that signal a process named by its first
+// argument: a broker process may name only itself (the Go runtime signals
+// its own threads with tgkill and raises with kill). brokerOtherSignal,
+// which name a thread or process otherwise (tkill by thread id, pidfds),
+// are refused whatever their arguments; the process uses neither.
+var (
+	brokerSelfSignal  = []string{"kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"}
+	brokerOtherSignal = []string{"tkill", "pidfd_open", "pidfd_send_signal"}
+)
+
 // BrokerDenied lists (sorted) the calls the broker filter refuses.
 func BrokerDenied() []string {
-	names := slices.Concat(append(slices.Clone(deniedGroups), brokerSocketSyscalls, brokerIPCSyscalls)...)
+	names := slices.Concat(append(slices.Clone(deniedGroups), brokerSocketSyscalls, brokerIPCSyscalls, brokerOtherSignal)...)
 	slices.Sort(names)
 	return slices.Compact(names)
 }
@@ -84,6 +98,14 @@ func buildBroker() (*Program, error) {
 			return nil, fmt.Errorf("broker seccomp policy: syscall %q unknown on %s", name, archName)
 		}
 		deny.Set(nr, seccomp.MatchAll{})
+	}
+	// Signals: only to itself (by its pid as the kernel knows it: the
+	// process builds its own filter). Without this a compromised broker
+	// process could stop or kill its siblings and the socket source,
+	// which run as the same uid.
+	self := seccomp.NotEqual(uintptr(os.Getpid()))
+	for _, name := range brokerSelfSignal {
+		deny.Set(sysnums[name], seccomp.PerArg{self})
 	}
 	for name, arg := range brokerFastOpen {
 		var args seccomp.PerArg

@@ -35,6 +35,8 @@ func TestMain(m *testing.M) {
 		"noretarget": func() int { return retargetChild(false) },
 		"ipc":        func() int { return ipcChild(true) },
 		"noipc":      func() int { return ipcChild(false) },
+		"signal":     func() int { return signalChild(true) },
+		"nosignal":   func() int { return signalChild(false) },
 	})
 	os.Exit(m.Run())
 }

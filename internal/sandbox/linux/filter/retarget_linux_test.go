@@ -357,3 +357,103 @@ func TestBrokerFilterIPC(t *testing.T) {
 		})
 	}
 }
+
+const victimEnv = "CORDON_FILTER_TEST_VICTIM" // pid of the process to signal
+
+// signalChild installs the broker filter (or not, the control) and tries
+// to signal the victim — a sibling broker process or the socket source,
+// which run as the same uid — every way there is. It also signals itself
+// (signal 0), which must keep working: the Go runtime signals its own
+// threads.
+func signalChild(install bool) int {
+	runtime.LockOSThread()
+	victim, err := strconv.Atoi(os.Getenv(victimEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if install {
+		p, err := BuildBroker()
+		if err == nil {
+			err = Install(p)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+	}
+	report := func(name string, err error) {
+		var errno syscall.Errno
+		if err != nil && !errors.As(err, &errno) {
+			errno = ^syscall.Errno(0)
+		}
+		fmt.Printf("%s %d\n", name, int(errno))
+	}
+	report("kill-self", unix.Kill(os.Getpid(), 0))
+	if install {
+		// Only under the filter: without it these would kill the victim
+		// before the control's kill could.
+		report("tgkill", unix.Tgkill(victim, victim, unix.SIGKILL))
+		_, _, e := unix.Syscall(unix.SYS_TKILL, uintptr(victim), uintptr(unix.SIGKILL), 0)
+		report("tkill", errnoOf(e))
+		fd, err := unix.PidfdOpen(victim, 0)
+		report("pidfd_open", err)
+		if err == nil {
+			report("pidfd_send_signal", unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0))
+		}
+		report("kill-group", unix.Kill(-victim, unix.SIGKILL))
+	}
+	report("kill", unix.Kill(victim, unix.SIGKILL))
+	// The runtime still works: a goroutine on another thread, a timer.
+	done := make(chan struct{})
+	go func() { time.Sleep(10 * time.Millisecond); close(done) }()
+	<-done
+	report("runtime", nil)
+	return 0
+}
+
+// TestBrokerFilterSignals: the four broker processes and the socket
+// source of a sandbox share one uid, so without the filter (the control)
+// one kills another — here a victim process that, observed from this
+// side, ends. With the broker filter it may signal only itself: every
+// way to reach the victim is refused and the victim lives.
+func TestBrokerFilterSignals(t *testing.T) {
+	for _, tc := range []struct {
+		mode      string
+		want      map[string]syscall.Errno
+		wantAlive bool
+	}{
+		{mode: "nosignal", want: map[string]syscall.Errno{"kill-self": 0, "kill": 0, "runtime": 0}, wantAlive: false},
+		{mode: "signal", want: map[string]syscall.Errno{"kill-self": 0, "tgkill": unix.EPERM, "tkill": unix.EPERM, "pidfd_open": unix.EPERM,
+			"kill-group": unix.EPERM, "kill": unix.EPERM, "runtime": 0}, wantAlive: true},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			victim := exec.Command("/bin/sleep", "30")
+			victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as each broker process's session
+			if err := victim.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ended := make(chan struct{})
+			go func() { victim.Wait(); close(ended) }()
+			defer func() {
+				victim.Process.Kill()
+				<-ended
+			}()
+			got := parseChild(t, testkit.Child(t, tc.mode, victimEnv+"="+strconv.Itoa(victim.Process.Pid)), tc.mode)
+			for name, want := range tc.want {
+				if g, ok := got[name]; !ok || g != want {
+					t.Errorf("f(%q) = %v (reported %t), want %v", tc.mode+" "+name, g, ok, want)
+				}
+			}
+			alive := true
+			select {
+			case <-ended:
+				alive = false
+			case <-time.After(500 * time.Millisecond):
+			}
+			if alive != tc.wantAlive {
+				t.Errorf("f(%q) = %t, want %t", tc.mode+" victim alive", alive, tc.wantAlive)
+			}
+		})
+	}
+}
