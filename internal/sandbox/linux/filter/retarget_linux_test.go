@@ -457,3 +457,40 @@ func TestBrokerFilterSignals(t *testing.T) {
 		})
 	}
 }
+
+// TestBrokerArgRules: the broker filter's argument rules, evaluated: a
+// signal names the caller's pid or is refused (with the upper half of the
+// argument set too: the kernel reads an int), a send with MSG_FASTOPEN is
+// refused and one without is allowed.
+func TestBrokerArgRules(t *testing.T) {
+	prog := compiledOf(t, BuildBroker)
+	self, other := uint64(os.Getpid()), uint64(os.Getpid()+1)
+	for _, tc := range []struct {
+		name string
+		nr   string
+		args []uint64
+		want uint32
+	}{
+		{"kill self", "kill", []uint64{self, 0}, retAllow},
+		{"kill other", "kill", []uint64{other, 9}, retEPERM},
+		{"kill self with high bits", "kill", []uint64{self | 1<<32, 9}, retEPERM},
+		{"kill all", "kill", []uint64{uint64(0xffffffff), 9}, retEPERM},
+		{"kill group 0", "kill", []uint64{0, 9}, retEPERM},
+		{"tgkill self", "tgkill", []uint64{self, self + 3, 23}, retAllow},
+		{"tgkill other", "tgkill", []uint64{other, other, 9}, retEPERM},
+		{"rt_sigqueueinfo other", "rt_sigqueueinfo", []uint64{other, 9, 0}, retEPERM},
+		{"rt_tgsigqueueinfo other", "rt_tgsigqueueinfo", []uint64{other, other, 9, 0}, retEPERM},
+		{"tkill", "tkill", []uint64{self, 0}, retEPERM},
+		{"pidfd_send_signal", "pidfd_send_signal", []uint64{3, 9, 0, 0}, retEPERM},
+		{"sendto", "sendto", []uint64{3, 0, 1, 0, 0, 0}, retAllow},
+		{"sendto fastopen", "sendto", []uint64{3, 0, 1, unix.MSG_FASTOPEN | unix.MSG_NOSIGNAL, 0, 0}, retEPERM},
+		{"sendmsg", "sendmsg", []uint64{3, 0, unix.MSG_NOSIGNAL}, retAllow},
+		{"sendmsg fastopen", "sendmsg", []uint64{3, 0, unix.MSG_FASTOPEN}, retEPERM},
+		{"sendmmsg fastopen", "sendmmsg", []uint64{3, 0, 1, unix.MSG_FASTOPEN}, retEPERM},
+		{"accept4", "accept4", []uint64{3, 0, 0, 0}, retAllow},
+	} {
+		if got := eval(t, prog, auditArch, sysnums[tc.nr], tc.args...); got != action(tc.want) {
+			t.Errorf("f(%q) = %v, want %v", tc.name, got, action(tc.want))
+		}
+	}
+}
