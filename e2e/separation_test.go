@@ -130,9 +130,11 @@ const compromiseMarker = "CORDON-TEST-COMPROMISE "
 // model broker process, once fully hardened, act as if agent traffic had
 // taken it over: it connects to a host 127.0.0.1 TCP listener and to a
 // host Unix socket, asks the privileged side's dialer for the egress
-// broker's allowed upstream and the tool broker's server, and reads the
-// tool broker process's environment, memory and descriptors and the
-// tool credential's file. Each failure is observed from outside: the
+// broker's allowed upstream and the tool broker's server, re-targets the
+// socket the dialer handed it for its own upstream (connect AF_UNSPEC,
+// then connect to the host listener), and reads the tool broker
+// process's environment, memory and descriptors and the tool
+// credential's file. Each failure is observed from outside: the
 // listeners and the other upstream accepted nothing, and the tool
 // credential appears nowhere in what the process read and reported.
 // Positive controls: the same host listeners accept a host process's
@@ -204,6 +206,11 @@ secrets:
 			toolHostPort, // the tool broker's
 		},
 		"files": []string{toolKeyFile},
+		// Its own upstream's socket, pointed at the host listener.
+		"retarget": []string{"127.0.0.1:" + modelUp.port() + ">127.0.0.1:" + hostTCP.port()},
+		// Its siblings run as its uid: kill the state broker, stop the
+		// socket source.
+		"signal": map[string]int{"state": int(syscall.SIGKILL), "sockets": int(syscall.SIGSTOP)},
 	})
 	rep, stdout, stderr := runCompromised(t, st, cfg, spec)
 	got := map[string]string{}
@@ -216,6 +223,11 @@ secrets:
 			t.Errorf("the model broker process read the tool broker's credential through %s", a.Probe)
 		}
 	}
+	// The run succeeded (runCompromised), so no broker process was lost:
+	// the privileged side logs one that ends while the sandbox runs.
+	if strings.Contains(stderr, "ended unexpectedly") {
+		t.Errorf("a broker process ended during the run\nstderr: %s", stderr)
+	}
 	if strings.Contains(stderr, toolKey) || strings.Contains(stdout, toolKey) {
 		t.Errorf("the tool credential appears in cordon's output")
 	}
@@ -226,6 +238,9 @@ secrets:
 		"dial 127.0.0.1:" + egressUp.port(),
 		"dial " + toolHostPort,
 		"read " + toolKeyFile,
+		"retarget 127.0.0.1:" + modelUp.port() + ">127.0.0.1:" + hostTCP.port(),
+		"signal state 9",
+		"signal sockets 19",
 	}
 	for _, p := range mustFail {
 		if e, ok := got[p]; !ok || e == "" {
@@ -272,8 +287,8 @@ secrets:
 	if e := got["dial 127.0.0.1:"+modelUp.port()]; e != "" {
 		t.Errorf("the model broker's own upstream through the dialer: %s, want a connection", e)
 	}
-	if n := modelUp.settle(1); n != 1 {
-		t.Errorf("the model upstream accepted %d connections, want 1 (the dialer's)", n)
+	if n := modelUp.settle(2); n != 2 {
+		t.Errorf("the model upstream accepted %d connections, want 2 (the dialer's, for the dial and the retarget)", n)
 	}
 	if saw, n := tools.sawAuth("Bearer " + toolKey); !saw {
 		t.Errorf("the tool server got %d requests, none with its credential: the tool broker process does not hold it", n)
@@ -337,8 +352,12 @@ func runCompromised(t *testing.T, st, cfg string, spec []byte) (*compromiseRepor
 // filter left out (test build, positive control), the model broker
 // process still cannot reach a host 127.0.0.1 listener — its empty
 // network namespace has nothing to route to — but it DOES reach a host
-// pathname Unix socket, which no network namespace isolates: the filter
-// (TestCompromisedGatewayModel, with it) is the layer that stops that.
+// pathname Unix socket, which no network namespace isolates, and it DOES
+// re-target a socket the dialer handed it (disconnect, connect) to a
+// host 127.0.0.1 listener, since that socket is the host namespace's, and
+// it MAY signal a sibling broker process (same uid): the filter
+// (TestCompromisedGatewayModel, with it) is the layer that stops all
+// three.
 func TestCompromisedGatewayLayers(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
@@ -358,8 +377,13 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 	}
 	up := testkit.NewModelUpstream(t, fakeKey, "x")
 	cfg := gatewayConfig(t, up.URL(), "")
+	// A second host listener, the target of the dialled socket re-targeted.
+	retargetTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
+	via := strings.TrimPrefix(up.URL(), "http://")
+	retarget := via + ">127.0.0.1:" + retargetTCP.port()
 	spec, _ := json.Marshal(map[string]any{"broker": "model", "skip_filter": true,
-		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}})
+		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}, "retarget": []string{retarget},
+		"signal": map[string]int{"state": 0}})
 	rep, _, _ := runCompromised(t, st, cfg, spec)
 	got := map[string]string{}
 	for _, a := range rep.Attempts {
@@ -377,6 +401,21 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 	}
 	if n := hostUnix.settle(1); n != 1 {
 		t.Errorf("without the filter, the host Unix socket accepted %d connections, want 1", n)
+	}
+	// The dialer's sockets are the host's: without the filter a socket
+	// it handed over is disconnected and connected to another host
+	// listener (TestCompromisedGatewayModel: with it, refused).
+	if e, ok := got["retarget "+retarget]; !ok || e != "" {
+		t.Errorf("without the filter, re-targeting a dialled socket: err %q (reported %t), want a connection", e, ok)
+	}
+	if n := retargetTCP.settle(1); n != 1 {
+		t.Errorf("without the filter, the re-targeted socket's host listener accepted %d connections, want 1", n)
+	}
+	// Its siblings share its uid: without the filter it may signal them
+	// (signal 0 here, so the run goes on; TestCompromisedGatewayModel
+	// sends SIGKILL and SIGSTOP with it, refused).
+	if e, ok := got["signal state 0"]; !ok || e != "" {
+		t.Errorf("without the filter, signalling the state broker process: err %q (reported %t), want success (same uid)", e, ok)
 	}
 }
 

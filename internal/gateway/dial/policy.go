@@ -94,9 +94,11 @@ func (f *Fixed) Resolve(_ context.Context, host string) ([]netip.Addr, error) {
 type Egress struct {
 	d *egress.Destinations
 
-	mu   sync.Mutex
-	seen map[netip.Addr]map[string]time.Time // address → names that resolved to it, and when
-	now  func() time.Time
+	mu        sync.Mutex
+	seen      map[netip.Addr]map[string]time.Time // address → names that resolved to it, and when
+	pairs     int                                 // (address, name) pairs in seen
+	nextPurge time.Time                           // no sweep of seen before this
+	now       func() time.Time
 }
 
 // resolvedTTL is how long a resolution vouches for a later dial of its
@@ -104,8 +106,21 @@ type Egress struct {
 // wait.
 const resolvedTTL = time.Minute
 
-// maxSeen bounds the remembered resolutions of one broker process.
-const maxSeen = 4096
+// maxSeen and maxSeenNames bound the remembered resolutions of one broker
+// process: addresses, and (address, name) pairs in all. A bound per
+// address alone let a process that resolves many names under an allowed
+// wildcard keep about a quarter of a million pairs on the privileged side,
+// and made every later resolution walk them all.
+// maxNamesPerAddr keeps vouched cheap: it walks one address's names.
+const (
+	maxSeen         = 4096
+	maxSeenNames    = 8192
+	maxNamesPerAddr = 64
+)
+
+// purgeEvery is how often, at most, a full memory is swept for expired
+// answers (a sweep walks every pair).
+const purgeEvery = time.Second
 
 // NewEgress returns the egress policy over the compiled destinations.
 func NewEgress(d *egress.Destinations) *Egress {
@@ -158,15 +173,21 @@ func (e *Egress) Plan(ctx context.Context, host string, port int) ([]netip.AddrP
 	return []netip.AddrPort{netip.AddrPortFrom(c, uint16(port))}, nil
 }
 
+// remember records that name resolved to addrs. When the memory is full
+// it first sweeps expired answers (at most once per purgeEvery); what
+// still does not fit is not remembered, so a dial of it is refused (fail
+// closed) until older answers expire.
 func (e *Egress) remember(name string, addrs []netip.Addr) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	if len(e.seen) >= maxSeen {
+	if (len(e.seen) >= maxSeen || e.pairs+len(addrs) > maxSeenNames) && !now.Before(e.nextPurge) {
+		e.nextPurge = now.Add(purgeEvery)
 		for a, names := range e.seen {
 			for n, t := range names {
 				if now.Sub(t) > resolvedTTL {
 					delete(names, n)
+					e.pairs--
 				}
 			}
 			if len(names) == 0 {
@@ -175,15 +196,20 @@ func (e *Egress) remember(name string, addrs []netip.Addr) {
 		}
 	}
 	for _, a := range addrs {
-		if e.seen[a] == nil {
-			if len(e.seen) >= maxSeen {
-				continue // full of live answers: this address cannot be dialled
-			}
-			e.seen[a] = map[string]time.Time{}
+		names := e.seen[a]
+		if _, ok := names[name]; ok {
+			names[name] = now
+			continue
 		}
-		if len(e.seen[a]) < 64 {
-			e.seen[a][name] = now
+		if e.pairs >= maxSeenNames || len(names) >= maxNamesPerAddr || (names == nil && len(e.seen) >= maxSeen) {
+			continue // full of live answers: this address cannot be dialled
 		}
+		if names == nil {
+			names = map[string]time.Time{}
+			e.seen[a] = names
+		}
+		names[name] = now
+		e.pairs++
 	}
 }
 

@@ -9,9 +9,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/gateway/dial"
 )
@@ -28,6 +33,15 @@ type Compromise struct {
 	Unix   []string `json:"unix,omitempty"`  // pathname Unix sockets to connect to
 	Dial   []string `json:"dial,omitempty"`  // host:port to ask the checked dialer for
 	Files  []string `json:"files,omitempty"` // files to read
+	// Retarget are "via>to" pairs: ask the checked dialer for via, then
+	// disconnect the socket it hands over (connect AF_UNSPEC) and connect
+	// it to to — the dialer's sockets live in the host's network
+	// namespace.
+	Retarget []string `json:"retarget,omitempty"`
+	// Signal names peer processes (a broker, or "sockets" for the socket
+	// source) and the signal number to send each; they run as the same
+	// uid.
+	Signal map[string]int `json:"signal,omitempty"`
 	// Peers are the other broker processes' pids (the privileged side
 	// fills them in): their environ, mem, cmdline and config descriptor
 	// are read.
@@ -100,6 +114,16 @@ func compromise(broker string, raw json.RawMessage, dc *dial.Client, _ *slog.Log
 		}
 		add("dial "+t, nil, err)
 	}
+	for peer, sig := range c.Signal {
+		err := fmt.Errorf("no such peer")
+		if pid := c.Peers[peer]; pid > 0 {
+			err = unix.Kill(pid, unix.Signal(sig))
+		}
+		add("signal "+peer+" "+strconv.Itoa(sig), nil, err)
+	}
+	for _, r := range c.Retarget {
+		add("retarget "+r, nil, retarget(dc, r))
+	}
 	read := func(path string) {
 		f, err := os.Open(path)
 		if err != nil {
@@ -120,4 +144,50 @@ func compromise(broker string, raw json.RawMessage, dc *dial.Client, _ *slog.Log
 	}
 	b, _ := json.Marshal(map[string]any{"broker": broker, "attempts": out})
 	fmt.Fprintf(os.Stderr, "%s%s\n", CompromiseMarker, b)
+}
+
+// retarget dials via ("via>to") through the checked dialer and points the
+// connected socket it got at to.
+func retarget(dc *dial.Client, spec string) error {
+	via, to, ok := strings.Cut(spec, ">")
+	ap, err := netip.ParseAddrPort(to)
+	if !ok || err != nil || !ap.Addr().Is4() || dc == nil {
+		return fmt.Errorf("retarget %q: want via>ipv4:port and a dialer", spec)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := dc.DialContext(ctx, "tcp", via)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", via, err)
+	}
+	defer conn.Close()
+	rc, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		unspec := [16]byte{} // struct sockaddr, sa_family AF_UNSPEC
+		if _, _, e := unix.Syscall(unix.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&unspec)), uintptr(len(unspec))); e != 0 {
+			cerr = fmt.Errorf("disconnect: %w", e)
+			return
+		}
+		// The socket is non-blocking: wait for the connection.
+		if e := unix.Connect(int(fd), &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); e != nil && e != unix.EINPROGRESS {
+			cerr = fmt.Errorf("connect: %w", e)
+			return
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if _, e := unix.Poll(pfd, 2000); e != nil {
+			cerr = e
+			return
+		}
+		if _, e := unix.Getpeername(int(fd)); e != nil {
+			cerr = fmt.Errorf("connect: %w", e)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return cerr
 }

@@ -113,10 +113,12 @@ func TestBrokerFilterLive(t *testing.T) {
 }
 
 // TestBrokerDenied: the broker filter refuses everything the sandbox
-// filter refuses outright, plus socket creation.
+// filter refuses outright, plus socket creation, connect, bind and listen,
+// IPC, and signals that name another process by thread or pidfd.
 func TestBrokerDenied(t *testing.T) {
 	got := BrokerDenied()
-	for _, name := range []string{"socket", "socketpair", "ptrace", "process_vm_readv", "setns", "unshare", "mount", "bpf"} {
+	for _, name := range []string{"socket", "socketpair", "connect", "bind", "listen", "ptrace", "process_vm_readv", "setns", "unshare",
+		"mount", "bpf", "io_uring_setup", "shmget", "msgget", "semget", "mq_open", "tkill", "pidfd_send_signal"} {
 		if !slices.Contains(got, name) {
 			t.Errorf("BrokerDenied() lacks %q", name)
 		}

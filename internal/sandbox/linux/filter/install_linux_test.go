@@ -25,12 +25,18 @@ const childFileEnv = "CORDON_FILTER_TEST_FILE" // file the child tries to make s
 
 func TestMain(m *testing.M) {
 	testkit.Dispatch(map[string]func() int{
-		"filter":   func() int { return child("filter", os.Getenv(childFileEnv)) },
-		"nofilter": func() int { return child("nofilter", os.Getenv(childFileEnv)) },
-		"exit":     func() int { return 0 },
-		"broker":   func() int { return brokerChild(true, os.Getenv(childFileEnv)) },
-		"nobroker": func() int { return brokerChild(false, os.Getenv(childFileEnv)) },
-		"source":   func() int { return sourceChild(os.Getenv(childFileEnv)) },
+		"filter":     func() int { return child("filter", os.Getenv(childFileEnv)) },
+		"nofilter":   func() int { return child("nofilter", os.Getenv(childFileEnv)) },
+		"exit":       func() int { return 0 },
+		"broker":     func() int { return brokerChild(true, os.Getenv(childFileEnv)) },
+		"nobroker":   func() int { return brokerChild(false, os.Getenv(childFileEnv)) },
+		"source":     func() int { return sourceChild(os.Getenv(childFileEnv)) },
+		"retarget":   func() int { return retargetChild(true) },
+		"noretarget": func() int { return retargetChild(false) },
+		"ipc":        func() int { return ipcChild(true) },
+		"noipc":      func() int { return ipcChild(false) },
+		"signal":     func() int { return signalChild(true) },
+		"nosignal":   func() int { return signalChild(false) },
 	})
 	os.Exit(m.Run())
 }
