@@ -69,6 +69,17 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 	if err != nil {
 		return nil, err
 	}
+	modelPolicy, toolPolicy := dial.NewFixed(model.Name, modelDests, nil), dial.NewFixed(tool.Name, toolDests, nil)
+	if o.CheckDeclaredAddrs {
+		// The egress checks with nothing re-allowed: the declared model
+		// and tool destinations may not be the host's own services.
+		strict, err := egress.NewDestinations(nil, nil, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		modelPolicy.CheckAddrs(strict.Addr)
+		toolPolicy.CheckAddrs(strict.Addr)
+	}
 	// Secrets no broker uses as a credential (a stdio tool server's
 	// secret_env, one declared and unused) are nobody's way to an
 	// upstream: the brokers that redact (model, tool) get them to redact.
@@ -97,9 +108,9 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 	tc.Tool, tc.Secrets = c.Tool, pick(c.Secrets, toolSecrets)
 	sc := base(state.Name, "state")
 	return []brokerSpec{
-		{broker: model.Name, port: ModelPort, cfg: mc, policy: dial.NewFixed(model.Name, modelDests, nil)},
+		{broker: model.Name, port: ModelPort, cfg: mc, policy: modelPolicy},
 		{broker: egress.Name, port: EgressPort, cfg: ec, policy: dial.NewEgress(dests)},
-		{broker: tool.Name, port: ToolsPort, cfg: tc, policy: dial.NewFixed(tool.Name, toolDests, nil), pipes: o.ToolPipes},
+		{broker: tool.Name, port: ToolsPort, cfg: tc, policy: toolPolicy, pipes: o.ToolPipes},
 		{broker: state.Name, port: StatePort, cfg: sc, policy: dial.None{Broker: state.Name}},
 	}, nil
 }

@@ -66,6 +66,12 @@ type StartOptions struct {
 	// Crossings bound the host work and store growth of the sandbox's
 	// crossings (crossbudget.go); the zero value limits nothing.
 	Crossings CrossingLimits
+	// CheckDeclaredAddrs holds the model routes' and remote tool servers'
+	// declared destinations to the egress broker's address checks when
+	// the checked dialer resolves them (a configuration from a daemon
+	// client other than root: it may not reach the host's loopback,
+	// private or metadata services by declaring them).
+	CheckDeclaredAddrs bool
 }
 
 // readyTimeout bounds the gateway's start, including listing every tool

@@ -45,7 +45,7 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 		if err := d.checkIdentity(c.peer.UID, s.Gateway.Config); err != nil {
 			return nil, err
 		}
-		plan, err := d.plan(s.Gateway, s.Gateway.Secrets, false)
+		plan, err := d.plan(s.Gateway, s.Gateway.Secrets, false, c.peer.UID)
 		if err != nil {
 			return nil, proto.Errorf(proto.KindBadRequest, "gateway: %v", err)
 		}
@@ -311,8 +311,10 @@ func (d *Daemon) start(ctx context.Context, b *box) error {
 
 // plan is a sandbox's gateway plan from what its client sent (secrets
 // nil: validation only), under the host policies.
-func (d *Daemon) plan(g *GatewaySpec, secrets map[string][]byte, lab bool) (*launch.Plan, error) {
-	return launch.DetachedPlan(launch.Detached{Source: g.Source, Config: g.Config, Policies: policySources(g.Policies), Secrets: secrets},
+// owner is the uid of the sandbox's owner: a configuration from anyone but
+// root is held to launch.Detached.Unprivileged's rules.
+func (d *Daemon) plan(g *GatewaySpec, secrets map[string][]byte, lab bool, owner uint32) (*launch.Plan, error) {
+	return launch.DetachedPlan(launch.Detached{Source: g.Source, Config: g.Config, Policies: policySources(g.Policies), Secrets: secrets, Unprivileged: owner != 0},
 		policySources(d.hostPolicies()), lab)
 }
 
@@ -327,7 +329,7 @@ func (d *Daemon) startGateway(ctx context.Context, b *box) error {
 	if err != nil {
 		return err
 	}
-	plan, err := d.plan(b.spec.Gateway, secrets, b.profile == FullControlLab)
+	plan, err := d.plan(b.spec.Gateway, secrets, b.profile == FullControlLab, b.rec.OwnerUID)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

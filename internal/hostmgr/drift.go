@@ -160,7 +160,7 @@ func (d *Daemon) current(b *box, h hostIDs) Admitted {
 	cur := Admitted{Runtime: h.runtime, Rootfs: rootfsDigest(h.manifest, b.spec), Policy: h.policy}
 	if b.spec.Gateway != nil {
 		if b.policyHost != h.policy || b.policyDigest == "" {
-			if plan, err := d.plan(b.spec.Gateway, nil, false); err == nil {
+			if plan, err := d.plan(b.spec.Gateway, nil, false, b.rec.OwnerUID); err == nil {
 				b.policyDigest = plan.PolicyDigest()
 			} else {
 				b.policyDigest = "invalid: " + err.Error()

@@ -33,6 +33,12 @@ type Plan struct {
 	// lab: FULL_CONTROL_LAB (daemon sandboxes): no approval waits, no
 	// budget limits (policy is already permit-all).
 	lab bool
+	// unprivileged: the configuration is a daemon client's other than
+	// root's, so the destinations it declares for the model routes and
+	// tool servers are held to the egress address checks (no host
+	// loopback, private, link-local or metadata address) when the
+	// privileged side dials them.
+	unprivileged bool
 }
 
 // Config is the plan's configuration.
@@ -203,7 +209,7 @@ func (p *Plan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tool
 		}
 		return nil, failure.Fail(failure.KindStore, "state retention", err)
 	}
-	return startGateway(sb, st, log, cc, p.policy, c, pipes, p.lab, sp)
+	return startGateway(sb, st, log, cc, p, c, pipes, p.lab, sp)
 }
 
 // toolOffer is the privileged side's view of the tool servers: each
@@ -225,7 +231,7 @@ func statePolicyOf(c *config.Config) *gateway.StatePolicy {
 // startGateway starts one sandbox's gateway process as the top uid of the
 // sandbox's lease, in the sandbox's cgroups. state nil: the sandbox has no
 // managed state (a tool server's gateway).
-func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, pol *policy.Set, c *config.Config, pipes []gateway.ToolPipe, lab bool, state *gateway.StatePolicy) (*gateway.Process, error) {
+func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gateway.ChildConfig, p *Plan, c *config.Config, pipes []gateway.ToolPipe, lab bool, state *gateway.StatePolicy) (*gateway.Process, error) {
 	pid := sb.InitPid()
 	if pid <= 0 {
 		for _, tp := range pipes {
@@ -257,7 +263,10 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	proc, err := gateway.Start(gateway.StartOptions{
 		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
 		Budget: budget,
-		Policy: pol,
+		Policy: p.policy,
+		// A daemon client's own configuration may not point the
+		// privileged side's dialer at the host's private services.
+		CheckDeclaredAddrs: p.unprivileged,
 		Tools: gateway.ToolPolicy{Servers: servers, Allow: allow, MaxArgumentBytes: int(c.Limits.MaxToolArgumentBytes),
 			CallLimit: callLimit, Window: c.Budgets.Window, ApprovalTTL: c.Approvals.TTL, SkipApprovals: lab},
 		ToolPipes: pipes,
@@ -278,6 +287,11 @@ type Detached struct {
 	Config   []byte
 	Policies []policy.Source
 	Secrets  map[string][]byte // nil: not sent (validation only)
+	// Unprivileged: the client is not root. Its configuration may not
+	// re-allow address ranges (egress.unsafe_allow_ranges), and the
+	// destinations it declares for model routes and tool servers must
+	// pass the egress address checks when dialled.
+	Unprivileged bool
 }
 
 // DetachedPlan parses a configuration a daemon client sent, without
@@ -288,6 +302,11 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 	cfg, err := config.ParseDetached(d.Config, d.Source)
 	if err != nil {
 		return nil, err
+	}
+	if d.Unprivileged && len(cfg.Egress.UnsafeAllowRanges) > 0 {
+		// Re-allowing loopback, private or metadata ranges is the host
+		// operator's decision, never a daemon client's.
+		return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "egress.unsafe_allow_ranges: only root may re-allow address ranges in a daemon sandbox's configuration")
 	}
 	for _, t := range cfg.Tools {
 		if len(t.Binds) > 0 {
@@ -318,7 +337,7 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 	if secrets == nil {
 		secrets = map[string][]byte{}
 	}
-	p := &Plan{cfg: cfg, secrets: secrets, lab: lab}
+	p := &Plan{cfg: cfg, secrets: secrets, lab: lab, unprivileged: d.Unprivileged}
 	if len(srcs) == 0 && len(host) == 0 {
 		p.policy = policy.Default()
 		return p, nil

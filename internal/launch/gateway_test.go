@@ -26,6 +26,10 @@ func TestDetachedPlan(t *testing.T) {
 		{"secret sent", Detached{Config: []byte(head + "secrets:\n  k: {env: K}\n"), Secrets: map[string][]byte{"k": []byte("v")}}, "", 0},
 		{"secret not sent", Detached{Config: []byte(head + "secrets:\n  k: {env: K}\n"), Secrets: map[string][]byte{}}, "no value", 0},
 		{"policy not sent", Detached{Config: []byte(head + "policy: [p.cedar]\n")}, "policy files", 0},
+		// Re-allowing address ranges is the host operator's decision: a
+		// non-root daemon client is refused, root (the control) is not.
+		{"unsafe ranges from a user", Detached{Config: []byte(head + "egress:\n  unsafe_allow_ranges: [127.0.0.0/8]\n"), Unprivileged: true}, "only root may re-allow", 0},
+		{"unsafe ranges from root", Detached{Config: []byte(head + "egress:\n  unsafe_allow_ranges: [127.0.0.0/8]\n")}, "", 0},
 		{"another policy sent", Detached{Config: []byte(head + "policy: [p.cedar]\n"), Policies: []policy.Source{{Name: "q.cedar", Data: []byte("permit(principal, action, resource);")}}}, "configuration names p.cedar", 0},
 	}
 	for _, tt := range tests {

@@ -129,7 +129,7 @@ func (p *Plan) startToolGateway(sb sandbox.Sandbox, st *store.Store, log *slog.L
 		Egress:   t.Egress.BrokerConfig(),
 		Secrets:  map[string][]byte{},
 	}
-	return startGateway(sb, st, log, cc, p.policy, c, nil, false, nil) // no managed state for a tool server
+	return startGateway(sb, st, log, cc, p, c, nil, false, nil) // no managed state for a tool server
 }
 
 // haltAndScan ends every tool server's processes, keeping its sandbox

@@ -141,6 +141,36 @@ func TestFixed(t *testing.T) {
 	}
 }
 
+// TestFixedCheckedAddrs: a configuration from a daemon client other than
+// root declares its model upstream at the host's loopback; with the egress
+// address checks the privileged side refuses to dial it, by IP and by a
+// name that resolves there, and the listener sees nothing. Control: the
+// same policy without the checks dials it.
+func TestFixedCheckedAddrs(t *testing.T) {
+	own := newUpstream(t)
+	dests := []string{own.addr(), "localhost:" + strconv.Itoa(own.port())}
+	strict, err := egress.NewDestinations(nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pair(t, "model", NewFixed("model", dests, nil).CheckAddrs(strict.Addr), nil)
+	for _, addr := range dests {
+		if _, err := c.DialContext(context.Background(), "tcp", addr); reason(err) != egress.ReasonAddressDenied {
+			t.Errorf("DialContext(%q) with checked addresses = %v, want a %s refusal", addr, err, egress.ReasonAddressDenied)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := own.accepted.Load(); n != 0 {
+		t.Fatalf("loopback upstream accepted %d through the checked policy, want 0", n)
+	}
+	open := pair(t, "model", NewFixed("model", dests, nil), nil)
+	conn, err := open.DialContext(context.Background(), "tcp", own.addr())
+	if err != nil {
+		t.Fatalf("control: DialContext(%q) without the checks = %v", own.addr(), err)
+	}
+	echo(t, conn)
+}
+
 // TestNone: the state broker's policy refuses every destination.
 func TestNone(t *testing.T) {
 	u := newUpstream(t)

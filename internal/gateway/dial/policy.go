@@ -33,13 +33,25 @@ func (n None) Resolve(_ context.Context, host string) ([]netip.Addr, error) {
 
 // Fixed allows exactly the declared host:port destinations — the model
 // routes' upstreams, the remote tool servers' URLs — and resolves a
-// declared name on the privileged side. The operator declared the name,
-// so its answer is trusted as far as DNS is; ranges are not checked (a
-// model upstream may well be a local proxy).
+// declared name on the privileged side. When the operator declared the
+// name its answer is trusted as far as DNS is and ranges are not checked
+// (a model upstream may well be a local proxy); a configuration from
+// anyone else is held to the egress address checks (CheckAddrs).
 type Fixed struct {
 	broker   string
 	allowed  map[string]bool // "host:port", host lower-case
 	resolver Resolver
+	// check, when set, must pass every address dialled (else
+	// ReasonAddressDenied) and gives the form to dial.
+	check func(netip.Addr) (netip.Addr, bool)
+}
+
+// CheckAddrs holds every address f dials to check (for instance
+// egress.Destinations.Addr: no loopback, private, link-local, metadata or
+// host address) and returns f.
+func (f *Fixed) CheckAddrs(check func(netip.Addr) (netip.Addr, bool)) *Fixed {
+	f.check = check
+	return f
 }
 
 // NewFixed returns the policy for the declared destinations, each
@@ -65,16 +77,25 @@ func (f *Fixed) Plan(ctx context.Context, host string, port int) ([]netip.AddrPo
 		return nil, &Refused{Broker: f.broker, Target: t, Why: ReasonNotDeclared}
 	}
 	h := strings.TrimSuffix(host, ".")
+	var as []netip.Addr
 	if a, err := netip.ParseAddr(h); err == nil {
-		return []netip.AddrPort{netip.AddrPortFrom(a.Unmap(), uint16(port))}, nil
-	}
-	as, err := f.resolver.LookupNetIP(ctx, "ip", h)
-	if err != nil || len(as) == 0 {
+		as = []netip.Addr{a}
+	} else if as, err = f.resolver.LookupNetIP(ctx, "ip", h); err != nil || len(as) == 0 {
 		return nil, &Refused{Broker: f.broker, Target: t, Why: egress.ReasonResolveFailed}
 	}
 	out := make([]netip.AddrPort, 0, min(len(as), maxAddrs))
 	for _, a := range as[:min(len(as), maxAddrs)] {
-		out = append(out, netip.AddrPortFrom(a.Unmap(), uint16(port)))
+		a = a.Unmap()
+		if f.check != nil {
+			// One denied address denies the name, as for egress: a name
+			// that also resolves to loopback is not dialled at all.
+			c, ok := f.check(a)
+			if !ok {
+				return nil, &Refused{Broker: f.broker, Target: t, Why: egress.ReasonAddressDenied}
+			}
+			a = c
+		}
+		out = append(out, netip.AddrPortFrom(a, uint16(port)))
 	}
 	return out, nil
 }
