@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // The one redactor: every custodied value is replaced, wherever it
@@ -95,7 +97,7 @@ func spellings(v []byte) [][]byte {
 	if q, err := json.Marshal(string(v)); err == nil && len(q) >= 2 {
 		out = append(out, q[1:len(q)-1])
 	}
-	ascii := appendJSONString(nil, string(v))
+	ascii := textsafe.AppendJSONString(nil, string(v))
 	ascii = ascii[1 : len(ascii)-1]
 	var b []byte
 	for i := 0; i < len(ascii); {
@@ -124,37 +126,6 @@ func spellings(v []byte) [][]byte {
 func appendU(b []byte, r rune) []byte {
 	const hex = "0123456789abcdef"
 	return append(b, '\\', 'u', hex[r>>12&0xf], hex[r>>8&0xf], hex[r>>4&0xf], hex[r&0xf])
-}
-
-// appendJSONString appends s as a JSON string: quotes, backslashes and
-// control characters escaped, other bytes as they are, invalid UTF-8 as
-// \ufffd.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				dst = append(dst, '\\', c)
-			case c < 0x20:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				dst = append(dst, c)
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			dst = append(dst, `\ufffd`...)
-		} else {
-			dst = append(dst, s[i:i+n]...)
-		}
-		i += n
-	}
-	return append(dst, '"')
 }
 
 // Same reports whether r was built from exactly values, in order.

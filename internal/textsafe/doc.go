@@ -2,9 +2,10 @@
 // person: anything that came from the agent, a model or tool upstream, or a
 // sandbox (receipt targets, tool names and arguments, file names, log lines,
 // error text) goes through Line or Block before it is printed to a terminal
-// or a page.
+// or a page. AppendJSONString is the one hand-built JSON string writer.
 //
-// Plane: root and CLI (printing only); it holds no state.
+// Plane: root, CLI and unprivileged (printing, and the JSON string writer
+// the broker processes build error bodies with); it holds no state.
 //
 // It must never pass through a byte that a terminal would interpret: C0 and
 // C1 controls (ESC, CSI, OSC introducers), DEL, bidirectional overrides and

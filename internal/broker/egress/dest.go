@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"time"
@@ -35,18 +34,9 @@ func NewDestinations(rules []Rule, unsafe []netip.Prefix, resolve map[string][]n
 	if err != nil {
 		return nil, err
 	}
-	d := &Destinations{allow: allow, addrs: addrs, resolve: map[string][]netip.Addr{}, resolver: resolver, timeout: DefaultConnectTimeout}
-	for name, as := range resolve {
-		n, why := normalizeHost(name)
-		if why != "" {
-			return nil, fmt.Errorf("egress: Resolve key %q: not a hostname", name)
-		}
-		for _, a := range as {
-			if !a.IsValid() {
-				return nil, fmt.Errorf("egress: Resolve %q: invalid address", name)
-			}
-		}
-		d.resolve[n] = append(d.resolve[n], as...)
+	d := &Destinations{allow: allow, addrs: addrs, resolver: resolver, timeout: DefaultConnectTimeout}
+	if d.resolve, err = compileResolve(resolve); err != nil {
+		return nil, err
 	}
 	if d.resolver == nil {
 		d.resolver = net.DefaultResolver

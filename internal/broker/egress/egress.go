@@ -147,7 +147,6 @@ func New(o Options) (*Broker, error) {
 	b := &Broker{
 		allow:     allow,
 		addrs:     addrs,
-		resolve:   map[string][]netip.Addr{},
 		resolver:  o.Resolver,
 		authority: o.Authority,
 		dial:      o.Dialer,
@@ -157,17 +156,8 @@ func New(o Options) (*Broker, error) {
 		connect:   o.ConnectTimeout,
 		active:    map[string]int64{},
 	}
-	for name, as := range o.Resolve {
-		n, why := normalizeHost(name)
-		if why != "" {
-			return nil, fmt.Errorf("egress: Resolve key %q: not a hostname", name)
-		}
-		for _, a := range as {
-			if !a.IsValid() {
-				return nil, fmt.Errorf("egress: Resolve %q: invalid address", name)
-			}
-		}
-		b.resolve[n] = append(b.resolve[n], as...)
+	if b.resolve, err = compileResolve(o.Resolve); err != nil {
+		return nil, err
 	}
 	if b.resolver == nil {
 		b.resolver = net.DefaultResolver
@@ -460,4 +450,23 @@ func printable(s string) string {
 		}
 	}
 	return s
+}
+
+// compileResolve checks a static Resolve map (names to addresses) and keys
+// it by normalized name.
+func compileResolve(resolve map[string][]netip.Addr) (map[string][]netip.Addr, error) {
+	out := map[string][]netip.Addr{}
+	for name, as := range resolve {
+		n, why := normalizeHost(name)
+		if why != "" {
+			return nil, fmt.Errorf("egress: Resolve key %q: not a hostname", name)
+		}
+		for _, a := range as {
+			if !a.IsValid() {
+				return nil, fmt.Errorf("egress: Resolve %q: invalid address", name)
+			}
+		}
+		out[n] = append(out[n], as...)
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // approvalPendingStatus answers a model request that waits for an
@@ -30,16 +31,16 @@ func (b *Broker) denyApproval(ctx context.Context, w http.ResponseWriter, x *exc
 	body := make([]byte, 0, 320)
 	if x.api == apiOpenAI {
 		body = append(body, `{"error":{"message":`...)
-		body = appendJSONString(body, msg)
+		body = textsafe.AppendJSONString(body, msg)
 		body = append(body, `,"type":"`+approvalType+`","param":null,"code":"`+approvalType+`","approval_id":`...)
 	} else {
 		body = append(body, `{"type":"error","error":{"type":"`+approvalType+`","message":`...)
-		body = appendJSONString(body, msg)
+		body = textsafe.AppendJSONString(body, msg)
 		body = append(body, `,"approval_id":`...)
 	}
-	body = appendJSONString(body, a.ID)
+	body = textsafe.AppendJSONString(body, a.ID)
 	body = append(body, `,"expires":`...)
-	body = appendJSONString(body, exp)
+	body = textsafe.AppendJSONString(body, exp)
 	body = append(body, "}}"...)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

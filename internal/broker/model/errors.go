@@ -3,7 +3,8 @@ package model
 import (
 	"net/http"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
 // api is the wire protocol of a request; it decides the shape of every
@@ -69,17 +70,17 @@ func errorBody(dst []byte, a api, k kind, msg string) []byte {
 	t := kinds[k]
 	if a == apiOpenAI {
 		dst = append(dst, `{"error":{"message":`...)
-		dst = appendJSONString(dst, msg)
+		dst = textsafe.AppendJSONString(dst, msg)
 		dst = append(dst, `,"type":`...)
-		dst = appendJSONString(dst, t.openaiType)
+		dst = textsafe.AppendJSONString(dst, t.openaiType)
 		dst = append(dst, `,"param":null,"code":`...)
-		dst = appendJSONString(dst, t.openaiCode)
+		dst = textsafe.AppendJSONString(dst, t.openaiCode)
 		return append(dst, "}}"...)
 	}
 	dst = append(dst, `{"type":"error","error":{"type":`...)
-	dst = appendJSONString(dst, t.anthropic)
+	dst = textsafe.AppendJSONString(dst, t.anthropic)
 	dst = append(dst, `,"message":`...)
-	dst = appendJSONString(dst, msg)
+	dst = textsafe.AppendJSONString(dst, msg)
 	return append(dst, "}}"...)
 }
 
@@ -107,44 +108,15 @@ func errorEvent(dst []byte, a api, resp bool, k kind, msg string) []byte {
 		dst = errorBody(dst, a, k, msg)
 	case resp:
 		dst = append(dst, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
-		dst = appendJSONString(dst, t.openaiCode)
+		dst = textsafe.AppendJSONString(dst, t.openaiCode)
 		dst = append(dst, `,"message":`...)
-		dst = appendJSONString(dst, msg)
+		dst = textsafe.AppendJSONString(dst, msg)
 		dst = append(dst, `,"param":null}`...)
 	default:
 		dst = append(dst, "data: "...)
 		dst = errorBody(dst, a, k, msg)
 	}
 	return append(dst, "\n\n"...)
-}
-
-// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				dst = append(dst, '\\', c)
-			case c < 0x20:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				dst = append(dst, c)
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			dst = append(dst, `\ufffd`...)
-		} else {
-			dst = append(dst, s[i:i+n]...)
-		}
-		i += n
-	}
-	return append(dst, '"')
 }
 
 // quoteForMessage renders agent-supplied text for an error message or
