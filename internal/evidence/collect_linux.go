@@ -99,10 +99,20 @@ func pick(cs []Check, names ...string) []Check {
 
 // nsChecks compares each namespace of the sandbox with the trusted
 // process's own (the host's).
+//
+// The reference is /proc/thread-self/ns, the namespaces of the thread
+// doing the read, never /proc/self/ns: /proc/self names the thread-group
+// leader (the main thread), and this process enters sandboxes' network
+// namespaces on locked threads (gateway.ListenInNetns, the TCP watch's
+// sock_diag socket) — when that thread is the main thread, /proc/self/ns/net
+// is, for that moment, the sandbox's own, and a sandbox whose namespace was
+// being entered compared equal to "the host". A thread running an unlocked
+// goroutine is always in the process's own namespaces: every thread that
+// enters another stays locked until it is back, or is discarded.
 func nsChecks(proc string) []Check {
 	var out []Check
 	for _, n := range nsNames {
-		mine, err1 := os.Readlink("/proc/self/ns/" + n)
+		mine, err1 := os.Readlink("/proc/thread-self/ns/" + n)
 		theirs, err2 := os.Readlink(proc + "/ns/" + n)
 		c := Check{Name: n + "_namespace", Want: "differs from host " + mine, Got: theirs, Source: proc + "/ns/" + n}
 		if err1 != nil || err2 != nil {

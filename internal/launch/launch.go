@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -148,15 +149,31 @@ func Admit(adm sandbox.Admission, want sandbox.Level) (sandbox.Level, error) {
 	if got < want {
 		var unverified []string
 		for _, name := range evidence.Boundaries() {
-			if !adm.Record.Boundaries[name].Verified {
-				unverified = append(unverified, name)
+			if b := adm.Record.Boundaries[name]; !b.Verified {
+				unverified = append(unverified, name+" ("+failedFacts(b)+")")
 			}
 		}
 		return got, failure.Failf(failure.KindEvidence, "admission",
-			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for the facts); the program was not started",
+			"the evidence supports %s, below the requested %s; unverified boundaries: %s (see --evidence for all the facts); the program was not started",
 			got, want, strings.Join(unverified, ", "))
 	}
 	return got, nil
+}
+
+// failedFacts names the checks that left b unverified, each with what it
+// wanted and what it read, so a refusal is diagnosable from the error
+// alone.
+func failedFacts(b evidence.Boundary) string {
+	var out []string
+	for _, c := range b.Facts {
+		if !c.OK {
+			out = append(out, fmt.Sprintf("%s: want %q, got %q", c.Name, c.Want, c.Got))
+		}
+	}
+	if len(out) == 0 {
+		return "no facts"
+	}
+	return strings.Join(out, "; ")
 }
 
 // StartGateway starts the sandbox's gateway (and its tool servers) from

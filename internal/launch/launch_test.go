@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
@@ -118,6 +119,38 @@ func TestAdmitFromTheRecord(t *testing.T) {
 	adm.Record = nil
 	if _, err := launch.Admit(adm, sandbox.Shared); failure.KindOf(err) != failure.KindEvidence {
 		t.Errorf("Admit without a record = %v, want evidence_insufficient", err)
+	}
+}
+
+// A refusal names each failed check (fact, want, got) of each unverified
+// boundary, and no check that held, so the cause is in stderr alone.
+func TestAdmitNamesTheFailedChecks(t *testing.T) {
+	b := map[string]evidence.Boundary{}
+	for _, n := range evidence.Boundaries() {
+		b[n] = evidence.Boundary{Verified: true, Facts: []evidence.Check{{Name: n + "_fact", OK: true, Want: "w", Got: "w"}}}
+	}
+	b[evidence.Network] = evidence.Boundary{Facts: []evidence.Check{
+		{Name: "net_namespace", Want: "differs from host net:[1]", Got: "net:[1]"},
+		{Name: "interfaces", OK: true, Want: "lo only", Got: "lo"},
+		{Name: "ipv6_routes", Want: "none but loopback", Got: "non-loopback routes: [eth0]"},
+	}}
+	b[evidence.IPC] = evidence.Boundary{}
+	adm := sandbox.Admission{Level: sandbox.DedicatedRuntime, Record: &evidence.Record{LevelAdmitted: sandbox.DedicatedRuntime, Boundaries: b}}
+	_, err := launch.Admit(adm, sandbox.DedicatedContainer)
+	if failure.KindOf(err) != failure.KindEvidence {
+		t.Fatalf("Admit = %v, want evidence_insufficient", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		`network (net_namespace: want "differs from host net:[1]", got "net:[1]"; ipv6_routes: want "none but loopback", got "non-loopback routes: [eth0]")`,
+		"ipc (no facts)",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Admit error %q does not contain %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "interfaces") || strings.Contains(msg, "_fact") {
+		t.Errorf("Admit error %q names checks that held", msg)
 	}
 }
 
