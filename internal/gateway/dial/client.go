@@ -24,7 +24,14 @@ type Client struct {
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan answer
-	err     error // set once the channel is gone
+	// sent are the requests the server has not answered yet, including
+	// those whose caller gave up; each holds one of slots until its
+	// answer arrives, so the client never has more under way than the
+	// server serves (DefaultMaxConcurrent) and waits instead of being
+	// refused as busy when its HTTP transport opens many connections.
+	sent  map[uint64]bool
+	slots chan struct{}
+	err   error // set once the channel is gone
 }
 
 type answer struct {
@@ -35,7 +42,7 @@ type answer struct {
 // NewClient takes over conn (a SOCK_SEQPACKET Unix socket to the
 // privileged side's Server) and starts reading its answers.
 func NewClient(broker string, conn *net.UnixConn) *Client {
-	c := &Client{broker: broker, conn: conn, pending: map[uint64]chan answer{}}
+	c := &Client{broker: broker, conn: conn, pending: map[uint64]chan answer{}, sent: map[uint64]bool{}, slots: make(chan struct{}, DefaultMaxConcurrent)}
 	go c.read()
 	return c
 }
@@ -66,6 +73,10 @@ func (c *Client) read() {
 		c.mu.Lock()
 		ch, ok := c.pending[r.ID]
 		delete(c.pending, r.ID)
+		if c.sent[r.ID] {
+			delete(c.sent, r.ID)
+			<-c.slots
+		}
 		c.mu.Unlock()
 		if !ok {
 			closeAll([]int{fd})
@@ -85,6 +96,10 @@ func (c *Client) fail(err error) {
 	for id, ch := range c.pending {
 		close(ch)
 		delete(c.pending, id)
+	}
+	for id := range c.sent {
+		delete(c.sent, id)
+		<-c.slots
 	}
 }
 
@@ -113,14 +128,21 @@ func closeAll(fds []int) {
 // ask sends one request and waits for its answer or ctx.
 func (c *Client) ask(ctx context.Context, req Request) (answer, error) {
 	ch := make(chan answer, 1)
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return answer{}, ctx.Err()
+	}
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
+		<-c.slots
 		return answer{}, &Refused{Broker: c.broker, Target: req.Host, Why: ReasonUnavailable}
 	}
 	c.next++
 	req.ID = c.next
 	c.pending[req.ID] = ch
+	c.sent[req.ID] = true
 	c.mu.Unlock()
 	b, err := json.Marshal(req)
 	if err == nil {
@@ -130,6 +152,12 @@ func (c *Client) ask(ctx context.Context, req Request) (answer, error) {
 	}
 	if err != nil {
 		c.forget(req.ID)
+		c.mu.Lock()
+		if c.sent[req.ID] { // never sent: nothing will answer it
+			delete(c.sent, req.ID)
+			<-c.slots
+		}
+		c.mu.Unlock()
 		return answer{}, &Refused{Broker: c.broker, Target: req.Host, Why: ReasonUnavailable}
 	}
 	select {

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,30 +273,70 @@ func (b *blocking) Resolve(context.Context, string) ([]netip.Addr, error) {
 	return nil, &Refused{Why: ReasonNotDeclared}
 }
 
-// TestBounded: at most MaxConcurrent requests are under way; more are
-// refused at once with ReasonBusy, and the privileged side never works on
-// them.
+// TestBounded: at most MaxConcurrent requests are under way on the
+// privileged side; while they are, further ones wait unread in the channel
+// (the policy is not entered for them), and they are served once a slot is
+// free — none is refused.
 func TestBounded(t *testing.T) {
 	b := &blocking{release: make(chan struct{})}
 	c := pair(t, "model", b, func(s *Server) { s.MaxConcurrent = 2 })
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.DialContext(context.Background(), "tcp", "a.test:1") }()
+	const n = 7
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := c.DialContext(context.Background(), "tcp", "a.test:1")
+			errs <- err
+		}()
 	}
 	for b.entered.Load() < 2 {
 		time.Sleep(time.Millisecond)
 	}
-	for range 5 {
-		if _, err := c.DialContext(context.Background(), "tcp", "a.test:1"); reason(err) != ReasonBusy {
-			t.Errorf("third dial = %v, want %s", err, ReasonBusy)
-		}
-	}
-	if n := b.entered.Load(); n != 2 {
-		t.Errorf("policy entered %d times, want 2", n)
+	time.Sleep(50 * time.Millisecond)
+	if got := b.entered.Load(); got != 2 {
+		t.Errorf("policy entered %d times with both slots taken, want 2", got)
 	}
 	close(b.release)
-	wg.Wait()
+	for range n {
+		if err := <-errs; reason(err) != ReasonNotDeclared {
+			t.Errorf("dial = %v, want the policy's own %s answer", err, ReasonNotDeclared)
+		}
+	}
+	if got := b.entered.Load(); got != n {
+		t.Errorf("policy entered %d times, want %d", got, n)
+	}
+}
+
+// TestClientWaitsForASlot: a broker's HTTP transport may open many
+// connections at once (64 concurrent model streams); the client keeps at
+// most DefaultMaxConcurrent requests under way and the rest wait, so none
+// is refused as busy. The server's own bound is what TestBounded shows.
+func TestClientWaitsForASlot(t *testing.T) {
+	b := &blocking{release: make(chan struct{})}
+	c := pair(t, "model", b, nil)
+	const n = 3 * DefaultMaxConcurrent
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := c.DialContext(context.Background(), "tcp", "a.test:1")
+			errs <- err
+		}()
+	}
+	for b.entered.Load() < DefaultMaxConcurrent {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := b.entered.Load(); got != DefaultMaxConcurrent {
+		t.Errorf("policy entered %d times with every slot taken, want %d", got, DefaultMaxConcurrent)
+	}
+	close(b.release)
+	for range n {
+		if err := <-errs; reason(err) != ReasonNotDeclared {
+			t.Errorf("dial = %v, want the policy's own %s answer (never %s)", err, ReasonNotDeclared, ReasonBusy)
+		}
+	}
+	if got := b.entered.Load(); got != n {
+		t.Errorf("policy entered %d times, want %d", got, n)
+	}
 }
 
 // TestTimeout: a request is bounded in time on the privileged side.

@@ -35,9 +35,10 @@ type Server struct {
 	Broker string // the broker's name, for logs and refusals
 	Policy Policy
 	Logger *slog.Logger
-	// MaxConcurrent bounds the requests under way at once; further ones
-	// are refused with ReasonBusy rather than queued, so a compromised
-	// process cannot make the privileged side hold unbounded sockets.
+	// MaxConcurrent bounds the requests under way at once; while that
+	// many are, the server stops reading the channel (further requests
+	// wait in its socket buffer), so a compromised process cannot make
+	// the privileged side hold unbounded sockets or goroutines.
 	MaxConcurrent int
 	// Timeout bounds one request: resolution and every dial attempt.
 	Timeout time.Duration
@@ -89,12 +90,16 @@ func (s *Server) Serve(ctx context.Context, conn *net.UnixConn) {
 			// broken or compromised. Stop serving it.
 			return
 		}
+		// At most max requests are worked on at once; while they are, this
+		// loop stops reading, so further requests wait in the channel's
+		// socket buffer (the kernel bounds it) and the privileged side
+		// holds nothing more for them. Refusing them as busy instead made
+		// a broker's burst of connections (64 model streams) fail: its
+		// client cannot know when a slot here is given back.
 		select {
 		case sem <- struct{}{}:
-		default:
-			s.logRefusal(log, req, ReasonBusy)
-			s.reply(&wmu, conn, Response{ID: req.ID, Reason: ReasonBusy}, -1)
-			continue
+		case <-ctx.Done():
+			return
 		}
 		wg.Add(1)
 		go func() {

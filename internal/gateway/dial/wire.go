@@ -21,7 +21,7 @@ const (
 const (
 	ReasonNotDeclared = "not-declared"  // the configuration declares no such destination for this broker
 	ReasonBadRequest  = "bad-request"   // the request does not parse
-	ReasonBusy        = "busy"          // MaxConcurrent dials of this broker are under way
+	ReasonBusy        = "busy"          // kept for the wire; the server now waits for a slot instead
 	ReasonDialFailed  = "dial-failed"   // no checked address answered within the timeout
 	ReasonPeer        = "peer-mismatch" // the connected peer is not the checked address
 	ReasonUnavailable = "unavailable"   // the channel to the privileged side is gone
