@@ -340,6 +340,9 @@ func queuedIn(pid int) (int64, bool) {
 			tx, rx, _ := strings.Cut(f[4], ":")
 			a, _ := strconv.ParseInt(tx, 16, 64)
 			c, _ := strconv.ParseInt(rx, 16, 64)
+			if a >= 1<<31 {
+				a = 0 // a racy read's wrapped write_seq - snd_una (see parseProcNetTCP)
+			}
 			total += a + c
 		}
 	}

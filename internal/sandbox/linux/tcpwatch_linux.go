@@ -473,6 +473,15 @@ func parseProcNetTCP(b []byte) (queued int64, sockets, children int, err error) 
 		if !ok || err1 != nil || err2 != nil {
 			return 0, 0, 0, fmt.Errorf("line %d: queues %q", i+1, f[4])
 		}
+		if a >= 1<<31 {
+			// tx_queue is write_seq - snd_una, read without the socket's
+			// lock: when snd_una moves past the write_seq read a moment
+			// before, the 32-bit difference wraps to ~4 GiB for one read.
+			// A real send queue is bounded by sk_sndbuf, an int: a value
+			// this large is only that wrap (seen in CI as 3.5 GB queued in
+			// a 64 MiB sandbox).
+			a = 0
+		}
 		queued += int64(a) + int64(c)
 		if st == tcpEstablished || st == tcpCloseWait {
 			if len(f) < 10 {

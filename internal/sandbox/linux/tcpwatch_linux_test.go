@@ -45,6 +45,12 @@ func TestParseProcNetTCP(t *testing.T) {
 			t.Errorf("%q: no error", bad)
 		}
 	}
+	// A racy read's wrapped tx_queue (write_seq - snd_una < 0) is not 3.5
+	// GB queued; the real rx_queue beside it still counts.
+	wrapped := " sl\n 0: 0100007F:89D9 0100007F:A0B1 01 D2921EB3:00000100 00:0 0 0 0 1162\n"
+	if q, _, _, err := parseProcNetTCP([]byte(wrapped)); err != nil || q != 0x100 {
+		t.Errorf("wrapped tx_queue: queued %d, %v; want 256", q, err)
+	}
 	if q, n, c, err := parseProcNetTCP([]byte(" sl local\n")); err != nil || q != 0 || n != 0 || c != 0 {
 		t.Errorf("header only: %d %d %d %v", q, n, c, err)
 	}
