@@ -82,19 +82,23 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 	}
 	// Secrets no broker uses as a credential (a stdio tool server's
 	// secret_env, one declared and unused) are nobody's way to an
-	// upstream: the brokers that redact (model, tool) get them to redact.
+	// upstream. A stdio server's secret_env values go to the tool broker
+	// alone (it relays that server's output and redacts them); secrets
+	// declared and used by nothing go to both redacting brokers.
 	used := map[string]bool{}
 	for _, n := range append(append([]string{}, modelSecrets...), toolSecrets...) {
 		used[n] = true
+	}
+	for _, s := range c.Tool.Servers {
+		for _, n := range s.SecretEnv {
+			toolSecrets, used[n] = append(toolSecrets, n), true
+		}
 	}
 	var others []string
 	for n := range c.Secrets {
 		if !used[n] {
 			others = append(others, n)
 		}
-	}
-	for _, s := range c.Tool.Servers {
-		toolSecrets = append(toolSecrets, s.SecretEnv...)
 	}
 	modelSecrets, toolSecrets = append(modelSecrets, others...), append(toolSecrets, others...)
 	mc := base(model.Name, "model")

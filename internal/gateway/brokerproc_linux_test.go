@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
@@ -15,8 +16,9 @@ import (
 )
 
 // Each broker process gets only the secrets its broker names (plus the
-// redaction-only ones no broker uses as a credential), and only its
-// broker's destinations in the dialer's policy.
+// redaction-only ones nothing uses; a stdio tool server's secret_env goes
+// to the tool broker alone), and only its broker's destinations in the
+// dialer's policy. A zero uid is refused, never replaced by a shared one.
 func TestBrokerSpecsSplitSecretsAndDestinations(t *testing.T) {
 	o := StartOptions{Config: ChildConfig{
 		Model: model.Config{Routes: []model.RouteConfig{{Name: "claude", API: "anthropic", Upstream: "https://192.0.2.10", Credential: "model-key"}}},
@@ -27,12 +29,15 @@ func TestBrokerSpecsSplitSecretsAndDestinations(t *testing.T) {
 		Egress:  egress.Config{Allow: []egress.Rule{{Host: "allowed.test", Ports: []int{443}}}, Resolve: map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("1.2.3.4")}}},
 		Secrets: map[string][]byte{"model-key": []byte("M"), "tool-key": []byte("T"), "local-token": []byte("L"), "unused": []byte("U")},
 	}}
+	if _, err := Start(o); err == nil || !strings.Contains(err.Error(), "no uid") {
+		t.Errorf("Start without a uid = %v, want refused", err)
+	}
 	specs, err := brokerSpecs(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"model":  {"local-token", "model-key", "unused"},
+		"model":  {"model-key", "unused"}, // never a stdio tool server's secret_env
 		"egress": nil,
 		"tool":   {"local-token", "tool-key", "unused"},
 		"state":  nil,

@@ -27,12 +27,6 @@ import (
 // argument names the broker.
 const Argv0 = proc.Argv0
 
-// DefaultUID is the broker processes' uid when no per-sandbox one is
-// given: nobody. A per-sandbox uid (the top of the sandbox's leased
-// range, which no sandbox process runs as) keeps gateways of different
-// sandboxes from signalling each other.
-const DefaultUID = 65534
-
 // ToolPipe is the tool broker process's end of a stdio tool server: it
 // writes requests to In and reads responses from Out.
 type ToolPipe struct{ In, Out *os.File }
@@ -45,7 +39,8 @@ type StartOptions struct {
 	Budget     store.Budget
 	Logger     *slog.Logger
 	Stderr     io.Writer
-	// UID and GID the broker processes run as; 0 means DefaultUID. Never
+	// UID and GID the broker processes run as: the sandbox's own (the top
+	// of its lease); 0 is refused, never replaced by a shared uid. Never
 	// root, never a uid a sandbox process uses.
 	UID, GID uint32
 	// Adopt, when set, places each broker process in the sandbox's
@@ -108,8 +103,18 @@ func Start(o StartOptions) (*Process, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	// The pipes are this call's to close, whatever happens below: the
+	// tool broker process holds its own copies once started.
+	defer func() {
+		for _, tp := range o.ToolPipes {
+			tp.In.Close()
+			tp.Out.Close()
+		}
+	}()
 	if o.UID == 0 || o.GID == 0 {
-		o.UID, o.GID = DefaultUID, DefaultUID
+		// A gateway without the sandbox's own identity would share one
+		// with every other such gateway (signals, /proc): refuse.
+		return nil, errors.New("gateway: no uid and gid of the sandbox's own to run the broker processes as")
 	}
 	if err := chargeEarlier(o); err != nil {
 		return nil, err
@@ -132,10 +137,6 @@ func Start(o StartOptions) (*Process, error) {
 	defer func() {
 		for _, f := range lfiles {
 			f.Close()
-		}
-		for _, tp := range o.ToolPipes {
-			tp.In.Close()
-			tp.Out.Close()
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/fake"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // fakeDaemon is a daemon on the fake provider (package fake): the daemon
@@ -131,9 +132,7 @@ func TestDaemonFakeProviderFailsClosed(t *testing.T) {
 // in, is refused (the workspace rule, for binds and rootfs too); one the
 // caller owns, of its group or of one of its supplementary groups, passes.
 func TestCheckOwned(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to chown the test directory")
-	}
+	testkit.RequireRoot(t) // to chown the test directory
 	dir := t.TempDir()
 	if err := os.Chown(dir, 54321, 54322); err != nil {
 		t.Fatal(err)

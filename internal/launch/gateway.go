@@ -303,10 +303,18 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.Unprivileged && len(cfg.Egress.UnsafeAllowRanges) > 0 {
+	if d.Unprivileged {
 		// Re-allowing loopback, private or metadata ranges is the host
-		// operator's decision, never a daemon client's.
-		return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "egress.unsafe_allow_ranges: only root may re-allow address ranges in a daemon sandbox's configuration")
+		// operator's decision, never a daemon client's: not for the
+		// sandbox's egress, nor for a tool server's.
+		if len(cfg.Egress.UnsafeAllowRanges) > 0 {
+			return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "egress.unsafe_allow_ranges: only root may re-allow address ranges in a daemon sandbox's configuration")
+		}
+		for _, t := range cfg.Tools {
+			if len(t.Egress.UnsafeAllowRanges) > 0 {
+				return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "tool server %s: egress.unsafe_allow_ranges: only root may re-allow address ranges in a daemon sandbox's configuration", t.Name)
+			}
+		}
 	}
 	for _, t := range cfg.Tools {
 		if len(t.Binds) > 0 {

@@ -29,6 +29,8 @@ func TestDetachedPlan(t *testing.T) {
 		// Re-allowing address ranges is the host operator's decision: a
 		// non-root daemon client is refused, root (the control) is not.
 		{"unsafe ranges from a user", Detached{Config: []byte(head + "egress:\n  unsafe_allow_ranges: [127.0.0.0/8]\n"), Unprivileged: true}, "only root may re-allow", 0},
+		{"a tool server's unsafe ranges from a user", Detached{Config: []byte(head + tool + "    egress:\n      unsafe_allow_ranges: [127.0.0.0/8]\n"), Unprivileged: true}, "only root may re-allow", 0},
+		{"a tool server's unsafe ranges from root", Detached{Config: []byte(head + tool + "    egress:\n      unsafe_allow_ranges: [127.0.0.0/8]\n")}, "", 1},
 		{"unsafe ranges from root", Detached{Config: []byte(head + "egress:\n  unsafe_allow_ranges: [127.0.0.0/8]\n")}, "", 0},
 		{"another policy sent", Detached{Config: []byte(head + "policy: [p.cedar]\n"), Policies: []policy.Source{{Name: "q.cedar", Data: []byte("permit(principal, action, resource);")}}}, "configuration names p.cedar", 0},
 	}
