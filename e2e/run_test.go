@@ -33,6 +33,7 @@ type runOpts struct {
 	env   []string            // cordon's own environment; PATH only when nil
 	stdin []byte              // nil: /dev/null
 	cred  *syscall.Credential // nil: as the test (root)
+	dir   string              // cordon's working directory ("": the test's)
 }
 
 // cordonProc is a cordon process started in the background. Its stdout
@@ -63,6 +64,7 @@ func startCordon(t *testing.T, st string, o runOpts, args ...string) *cordonProc
 	if o.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: o.cred}
 	}
+	cmd.Dir = o.dir
 	dir := t.TempDir()
 	p := &cordonProc{cmd: cmd, done: make(chan struct{})}
 	var err error
@@ -890,8 +892,10 @@ func TestRunWorkspaceRefused(t *testing.T) {
 	}{
 		{"symlink", filepath.Join(dir, "link"), "symlink"},
 		{"symlink in an ancestor", filepath.Join(dir, "ancestor", "ws"), "symlink"},
-		{"relative", "real/ws", "absolute"},
-		{"dot-dot relative", "../ws", "absolute"},
+		// Relative paths resolve against cordon's working directory (the
+		// test's: e2e/), where these do not exist.
+		{"relative", "real/ws", "no such file"},
+		{"dot-dot relative", "../ws", "no such file"},
 		{"regular file", file, "not a directory"},
 		{"missing", filepath.Join(dir, "missing"), "no such file"},
 		{"owned by root", rootOwned, "--unsafe-root-workspace"},
@@ -1243,8 +1247,8 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"env empty key", []string{"run", "--env", "=v", "--", "/bin/true"}, "K=V"},
 		{"unknown level", []string{"run", "--level", "BOGUS", "--", "/bin/true"}, "BOGUS"},
 		{"DEDICATED_VM", []string{"run", "--level", "DEDICATED_VM", "--", "/bin/true"}, "no provider"},
-		{"ro relative", []string{"run", "--ro", "relative:path", "--", "/bin/true"}, "absolute"},
-		{"ro relative target", []string{"run", "--ro", probeDir + ":rel", "--", "/bin/true"}, "absolute"},
+		{"ro relative target", []string{"run", "--ro", "relative:path", "--", "/bin/true"}, "SANDBOX path must be absolute"},
+		{"ro relative target after an absolute host", []string{"run", "--ro", probeDir + ":rel", "--", "/bin/true"}, "absolute"},
 		{"ro missing", []string{"run", "--ro", "/nonexistent-e2e", "--", "/bin/true"}, "no such file"},
 		{"ro /proc", []string{"run", "--ro", "/proc", "--", "/bin/true"}, "may not be bound"},
 		{"ro /sys", []string{"run", "--ro", "/sys/kernel:/k", "--", "/bin/true"}, "may not be bound"},
@@ -1252,7 +1256,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{"ro onto /proc", []string{"run", "--ro", probeDir + ":/proc", "--", "/bin/true"}, "reserved"},
 		{"ro onto /etc", []string{"run", "--ro", probeDir + ":/etc/x", "--", "/bin/true"}, "reserved"},
 		{"ro the state dir", []string{"run", "--ro", st + ":/s", "--", "/bin/true"}, "state directory"},
-		{"rootfs relative", []string{"run", "--rootfs", "relative", "--", "/bin/true"}, "absolute"},
+		{"rootfs relative, resolved in the working directory", []string{"run", "--rootfs", "relative", "--", "/bin/true"}, "e2e/relative: no such file"},
 		{"rootfs /", []string{"run", "--rootfs", "/", "--", "/bin/true"}, "may not be a sandbox root"},
 		{"tmp-size too small", []string{"run", "--tmp-size", "1K", "--", "/bin/true"}, "--tmp-size"},
 	}

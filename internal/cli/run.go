@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,8 +73,8 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.level, "level", sandbox.DedicatedContainer.String(), "isolation level that must be evidenced: SHARED, DOMAIN_ISOLATED, DEDICATED_RUNTIME, DEDICATED_CONTAINER, DEDICATED_VM")
-	fl.StringVar(&f.workspace, "workspace", "", "host directory bound read-write at /workspace (the working directory); files keep its owner's uid")
-	fl.StringArrayVar(&f.ro, "ro", nil, "read-only bind HOST[:SANDBOX] (repeatable)")
+	fl.StringVar(&f.workspace, "workspace", "", "host directory bound read-write at /workspace (the working directory; a relative path is from here, e.g. --workspace .); files keep its owner's uid")
+	fl.StringArrayVar(&f.ro, "ro", nil, "read-only bind HOST[:SANDBOX] (repeatable; HOST may be relative to this directory, SANDBOX is absolute)")
 	fl.StringArrayVar(&f.rw, "rw", nil, "read-write bind HOST[:SANDBOX] (repeatable; idmapped to the owner like --workspace)")
 	fl.StringVar(&f.rootfs, "rootfs", "", "explicit read-only root directory instead of the host's /usr layout")
 	fl.StringVar(&f.memory, "memory", "", "memory limit, swap included (1024-based units: 512M, 2G, 2GiB; default 4GiB)")
@@ -134,6 +133,12 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 	if err != nil {
 		return fail("--level: %v", err)
 	}
+	if f.workspace, err = hostPath("run", "--workspace", f.workspace); err != nil {
+		return sandbox.Spec{}, err
+	}
+	if f.rootfs, err = hostPath("run", "--rootfs", f.rootfs); err != nil {
+		return sandbox.Spec{}, err
+	}
 	spec := sandbox.Spec{Argv: argv, Level: level, Workload: f.workload, UnsafeRootWorkspace: f.unsafeRoot,
 		Workspace: f.workspace, Rootfs: f.rootfs, Env: f.env}
 	if spec.Binds, err = parseBinds(f.ro, f.rw); err != nil {
@@ -179,12 +184,9 @@ func parseBinds(ro, rw []string) ([]sandbox.Bind, error) {
 		name string
 	}{{ro, false, "--ro"}, {rw, true, "--rw"}} {
 		for _, v := range p.vals {
-			host, target, ok := strings.Cut(v, ":")
-			if !ok {
-				target = host
-			}
-			if !filepath.IsAbs(host) || !filepath.IsAbs(target) {
-				return nil, failure.Failf(failure.KindUsage, "run", "%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
+			host, target, err := bindArg("run", p.name, v)
+			if err != nil {
+				return nil, err
 			}
 			if _, err := os.Lstat(host); err != nil {
 				return nil, failure.Failf(failure.KindUsage, "run", "%s %s: %v", p.name, v, err)

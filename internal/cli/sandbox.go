@@ -286,8 +286,9 @@ func (f *createFlags) openFiles(s *hostmgr.Spec) ([]*os.File, error) {
 // returns what it opened so far, for the caller to close.
 func (f *createFlags) openEach(s *hostmgr.Spec, files []*os.File) ([]*os.File, error) {
 	open := func(flag, path string, dir bool) error {
-		if !filepath.IsAbs(path) {
-			return failure.Failf(failure.KindUsage, "sandbox create", "%s %s: must be an absolute path", flag, path)
+		path, err := hostPath("sandbox create", flag, path)
+		if err != nil {
+			return err
 		}
 		flags := unix.O_PATH | unix.O_CLOEXEC
 		if dir {
@@ -312,12 +313,9 @@ func (f *createFlags) openEach(s *hostmgr.Spec, files []*os.File) ([]*os.File, e
 		name string
 	}{{f.ro, false, "--ro"}, {f.rw, true, "--rw"}} {
 		for _, v := range p.vals {
-			host, target, ok := strings.Cut(v, ":")
-			if !ok {
-				target = host
-			}
-			if !filepath.IsAbs(target) {
-				return files, failure.Failf(failure.KindUsage, "sandbox create", "%s %s: HOST and SANDBOX paths must be absolute", p.name, v)
+			host, target, err := bindArg("sandbox create", p.name, v)
+			if err != nil {
+				return files, err
 			}
 			if err := open(p.name, host, false); err != nil {
 				return files, err
