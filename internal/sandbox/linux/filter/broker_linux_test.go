@@ -3,8 +3,6 @@
 package filter
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,23 +21,10 @@ import (
 // listener at path, and a socketpair. One "name errno" line per probe.
 func brokerChild(install bool, path string) int {
 	runtime.LockOSThread()
-	if install {
-		p, err := BuildBroker()
-		if err == nil {
-			err = Install(p)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
+	if install && !installChildFilter(BuildBroker) {
+		return 2
 	}
-	report := func(name string, err error) {
-		var errno syscall.Errno
-		if err != nil && !errors.As(err, &errno) {
-			errno = ^syscall.Errno(0)
-		}
-		fmt.Printf("%s %d\n", name, int(errno))
-	}
+	report := reportErrno
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
 	if err == nil {
 		unix.Close(fd)
@@ -132,21 +117,10 @@ func TestBrokerDenied(t *testing.T) {
 // and must not do. One "name errno" line per probe.
 func sourceChild(path string) int {
 	runtime.LockOSThread()
-	p, err := BuildSocketSource()
-	if err == nil {
-		err = Install(p)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	if !installChildFilter(BuildSocketSource) {
 		return 2
 	}
-	report := func(name string, err error) {
-		var errno syscall.Errno
-		if err != nil && !errors.As(err, &errno) {
-			errno = ^syscall.Errno(0)
-		}
-		fmt.Printf("%s %d\n", name, int(errno))
-	}
+	report := reportErrno
 	fd4, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
 	report("socket-inet", err)
 	fd6, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM, 0)

@@ -5,7 +5,6 @@ package filter
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -47,23 +46,10 @@ func retargetChild(install bool) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if install {
-		p, err := BuildBroker()
-		if err == nil {
-			err = Install(p)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
+	if install && !installChildFilter(BuildBroker) {
+		return 2
 	}
-	report := func(name string, err error) {
-		var errno syscall.Errno
-		if err != nil && !errors.As(err, &errno) {
-			errno = ^syscall.Errno(0)
-		}
-		fmt.Printf("%s %d\n", name, int(errno))
-	}
+	report := reportErrno
 	target := &unix.SockaddrInet4{Port: ap.Port}
 	copy(target.Addr[:], ap.IP.To4())
 	// connect(fd, {AF_UNSPEC}): the raw call, x/sys has no Sockaddr for it.
@@ -265,15 +251,8 @@ func compiledOf(tb testing.TB, build func() (*Program, error)) bpf.Program {
 // prints "name errno" per probe and the segment's id as "shmid N".
 func ipcChild(install bool) int {
 	runtime.LockOSThread()
-	if install {
-		p, err := BuildBroker()
-		if err == nil {
-			err = Install(p)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
+	if install && !installChildFilter(BuildBroker) {
+		return 2
 	}
 	report := func(name string, e syscall.Errno) { fmt.Printf("%s %d\n", name, int(e)) }
 	id, _, e := unix.Syscall(unix.SYS_SHMGET, unix.IPC_PRIVATE, 4096, unix.IPC_CREAT|0o600)
@@ -372,23 +351,10 @@ func signalChild(install bool) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	if install {
-		p, err := BuildBroker()
-		if err == nil {
-			err = Install(p)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
+	if install && !installChildFilter(BuildBroker) {
+		return 2
 	}
-	report := func(name string, err error) {
-		var errno syscall.Errno
-		if err != nil && !errors.As(err, &errno) {
-			errno = ^syscall.Errno(0)
-		}
-		fmt.Printf("%s %d\n", name, int(errno))
-	}
+	report := reportErrno
 	report("kill-self", unix.Kill(os.Getpid(), 0))
 	if install {
 		// Only under the filter: without it these would kill the victim

@@ -45,23 +45,10 @@ func TestMain(m *testing.M) {
 // success). It returns 2 if it could not set itself up.
 func child(mode, path string) int {
 	runtime.LockOSThread()
-	if mode == "filter" {
-		p, err := Build()
-		if err == nil {
-			err = Install(p)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
+	if mode == "filter" && !installChildFilter(Build) {
+		return 2
 	}
-	report := func(name string, err error) {
-		var errno syscall.Errno
-		if err != nil && !errors.As(err, &errno) {
-			errno = ^syscall.Errno(0) // not an errno: the parent fails on it
-		}
-		fmt.Printf("%s %d\n", name, int(errno))
-	}
+	report := reportErrno
 
 	// A plain fork and exec of a Go program must still work under the filter.
 	run, err := testkit.ChildCommand("exit")
@@ -177,4 +164,29 @@ func TestInstallRejects(t *testing.T) {
 	if mode, _ := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); mode != 0 {
 		t.Fatalf("f(%q) = %d, want 0: a rejected Install installed a filter", "PR_GET_SECCOMP", mode)
 	}
+}
+
+// installChildFilter compiles a filter with build and installs it in this
+// (child) process; it prints why and reports false when it could not.
+func installChildFilter(build func() (*Program, error)) bool {
+	p, err := build()
+	if err == nil {
+		err = Install(p)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return false
+	}
+	return true
+}
+
+// reportErrno prints a child's "name errno" line for one probe: 0 when it
+// succeeded, its errno, or -1 when err is not an errno (the parent fails
+// on it).
+func reportErrno(name string, err error) {
+	var errno syscall.Errno
+	if err != nil && !errors.As(err, &errno) {
+		errno = ^syscall.Errno(0)
+	}
+	fmt.Printf("%s %d\n", name, int(errno))
 }
