@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"time"
@@ -82,7 +83,7 @@ func lookupChecked(ctx context.Context, resolve map[string][]netip.Addr, resolve
 		as, err = resolver.LookupNetIP(rctx, "ip", name)
 		cancel()
 		if err != nil {
-			if r, ok := err.(interface{ Reason() string }); ok && r.Reason() == ReasonAddressDenied {
+			if r, ok := errors.AsType[Refusal](err); ok && r.Reason() == ReasonAddressDenied {
 				// A resolver that checks addresses itself (the checked
 				// dialer's) keeps its reason.
 				return nil, ReasonAddressDenied, err

@@ -75,6 +75,14 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
+// Refusal is an error a checking Resolver (the privileged side's checked
+// dialer) returns with its own reason code; a lookup keeps
+// ReasonAddressDenied from it instead of reporting a failed resolution.
+type Refusal interface {
+	error
+	Reason() string
+}
+
 // Options configure a Broker. Authority is required.
 type Options struct {
 	Allow []Rule

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/cordon-project/cordon/internal/broker/egress"
 	"github.com/cordon-project/cordon/internal/failure"
 )
 
@@ -96,6 +97,9 @@ type Refused struct {
 func (e *Refused) Error() string {
 	return fmt.Sprintf("dial %s for the %s broker: refused: %s", e.Target, e.Broker, e.Why)
 }
+
+// Refused is the egress broker's Refusal: a lookup keeps its reason.
+var _ egress.Refusal = (*Refused)(nil)
 
 // Reason is the refusal's reason code.
 func (e *Refused) Reason() string { return e.Why }
