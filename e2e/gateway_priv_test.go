@@ -87,27 +87,14 @@ func TestGatewayProcessUnprivileged(t *testing.T) {
 	}
 }
 
-// childNamed returns the pid of a child of parent whose argv[0] is name.
+// childNamed returns the pid of a child of parent whose argv[0] is name
+// (the lowest, when several are: the first /proc lists), or 0.
 func childNamed(parent int, name string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cl), name+"\x00") {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(parent) {
-			return pid
+	first := 0
+	for pid := range childrenNamed(parent, name) {
+		if first == 0 || pid < first {
+			first = pid
 		}
 	}
-	return 0
+	return first
 }
