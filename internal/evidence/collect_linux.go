@@ -13,6 +13,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/cordon-project/cordon/internal/setns"
 	"golang.org/x/sys/unix"
 )
 
@@ -436,7 +437,7 @@ func ipcChecks(proc string, in Inputs) []Check {
 	// locked thread to read them (setns into these needs no unsharing of
 	// the process, and returns afterwards).
 	c := Check{Name: "hostname", Want: in.Hostname, Source: proc + "/ns/uts: uname"}
-	err := inNamespace(proc+"/ns/uts", unix.CLONE_NEWUTS, func() error {
+	err := setns.Do(proc+"/ns/uts", unix.CLONE_NEWUTS, func() error {
 		var u unix.Utsname
 		if err := unix.Uname(&u); err != nil {
 			return err
@@ -450,7 +451,7 @@ func ipcChecks(proc string, in Inputs) []Check {
 	c.OK = err == nil && c.Got == in.Hostname
 	out := []Check{c}
 	var objs [3]int
-	err = inNamespace(proc+"/ns/ipc", unix.CLONE_NEWIPC, func() error {
+	err = setns.Do(proc+"/ns/ipc", unix.CLONE_NEWIPC, func() error {
 		for i, f := range []string{"msg", "sem", "shm"} {
 			b, err := os.ReadFile("/proc/sysvipc/" + f)
 			if err != nil {

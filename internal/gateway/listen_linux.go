@@ -3,8 +3,8 @@ package gateway
 import (
 	"fmt"
 	"os"
-	"runtime"
 
+	"github.com/cordon-project/cordon/internal/setns"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,62 +14,26 @@ import (
 // sandbox's namespace, listen, setns back; if the way back fails the thread
 // stays locked so the runtime discards it.
 func ListenInNetns(pid int, ports []int) ([]*os.File, error) {
-	type result struct {
-		files []*os.File
-		err   error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer unix.Close(self)
-		target, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("enter the sandbox's network namespace: %w", err)}
-			return
-		}
-		var files []*os.File
-		var lerr error
+	var files []*os.File
+	err := setns.Do(fmt.Sprintf("/proc/%d/ns/net", pid), unix.CLONE_NEWNET, func() error {
 		for _, p := range ports {
 			// net.Listen would ask the runtime's poller, which is fine, but
 			// a raw socket keeps this thread's work to plain syscalls.
 			f, err := listenTCP(p)
 			if err != nil {
-				lerr = fmt.Errorf("listen on 127.0.0.1:%d in the sandbox: %w", p, err)
-				break
+				return fmt.Errorf("listen on 127.0.0.1:%d in the sandbox: %w", p, err)
 			}
 			files = append(files, f)
 		}
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			// Stay locked: this thread is in the wrong namespace for good.
-			for _, f := range files {
-				f.Close()
-			}
-			ch <- result{err: fmt.Errorf("return from the sandbox's network namespace: %w", err)}
-			return
+		return nil
+	})
+	if err != nil {
+		for _, f := range files {
+			f.Close()
 		}
-		runtime.UnlockOSThread()
-		if lerr != nil {
-			for _, f := range files {
-				f.Close()
-			}
-		}
-		ch <- result{files: files, err: lerr}
-	}()
-	r := <-ch
-	return r.files, r.err
+		return nil, fmt.Errorf("the sandbox's network namespace: %w", err)
+	}
+	return files, nil
 }
 
 func listenTCP(port int) (*os.File, error) {

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 
+	"github.com/cordon-project/cordon/internal/setns"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,51 +29,21 @@ const (
 type listenDiag struct{ fd int }
 
 // openListenDiag opens the socket in the network namespace of pid (a
-// locked thread enters it and comes back, as ListenInNetns does).
+// locked thread enters it and comes back: package setns).
 func openListenDiag(pid int) (*listenDiag, error) {
-	type result struct {
-		fd  int
-		err error
+	fd := -1
+	err := setns.Do(fmt.Sprintf("/proc/%d/ns/net", pid), unix.CLONE_NEWNET, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+		return err
+	})
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("sock_diag socket: %w", err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{-1, err}
-			return
-		}
-		defer unix.Close(self)
-		target, err := unix.Open(fmt.Sprintf("/proc/%d/ns/net", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{-1, err}
-			return
-		}
-		defer unix.Close(target)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{-1, fmt.Errorf("enter the sandbox's network namespace: %w", err)}
-			return
-		}
-		fd, serr := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-		if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-			// Stay locked: this thread is in the wrong namespace for good.
-			if serr == nil {
-				unix.Close(fd)
-			}
-			ch <- result{-1, fmt.Errorf("return from the sandbox's network namespace: %w", err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- result{fd, serr}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("sock_diag socket: %w", r.err)
-	}
-	return &listenDiag{fd: r.fd}, nil
+	return &listenDiag{fd: fd}, nil
 }
 
 func (d *listenDiag) Close() error { return unix.Close(d.fd) }

@@ -1,4 +1,4 @@
-package evidence
+package setns
 
 import (
 	"fmt"
@@ -7,10 +7,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inNamespace runs fn on a thread that has joined the namespace at path,
-// then returns the thread to its own namespace. If the way back fails the
-// thread stays locked, so the runtime discards it rather than reuse it.
-func inNamespace(path string, nstype int, fn func() error) error {
+// Do runs fn on a thread that has joined the namespace at path (of type
+// nstype: unix.CLONE_NEWNET, CLONE_NEWIPC or CLONE_NEWUTS), then returns
+// the thread to its own namespace. If the way back fails the thread stays
+// locked, so the runtime discards it rather than reuse it, and Do returns
+// that error: whatever fn made in the namespace is the caller's to undo.
+func Do(path string, nstype int, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -44,6 +46,7 @@ func inNamespace(path string, nstype int, fn func() error) error {
 	return <-errc
 }
 
+// nsFile is nstype's name under /proc/PID/ns.
 func nsFile(nstype int) string {
 	switch nstype {
 	case unix.CLONE_NEWUTS:

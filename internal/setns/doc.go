@@ -1,0 +1,9 @@
+// Package setns runs a function inside another process's namespace (its
+// network, IPC or UTS namespace) on one locked OS thread, and brings the
+// thread back: how the trusted side opens listeners and sock_diag sockets
+// in a sandbox's network namespace and reads its IPC and UTS facts.
+//
+// Plane: root. It must never let a thread that could not return to its own
+// namespace run anything else (it stays locked, so the Go runtime discards
+// it), and never run agent-supplied code in the namespace it enters.
+package setns
