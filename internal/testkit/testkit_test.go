@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/testkit"
@@ -137,5 +138,21 @@ func TestServeAs(t *testing.T) {
 	defer plain.Close()
 	if got := get(plain.URL); !strings.HasPrefix(got, "false") {
 		t.Errorf("plain server: the handler saw %q, want no identity", got)
+	}
+}
+
+// The tmux driver types into a real terminal, reads the screen, resizes
+// and sees the exit status.
+func TestTmux(t *testing.T) {
+	x := testkit.NewTmux(t, 80, 24, []string{"GREETING=hi there"}, "/bin/sh", "-c", `echo "$GREETING"; stty size; read line; echo "got:$line"; stty size; exit 3`)
+	x.WaitFor(`hi there\n24 80`, 10*time.Second)
+	if pid := x.PID(); pid <= 0 {
+		t.Fatalf("no pid for the command: %d", pid)
+	}
+	x.Resize(100, 30)
+	x.Type("typed 'quoted' text")
+	x.WaitFor(`got:typed 'quoted' text\n30 100`, 10*time.Second)
+	if code := x.WaitExit(10 * time.Second); code != 3 {
+		t.Fatalf("exit status %d, want 3", code)
 	}
 }
