@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
@@ -97,6 +98,13 @@ func describe(err error) string {
 	var c failure.Carrier
 	if errors.As(err, &c) && failure.Known(c.FailureKind()) {
 		return textsafe.Line(fmt.Sprintf("%s: %v", c.FailureKind(), err))
+	}
+	// A daemon refusal without a lifecycle kind keeps the protocol's own
+	// stable kind (not_found, conflict, unauthorized, …): it is not the
+	// caller's usage.
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return textsafe.Line(err.Error())
 	}
 	return textsafe.Line(fmt.Sprintf("%s: %v", failure.KindUsage, err))
 }
