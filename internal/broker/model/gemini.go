@@ -388,10 +388,8 @@ func (g *ggate) generationConfig(s *jscan) error {
 				return s.literal("null")
 			}
 			raw, err := s.number()
-			if err != nil {
-				return err
-			}
 			n, ok := uintValue(raw)
+			ok = ok && err == nil // a string ("100") is refused too
 			if bit == gCandidateCount {
 				if !ok || n < 1 || n > maxChoices {
 					return refuse(kindInvalid, fmt.Sprintf(`"candidateCount" must be an integer from 1 to %d`, maxChoices))
