@@ -415,3 +415,30 @@ func TestGeminiCapEdits(t *testing.T) {
 		t.Errorf("countTokens got a cap: %+v", p)
 	}
 }
+
+// A Gemini call held for approval: 409 in Gemini's error shape naming the
+// approval, nothing forwarded, a deny receipt.
+func TestGeminiApprovalPending(t *testing.T) {
+	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) { io.WriteString(w, geminiReply) })
+	led := &pendingAuthority{fakeAuthority: newFakeAuthority()}
+	s := newSetup(t, up.URL, func(o *Options) { o.Authority = led })
+	body := `{"contents":[{"parts":[{"text":"hi"}]}]}`
+	resp, out := s.postGemini(t, "/v1beta/models/gemini-2.5-flash:generateContent", body)
+	var m struct {
+		Error struct {
+			Code       int    `json:"code"`
+			Status     string `json:"status"`
+			Reason     string `json:"reason"`
+			ApprovalID string `json:"approval_id"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil || resp.StatusCode != 409 || m.Error.Code != 409 || m.Error.Reason != "approval_pending" || m.Error.ApprovalID != pendingRef.ID {
+		t.Fatalf("approval pending = %d %s (%v)", resp.StatusCode, out, err)
+	}
+	if a := led.asks[len(led.asks)-1]; a.Operation != "gemini.generate" || a.Target != "gemini-2.5-flash" || a.RequestDigest != digest([]byte(body)) {
+		t.Errorf("policy question %+v", a)
+	}
+	if seen.count() != 0 {
+		t.Errorf("upstream saw %d requests", seen.count())
+	}
+}
