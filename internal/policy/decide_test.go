@@ -289,7 +289,7 @@ func TestDefaultExampleMatchesConfigs(t *testing.T) {
 		cfgs = append(cfgs, c)
 	}
 	for _, id := range []string{"claude-sonnet-4-5", "claude-opus-4-1", "claude", "gpt-5", "gpt-5-mini", "gpt-4o", "o4-mini", "o4-mini-high", "xclaude-1",
-		"gemini-2.5-flash", "gemini-3-pro-preview", "gemini-1.5-pro", "gemini-2.5"} {
+		"gemini-2.5-flash", "gemini-3-pro-preview", "gemini-3.1-pro-preview", "gemini-1.5-pro", "gemini-2.5"} {
 		want := false
 		for _, c := range cfgs {
 			for _, m := range c.Models {
