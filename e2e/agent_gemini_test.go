@@ -57,8 +57,8 @@ secrets:
 
 // geminiHome is a workspace holding the CLI's home (GEMINI_CLI_HOME=
 // /workspace/home): settings.json selects API-key auth (else the CLI
-// exits 41, "Invalid auth method") and turns usage statistics off (else it
-// calls play.googleapis.com).
+// exits 41, "Invalid auth method"), turns usage statistics off (else it
+// calls play.googleapis.com) and update checks off (registry.npmjs.org).
 func geminiHome(t *testing.T) string {
 	t.Helper()
 	ws := workspace(t)
@@ -67,7 +67,7 @@ func geminiHome(t *testing.T) string {
 		t.Fatal(err)
 	}
 	settings := `{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false},` +
-		`"general":{"disableAutoUpdate":true,"disableUpdateNag":true},"tools":{"sandbox":false}}`
+		`"general":{"enableAutoUpdate":false,"enableAutoUpdateNotification":false},"tools":{"sandbox":false}}`
 	if err := os.WriteFile(filepath.Join(dot, "settings.json"), []byte(settings), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +156,9 @@ func TestAgentGeminiCLI(t *testing.T) {
 		t.Errorf("receipts hold the key")
 	}
 	allowed := geminiReceipts(t, rc.Stdout, "allow")
+	if eg := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "egress"); strings.Contains(eg.Stdout, "connect") {
+		t.Logf("the CLI tried other destinations (refused by egress):\n%s", eg.Stdout)
+	}
 	t.Logf("upstream saw %d requests, %d allowed gemini receipts", len(up.Seen()), allowed)
 
 	// A model outside the allow-list: the broker refuses, the upstream

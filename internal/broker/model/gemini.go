@@ -459,7 +459,9 @@ func (x *exchange) geminiChunk(f *fields, whole bool) {
 	if len(f.errv) > 0 && string(f.errv) != "null" {
 		done = true
 	}
-	x.geminiTokens(f.usageMeta, done)
+	// A chunk after the one that ended the call (usage sent apart) is
+	// final too.
+	x.geminiTokens(f.usageMeta, done || x.done)
 	if done {
 		x.done = true
 	}

@@ -442,3 +442,20 @@ func TestGeminiApprovalPending(t *testing.T) {
 		t.Errorf("upstream saw %d requests", seen.count())
 	}
 }
+
+// Usage sent in a chunk after the one with finishReason is still the
+// call's final usage.
+func TestGeminiUsageAfterFinish(t *testing.T) {
+	x := &exchange{ep: &endpoints[5], api: apiGemini}
+	for _, d := range []string{
+		`{"candidates":[{"content":{"parts":[{"text":"a"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":1}}`,
+		`{"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":6,"thoughtsTokenCount":2}}`,
+	} {
+		if err := x.inspectEvent(&sseEvent{data: []byte(d)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !x.done || x.usage.out != 8 || x.usage.in != 4 {
+		t.Errorf("done %v usage %+v, want done with 4 in, 8 out", x.done, x.usage)
+	}
+}
