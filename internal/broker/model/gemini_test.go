@@ -459,3 +459,42 @@ func TestGeminiUsageAfterFinish(t *testing.T) {
 		t.Errorf("done %v usage %+v, want done with 4 in, 8 out", x.done, x.usage)
 	}
 }
+
+// Budgets: the reservation is the output cap times candidateCount (the
+// agent's cap, or the one the broker set); over the budget the call is
+// refused as RESOURCE_EXHAUSTED before the upstream is reached, and a call
+// that fits is the control.
+func TestGeminiBudget(t *testing.T) {
+	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, geminiReply)
+	})
+	s := newSetup(t, up.URL, nil)
+	s.authority.limits.OutputTokens = 3000
+	for _, tt := range []struct {
+		body   string
+		status int
+		want   int64 // output tokens reserved
+	}{
+		{`{"contents":[],"generationConfig":{"maxOutputTokens":1000,"candidateCount":4}}`, 429, 0},
+		{`{"contents":[]}`, 429, 0}, // the broker's cap, 4096
+		{`{"contents":[],"generationConfig":{"maxOutputTokens":1000,"candidateCount":2}}`, 200, 2000},
+	} {
+		resp, out := s.postGemini(t, "/v1beta/models/gemini-2.5-flash:generateContent", tt.body)
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s = %d %s, want %d", tt.body, resp.StatusCode, out, tt.status)
+		}
+		if tt.status == 429 {
+			if e := decodeGeminiError(t, out); e.Error.Status != "RESOURCE_EXHAUSTED" || !strings.Contains(e.Error.Message, "output tokens") {
+				t.Errorf("%s: refusal %s", tt.body, out)
+			}
+			continue
+		}
+		if got := s.authority.reserved[len(s.authority.reserved)-1].OutputTokens; got != tt.want {
+			t.Errorf("%s reserved %d output tokens, want %d", tt.body, got, tt.want)
+		}
+	}
+	if seen.count() != 1 {
+		t.Errorf("upstream saw %d requests, want the control's only", seen.count())
+	}
+}
