@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/testkit"
@@ -27,14 +31,12 @@ func geminiDir(t *testing.T) string {
 const geminiEntry = "node_modules/@google/gemini-cli/bundle/gemini.js"
 
 // geminiConfig is a cordon config with one Gemini route to upstream,
-// allowing gemini-2.5-* only, its key from a file.
+// allowing gemini-2.5-* only, its key from GEMINI_API_KEY in cordon's own
+// environment, as in examples/gemini.yaml: the sandbox's variable of the
+// same name must be the placeholder.
 func geminiConfig(t *testing.T, upstream string) string {
 	t.Helper()
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "key")
-	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := fmt.Sprintf(`version: cordon/v1
 workload: e2e
 tenant: acme
@@ -46,8 +48,8 @@ models:
     credential: gemini-key
     models: ["gemini-2.5-*"]
 secrets:
-  gemini-key: {file: %s}
-`, upstream, keyFile)
+  gemini-key: {env: GEMINI_API_KEY}
+`, upstream)
 	p := filepath.Join(dir, "cordon.yaml")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -94,7 +96,7 @@ func TestAgentGeminiCLI(t *testing.T) {
 	cfg := geminiConfig(t, up.URL())
 	ws := geminiHome(t)
 	run := func(model, prompt string) result {
-		return cordon(t, cordonBin, st, "run", "--config", cfg, "--workspace", ws,
+		return cordonGemini(t, st, "run", "--config", cfg, "--workspace", ws,
 			"--ro", dir+":/opt/gemini",
 			"--env", "GEMINI_CLI_HOME=/workspace/home", "--env", "GEMINI_SANDBOX=false",
 			"--env", "GEMINI_CLI_NO_RELAUNCH=true", "--env", "NO_COLOR=1",
@@ -222,7 +224,7 @@ func TestAgentGeminiCLITool(t *testing.T) {
 	up.ToolInput = `{"command":"echo gemini-tool-ran > /workspace/tool-out.txt && echo wrote-it"}`
 	cfg := geminiConfig(t, up.URL())
 	ws := geminiHome(t)
-	r := cordon(t, cordonBin, st, "run", "--config", cfg, "--workspace", ws, "--ro", dir+":/opt/gemini",
+	r := cordonGemini(t, st, "run", "--config", cfg, "--workspace", ws, "--ro", dir+":/opt/gemini",
 		"--env", "GEMINI_CLI_HOME=/workspace/home", "--env", "GEMINI_SANDBOX=false", "--env", "GEMINI_CLI_NO_RELAUNCH=true",
 		"--timeout", "120s", "--",
 		"/bin/sh", "-c", `cd /workspace && exec /usr/bin/node /opt/gemini/`+geminiEntry+` --skip-trust -y -m gemini-2.5-flash -p "write the file" </dev/null`)
@@ -240,4 +242,21 @@ func TestAgentGeminiCLITool(t *testing.T) {
 	if !strings.Contains(rc.Stdout, "tool_use:run_shell_command") {
 		t.Errorf("no receipt lists the tool call:\n%s", rc.Stdout)
 	}
+}
+
+// cordonGemini runs cordon as cordon() does, with the Gemini key in
+// cordon's own environment (where geminiConfig's secret reads it).
+func cordonGemini(t *testing.T, state string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cordonBin, append([]string{"--state-dir", state}, args...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "GEMINI_API_KEY=" + fakeKey}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
+	}
+	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
 }
