@@ -187,7 +187,7 @@ type explainRequest struct {
 	User     string          `json:"user,omitempty"`
 	Resource policy.Resource `json:"resource"`
 	Context  policy.Context  `json:"context"`
-	// API is a model call's protocol ("anthropic" or "openai"; absent:
+	// API is a model call's protocol ("anthropic", "openai" or "gemini"; absent:
 	// any configured route); Operation a state operation (get, put,
 	// delete, list, export, reset; absent: get for state.read, put for
 	// state.write). Neither is part of the Cedar request.
@@ -272,7 +272,7 @@ configuration; the request gives the rest as JSON (--request '{...}',
    "context":  {"port": 443, "argument_digest": "sha256:…",
                 "budget": {"used": {"requests": 3}, "streams": 0}},
                                             (budget.limits are the configuration's budgets)
-   "api":       "anthropic" | "openai",     (optional, model.invoke: the route's API)
+   "api":       "anthropic" | "openai" | "gemini", (optional, model.invoke: the route's API)
    "operation": "get" | "put" | "delete" | "list" | "export" | "reset"}
                                             (optional, state: default get / put)
 

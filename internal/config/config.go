@@ -31,6 +31,7 @@ const MaxFileBytes = 1 << 20
 const (
 	APIAnthropic = "anthropic"
 	APIOpenAI    = "openai"
+	APIGemini    = "gemini"
 )
 
 // Defaults for the limits block; each applies when its key is absent.
@@ -152,7 +153,9 @@ type Model struct {
 	// Name identifies the upstream in receipts and logs; unique; same syntax
 	// as Config.Workload. Key: name.
 	Name string
-	// API is the wire protocol: "anthropic" or "openai". Key: api.
+	// API is the wire protocol: "anthropic", "openai" or "gemini" (the
+	// Gemini API's generateContent, streamGenerateContent and
+	// countTokens under /v1beta/models/). Key: api.
 	API string
 	// Upstream is the base URL requests are forwarded to: absolute http or
 	// https, with a host, without user information, query or fragment.

@@ -233,8 +233,8 @@ func buildModels(c *Config, raw *rawConfig, ix *index) {
 			}
 			seen[m.Name] = true
 		}
-		if m.API != APIAnthropic && m.API != APIOpenAI {
-			ix.errf(p+".api", "is %q; want %q or %q", m.API, APIAnthropic, APIOpenAI)
+		if m.API != APIAnthropic && m.API != APIOpenAI && m.API != APIGemini {
+			ix.errf(p+".api", "is %q; want %q, %q or %q", m.API, APIAnthropic, APIOpenAI, APIGemini)
 		}
 		u, err := checkUpstream(m.Upstream)
 		if err != nil {

@@ -281,14 +281,15 @@ func TestDefaultExampleMatchesConfigs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfgs []*config.Config
-	for _, f := range []string{"anthropic", "openai", "egress"} {
+	for _, f := range []string{"anthropic", "openai", "gemini", "egress"} {
 		c, err := config.Load("../../examples/" + f + ".yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfgs = append(cfgs, c)
 	}
-	for _, id := range []string{"claude-sonnet-4-5", "claude-opus-4-1", "claude", "gpt-5", "gpt-5-mini", "gpt-4o", "o4-mini", "o4-mini-high", "xclaude-1"} {
+	for _, id := range []string{"claude-sonnet-4-5", "claude-opus-4-1", "claude", "gpt-5", "gpt-5-mini", "gpt-4o", "o4-mini", "o4-mini-high", "xclaude-1",
+		"gemini-2.5-flash", "gemini-3-pro-preview", "gemini-3.1-pro-preview", "gemini-1.5-pro", "gemini-2.5"} {
 		want := false
 		for _, c := range cfgs {
 			for _, m := range c.Models {

@@ -21,6 +21,7 @@ const maxToolName = 128
 // fields are the top-level members of a response or event the guard reads.
 type fields struct {
 	typ, message, usage, block, content, choices, errv, response, item, output []byte
+	candidates, usageMeta, feedback                                            []byte // Gemini
 }
 
 // scanFields validates that b is one JSON object and captures its members of
@@ -54,6 +55,12 @@ func scanFields(b []byte) (fields, error) {
 			dst = &f.item
 		case "output":
 			dst = &f.output
+		case "candidates":
+			dst = &f.candidates
+		case "usageMetadata":
+			dst = &f.usageMeta
+		case "promptFeedback":
+			dst = &f.feedback
 		default:
 			return s.skip()
 		}
@@ -74,6 +81,8 @@ func (x *exchange) inspectBody(data []byte) error {
 		return err
 	}
 	switch {
+	case x.api == apiGemini:
+		x.geminiChunk(&f, true)
 	case x.api == apiAnthropic:
 		x.tokens(f.usage, anthropicIn, "output_tokens", true)
 		each(f.content, x.anthropicBlock)
@@ -104,6 +113,8 @@ func (x *exchange) inspectEvent(ev *sseEvent) error {
 	}
 	typ, _ := strValue(f.typ)
 	switch {
+	case x.api == apiGemini:
+		x.geminiChunk(&f, false)
 	case x.api == apiAnthropic:
 		switch string(typ) {
 		case "message_start":

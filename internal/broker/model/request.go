@@ -173,7 +173,7 @@ func (b *Broker) readBody(r *http.Request, x *exchange) *refusal {
 }
 
 // Request headers forwarded to the provider. Everything else the agent
-// sends is dropped: credentials (Authorization, x-api-key,
+// sends is dropped: credentials (Authorization, x-api-key, x-goog-api-key,
 // Proxy-Authorization, Cookie), hop-by-hop headers, organisation or project
 // selectors, Accept-Encoding (bodies stay identity for redaction).
 var forwardRequest = map[string]bool{
@@ -223,7 +223,14 @@ var forwardQuery = map[string]bool{"beta": true}
 // only.
 func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchange, secret []byte) (*http.Request, error) {
 	target := x.route.urls[x.ep.idx]
-	if r.URL.RawQuery != "" {
+	if x.ep.api == apiGemini {
+		// The model was checked to be one plain segment (geminiModel);
+		// the agent's query, with its "key", is dropped.
+		target = x.route.base + geminiPrefix + string(x.info.model) + ":" + x.ep.method
+		if x.ep.stream {
+			target += "?alt=sse"
+		}
+	} else if r.URL.RawQuery != "" {
 		q := url.Values{}
 		for k, v := range r.URL.Query() {
 			if forwardQuery[k] {
@@ -263,6 +270,8 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 		}
 	case apiOpenAI:
 		h["Authorization"] = x.route.credential(secret)
+	case apiGemini:
+		h["X-Goog-Api-Key"] = x.route.credential(secret)
 	}
 	return req, nil
 }
