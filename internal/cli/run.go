@@ -281,16 +281,18 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 		}
 	}
 	host := &launch.Host{Provider: r.prov, Store: st, StateDir: g.stateDir, Logger: g.logger(), Version: Version,
-		ToolStderr: r.log, CheckpointEvery: checkpointEvery}
+		ToolStderr: r.log, GatewayStderr: r.log, CheckpointEvery: checkpointEvery}
 	r.l, err = launch.Provision(ctx, host, spec, plan)
 	r.tr.mark("provision")
 	if err != nil {
 		return failure.ExitRefused, err
 	}
+	// The summary comes after the gateway has stopped: it logs what it
+	// decided until then.
+	defer r.endLog()
 	defer func() { r.l.Close(context.WithoutCancel(ctx)); r.tr.mark("deprovision") }()
 	r.spec, r.out.SandboxID = r.l.Spec(), r.l.Sandbox().ID()
 	defer r.forwardSignals()()
-	defer r.endLog()
 	defer r.term.stop() // on every path, panics too: the terminal is restored
 	if code, err := r.start(ctx); err != nil {
 		return code, err
@@ -395,9 +397,9 @@ func (r *aRun) writeEvidence() error {
 func (r *aRun) wait(ctx context.Context) (int, error) {
 	ex, err := r.l.Wait(ctx)
 	// The program has ended: its terminal output is drained and cordon's
-	// terminal restored before anything more is printed.
+	// terminal restored before anything more is printed (the log goes
+	// on to its file until the gateway has stopped: see do).
 	r.term.stop()
-	r.endLog()
 	if err != nil {
 		return failure.ExitRefused, err
 	}
