@@ -70,7 +70,8 @@ func hostWinsize() (*unix.Winsize, bool) {
 type terminal struct {
 	master *os.File
 	out    io.Writer
-	saved  *unix.Termios // cordon's stdin before raw mode; nil if not raw
+	in     int           // cordon's terminal: descriptor 0
+	saved  *unix.Termios // its settings before raw mode; nil if not raw
 	winch  chan os.Signal
 	copied chan struct{} // closed when the master's output is drained
 	once   sync.Once
@@ -89,7 +90,7 @@ func attachTerminal(sb sandbox.Sandbox, stdout, stderr io.Writer) (*terminal, er
 	if m == nil {
 		return nil, failure.Failf(failure.KindStart, "terminal", "the sandbox gave no pseudo-terminal for the program")
 	}
-	t := &terminal{master: m, out: stdout, winch: make(chan os.Signal, 1), copied: make(chan struct{})}
+	t := &terminal{master: m, out: stdout, in: 0, winch: make(chan os.Signal, 1), copied: make(chan struct{})}
 	if !isTTY(1) && isTTY(2) {
 		// The program's stdout goes elsewhere (a file): the terminal's
 		// echo and what the program writes on it belong on the terminal.
@@ -175,6 +176,6 @@ func (t *terminal) stop() {
 // restore puts cordon's terminal back as it was.
 func (t *terminal) restore() {
 	if t.saved != nil {
-		_ = unix.IoctlSetTermios(0, unix.TCSETS, t.saved)
+		_ = unix.IoctlSetTermios(t.in, unix.TCSETS, t.saved)
 	}
 }
