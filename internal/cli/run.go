@@ -60,12 +60,20 @@ outside (namespaces, credentials, capabilities, seccomp, mounts, cgroups and
 their limits, network interfaces and routes, a Landlock probe) and admits the
 highest level the evidence supports. Below --level the program does not run.
 
+With a terminal on stdin the program gets a pseudo-terminal of the sandbox's
+own (--tty): job control works and Ctrl-C reaches only its foreground job.
+Once it runs, cordon logs to <state-dir>/logs/run-<sandbox-id>.log (or
+--log-file), never to its terminal, and prints a summary when it ends.
+--json writes the outcome to descriptor 3 (3>outcome.json), never stdout.
+See docs/terminals.md.
+
 Exit status: the program's own; 125 when cordon refuses or fails (the failure
 kind and reason are printed on stderr); 126 the program cannot be executed;
 127 it was not found; 124 timeout; 128+n killed by signal n.`,
 		Example: `  cordon run -- /bin/echo hello
   cordon run --workspace "$PWD" --memory 2G --pids 512 --timeout 10m -- make test
-  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent`,
+  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent
+  cordon run --json -- printf abc 3>outcome.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 0 {
