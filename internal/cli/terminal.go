@@ -114,7 +114,11 @@ func attachTerminal(sb sandbox.Sandbox, stdout, stderr io.Writer) (*terminal, er
 	go func() {
 		// Blocks in read(0) until input comes; never closes the master
 		// (its end is the program's, not cordon's stdin's).
-		_, _ = io.Copy(m, os.Stdin)
+		if _, err := io.Copy(m, os.Stdin); err == nil && t.saved == nil {
+			// --tty always with stdin a pipe or a file: its end is an
+			// end-of-file character for the line discipline (^D).
+			_, _ = m.Write([]byte{4})
+		}
 	}()
 	return t, nil
 }
