@@ -76,8 +76,9 @@ func parseProbe(out string) ProbeResult {
 	var p ProbeResult
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimRight(l, "\r")
-		if strings.HasPrefix(l, `{"op"`) {
-			_ = json.Unmarshal([]byte(l), &p)
+		// On a terminal the line may follow what the terminal echoed.
+		if i := strings.Index(l, `{"op"`); i >= 0 {
+			_ = json.Unmarshal([]byte(l[i:]), &p)
 			break
 		}
 	}
