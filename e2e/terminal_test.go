@@ -212,10 +212,48 @@ func TestTerminalNotTheHostTerminal(t *testing.T) {
 					t.Errorf("control: with --tty never the program's fd 0 (dev %#x rdev %#x) is not cordon's terminal (dev %#x rdev %#x): the check cannot see it", p.Dev, p.Rdev, host.Dev, host.Rdev)
 				}
 			}
+			if tc.ownPty {
+				// The master went to cordon and was closed inside: no
+				// descriptor of the program or the init is a pty master.
+				for _, pid := range []int{initPid, prog} {
+					for _, fd := range openFDs(t, pid) {
+						if st := ptyFacts(t, pid, fd); st.Mode&syscall.S_IFMT == syscall.S_IFCHR && st.Rdev == 5<<8|2 {
+							t.Errorf("pid %d in the sandbox holds a pty master as fd %d", pid, fd)
+						}
+					}
+				}
+				// Positive control: cordon holds it.
+				held := false
+				for _, fd := range openFDs(t, cordonPid) {
+					if st := ptyFacts(t, cordonPid, fd); st.Mode&syscall.S_IFMT == syscall.S_IFCHR && st.Rdev == 5<<8|2 {
+						held = true
+					}
+				}
+				if !held {
+					t.Errorf("cordon holds no pty master: the check cannot see one")
+				}
+			}
 			x.Type("exit")
 			x.WaitExit(30 * time.Second)
 		})
 	}
+}
+
+// openFDs lists pid's open descriptors, read from the host.
+func openFDs(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		var fd int
+		if _, err := fmt.Sscan(e.Name(), &fd); err == nil {
+			out = append(out, fd)
+		}
+	}
+	return out
 }
 
 // TestTerminalSignalledFromOutside: kill -TERM of cordon's pid (not a
