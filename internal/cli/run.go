@@ -301,7 +301,9 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	defer func() { r.l.Close(context.WithoutCancel(ctx)); r.tr.mark("deprovision") }()
 	r.spec, r.out.SandboxID = r.l.Spec(), r.l.Sandbox().ID()
 	defer r.forwardSignals()()
-	defer r.term.stop() // on every path, panics too: the terminal is restored
+	// On every path, panics too, the terminal is restored (r.term is set
+	// once the program runs: read it then, not now).
+	defer func() { r.term.stop() }()
 	if code, err := r.start(ctx); err != nil {
 		return code, err
 	}
