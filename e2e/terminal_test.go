@@ -384,3 +384,23 @@ func TestRunLogNotOnTerminal(t *testing.T) {
 		t.Errorf("run log mode = %v (%v), want 0600", fi.Mode(), err)
 	}
 }
+
+// TestTerminalRestoredAfterPanic: cordon panicking while the program runs
+// on its terminal (a test build's --test-panic-at) still restores the
+// terminal, and ends the sandbox. The panic's message on the screen shows
+// it happened after the terminal was made raw.
+func TestTerminalRestoredAfterPanic(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	script := fmt.Sprintf(`'%s' --state-dir '%s' --test-panic-at run.after_attach run -- /bin/sleep 30; echo "cordon-exit=$?"; stty -a`, hooksBin, st)
+	x := testkit.NewTmux(t, 100, 40, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
+	x.WaitExit(60 * time.Second)
+	s := x.Screen()
+	if !strings.Contains(s, "test: run.after_attach") || !strings.Contains(s, "cordon-exit=2") {
+		t.Fatalf("cordon did not panic after attaching the terminal:\n%s", s)
+	}
+	requireRestored(t, s)
+	if rep := runGC(t, st); len(rep.Live) != 0 {
+		t.Errorf("the sandbox outlived cordon's panic: live %v", rep.Live)
+	}
+}

@@ -30,6 +30,7 @@ type globals struct {
 	leaseSlots uint32
 	testSkip   []string
 	crashAt    string // test builds: the daemon's crash point
+	panicAt    string // test builds: where cordon run panics (terminal restore tests)
 	// daemon flags passed to hostmgr
 	daemonTenants map[uint32][]string
 	daemonPerUser int

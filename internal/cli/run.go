@@ -385,6 +385,9 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 			return failure.ExitRefused, err
 		}
 	}
+	if r.g.panicAt == "run.after_attach" {
+		panic("test: run.after_attach") // test builds only (--test-panic-at)
+	}
 	return 0, nil
 }
 
