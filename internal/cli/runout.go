@@ -159,8 +159,10 @@ func (l *runLog) toFile(path string, defaultDir string) error {
 }
 
 // close stops writing to the file (later lines go to stderr again) and
-// returns the summary a person must see, or "" when nothing was logged
-// at WARN or above. Log text can carry agent bytes: it goes through
+// returns the summary a person must see: the WARN and ERROR lines
+// counted, the first quoted, the log named; only the log's name when
+// lines below WARN were logged (a tool server's stderr); "" when nothing
+// was. Log text can carry agent bytes: it goes through
 // textsafe.Line.
 func (l *runLog) close() string {
 	l.mu.Lock()
@@ -175,6 +177,10 @@ func (l *runLog) close() string {
 		_ = os.Remove(l.path)
 	}
 	if l.warnings == 0 {
+		if l.written > 0 || l.dropped > 0 {
+			// Tool servers' stderr, lines below WARN: say where they are.
+			return fmt.Sprintf("cordon: what was logged while the program ran: %s", textsafe.Line(l.path))
+		}
 		return ""
 	}
 	first := l.first
