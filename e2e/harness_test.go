@@ -220,7 +220,7 @@ func probeArgs(extra []string, op string, opArgs ...string) []string {
 }
 
 // runLogRe finds the run log's path in cordon run's summary on stderr.
-var runLogRe = regexp.MustCompile(`full log: (/\S+\.log)`)
+var runLogRe = regexp.MustCompile(`(?:full log|while the program ran): (/\S+)`)
 
 // logText is everything cordon run logged: its stderr and, once the
 // program ran, the run log its summary names (log lines never go to the
