@@ -576,6 +576,11 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 		}
 		return nil
 	case "error":
+		if m.Step == "pty" {
+			// No terminal for the program: cordon failing, not the program.
+			sb.kill()
+			return failure.Failf(failure.KindStart, "terminal", "the sandbox could not give the program a pseudo-terminal: %s", m.Error)
+		}
 		return &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
 	default:
 		return initFailure(m)
