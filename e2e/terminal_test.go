@@ -281,18 +281,31 @@ func TestTerminalSignalledFromOutside(t *testing.T) {
 }
 
 // TestTerminalRestoredAfterRefusal: a run refused before the program
-// starts leaves the terminal as it found it.
+// starts, or whose program is not found (the init's exec error with a
+// terminal asked for: still 127, not a terminal failure), leaves the
+// terminal as it found it.
 func TestTerminalRestoredAfterRefusal(t *testing.T) {
 	testkit.RequireRoot(t)
-	st := newStateDir(t)
-	script := fmt.Sprintf(`'%s' --state-dir '%s' run --level DEDICATED_VM -- /bin/true; echo "cordon-exit=$?"; stty -a`, cordonBin, st)
-	x := testkit.NewTmux(t, 100, 30, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
-	x.WaitExit(30 * time.Second)
-	s := x.Screen()
-	if !strings.Contains(s, "cordon-exit=125") {
-		t.Fatalf("the refused run did not exit 125:\n%s", s)
+	for _, tc := range []struct {
+		name string
+		args string
+		code int
+	}{
+		{"refused level", "--level DEDICATED_VM -- /bin/true", 125},
+		{"not found", "-- /nonexistent-program", 127},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStateDir(t)
+			script := fmt.Sprintf(`'%s' --state-dir '%s' run %s; echo "cordon-exit=$?"; stty -a`, cordonBin, st, tc.args)
+			x := testkit.NewTmux(t, 100, 30, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
+			x.WaitExit(30 * time.Second)
+			s := x.Screen()
+			if !strings.Contains(s, fmt.Sprintf("cordon-exit=%d", tc.code)) {
+				t.Fatalf("cordon run %s did not exit %d:\n%s", tc.args, tc.code, s)
+			}
+			requireRestored(t, s)
+		})
 	}
-	requireRestored(t, s)
 }
 
 // TestRunJSONOnFD3: --json writes the outcome on descriptor 3, so the

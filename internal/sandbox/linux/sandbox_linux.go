@@ -561,7 +561,9 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 	if err != nil {
 		return failure.Fail(failure.KindStart, "start program", err)
 	}
-	if err := sb.takeMaster(m, fds); err != nil {
+	if m.Type != "started" {
+		closeAll(fds) // none: readControl passes descriptors only with started
+	} else if err := sb.takeMaster(m, fds); err != nil {
 		sb.kill()
 		return failure.Fail(failure.KindStart, "start program", err)
 	}
