@@ -212,7 +212,7 @@ func cordonSocket(t *testing.T, socket, state string, cred *syscall.Credential, 
 	out, errf := tempOut(t), tempOut(t)
 	cmd.Stdout, cmd.Stderr = out, errf
 	_ = cmd.Run()
-	return parseResult(cmd.ProcessState.ExitCode(), readAll(out), readAll(errf))
+	return parseResult(cmd.ProcessState.ExitCode(), readAll(out), readAll(errf), "")
 }
 
 func tempOut(t *testing.T) *os.File {

@@ -31,11 +31,17 @@ type globals struct {
 	leaseSlots uint32
 	testSkip   []string
 	crashAt    string // test builds: the daemon's crash point
+	panicAt    string // test builds: where cordon run panics (terminal restore tests)
 	// daemon flags passed to hostmgr
 	daemonTenants map[uint32][]string
 	daemonPerUser int
 	stdout        io.Writer
 	stderr        io.Writer
+	// logw, when set, is where log lines go instead of stderr (cordon
+	// run's log: a file once the program runs).
+	logw io.Writer
+	// fd3 is whether cordon was started with descriptor 3 open (run --json).
+	fd3 bool
 }
 
 // exitError carries an exit status out of a command.
@@ -45,7 +51,7 @@ func (e *exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
 
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
-	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr, fd3: fd3Open()}
 	if sbinit.CgoEnabled {
 		fmt.Fprintln(g.stderr, "cordon: unsupported: this binary was built with cgo; the sandbox init cannot harden every thread under cgo. Rebuild with CGO_ENABLED=0")
 		return failure.ExitRefused
@@ -110,7 +116,11 @@ func describe(err error) string {
 }
 
 func (g *globals) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w := g.logw
+	if w == nil {
+		w = g.stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // requireRoot fails closed with what is needed.

@@ -8,6 +8,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,6 +40,8 @@ type Plan struct {
 	// loopback, private, link-local or metadata address) when the
 	// privileged side dials them.
 	unprivileged bool
+	// stderr gets the broker processes' stderr (Host.GatewayStderr).
+	stderr io.Writer
 }
 
 // Config is the plan's configuration.
@@ -261,7 +264,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		budget, callLimit = store.Budget{Window: c.Budgets.Window}, 0 // FULL_CONTROL_LAB: counted, not limited
 	}
 	proc, err := gateway.Start(gateway.StartOptions{
-		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
+		SandboxPid: pid, Config: cc, Store: st, Logger: log, Stderr: p.stderr, UID: uid, GID: gid, Adopt: adopt,
 		Budget: budget,
 		Policy: p.policy,
 		// A daemon client's own configuration may not point the
