@@ -258,5 +258,5 @@ func cordonGemini(t *testing.T, state string, args ...string) result {
 	if ctx.Err() != nil {
 		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
 	}
-	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String(), "")
 }
