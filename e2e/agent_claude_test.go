@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+)
+
+// agentHome is a fresh host directory for --agent-home, owned by wsOwner
+// as a user's own directory would be.
+func agentHome(t *testing.T) string {
+	t.Helper()
+	d := filepath.Join(t.TempDir(), "agent-home")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(d, wsOwner, wsOwner); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// checkNoKey fails when the custodied key is in any file under dir (the
+// agent's home or workspace, read from the host).
+func checkNoKey(t *testing.T, dir string) {
+	t.Helper()
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), fakeKey) {
+			t.Errorf("the custodied key is in %s, inside the sandbox's view", p)
+		}
+		return nil
+	})
+}
+
+// checkUpstreamKey: every request the upstream saw carried the custodied
+// key (x-api-key or Bearer), never the placeholder; at least one on path.
+func checkUpstreamKey(t *testing.T, up *testkit.ModelUpstream, path string) {
+	t.Helper()
+	n := 0
+	for _, s := range up.Seen() {
+		if s.Path == path {
+			n++
+		}
+		if s.APIKey != fakeKey && s.Auth != "Bearer "+fakeKey {
+			t.Errorf("upstream request %s carried x-api-key %q, Authorization %q: want the custodied key", s.Path, s.APIKey, s.Auth)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the upstream saw no %s request: %+v", path, up.Seen())
+	}
+}
+
+// One command: `cordon run --agent claude -- -p …` finds the install,
+// binds it read-only, seeds its home, and its request reaches the fake
+// upstream through the broker with the custodied key.
+func TestAgentClaudeOneShot(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := claudeDir(t)
+	st := newStateDir(t)
+	const answer = "preset-one-shot-answer-17"
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	cfg := gatewayConfig(t, up.URL(), "")
+	home, ws := agentHome(t), workspace(t)
+	r := cordon(t, cordonBin, st, "run", "--agent", "claude", "--agent-path", dir, "--agent-home", home, "--workspace", ws,
+		"--config", cfg, "--timeout", "90s", "--", "-p", "say the magic words", "--model", "claude-sonnet-4-5")
+	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
+		t.Fatalf("cordon run --agent claude -- -p = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v", r.Code, r.Stdout, r.Stderr, up.Seen())
+	}
+	checkUpstreamKey(t, up, "/v1/messages")
+	checkNoKey(t, home)
+	// The seed: written by cordon, owned by the home's owner.
+	fi, err := os.Lstat(filepath.Join(home, ".claude.json"))
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("seeded .claude.json: %v %v", fi, err)
+	}
+}
+
+// The agent's home never lets cordon (root) write through a symlink the
+// agent left there: a .claude.json symlink to a host file is left alone,
+// and the host file is untouched.
+func TestAgentHomeSeedRefusesSymlink(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := claudeDir(t)
+	st := newStateDir(t)
+	home := agentHome(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("host file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(home, ".claude.json")); err != nil {
+		t.Fatal(err)
+	}
+	// Without --config the preset's built-in configuration custodies the
+	// key from cordon's own ANTHROPIC_API_KEY: absent here, refused.
+	r := cordon(t, cordonBin, st, "run", "--agent", "claude", "--agent-path", dir, "--agent-home", home, "--timeout", "30s", "--", "--version")
+	if r.Code != 125 || !strings.Contains(r.Stderr, "ANTHROPIC_API_KEY") {
+		t.Fatalf("--agent claude without --config or ANTHROPIC_API_KEY = %d %q, want 125 naming ANTHROPIC_API_KEY", r.Code, r.Stderr)
+	}
+	up := testkit.NewModelUpstream(t, fakeKey, "unused")
+	r = cordon(t, cordonBin, st, "run", "--agent", "claude", "--agent-path", dir, "--agent-home", home, "--config", gatewayConfig(t, up.URL(), ""),
+		"--timeout", "30s", "--", "--version")
+	if b, _ := os.ReadFile(victim); string(b) != "host file\n" {
+		t.Fatalf("the symlink's target was written: %q (run: %d %s)", b, r.Code, r.Stderr)
+	}
+	if fi, err := os.Lstat(filepath.Join(home, ".claude.json")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the agent's symlink was replaced: %v %v", fi, err)
+	}
+	if r.Code != 0 || !strings.Contains(r.Stdout, "2.1.") {
+		t.Fatalf("claude --version = %d %q %q", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// Interactive, in a real terminal: the UI comes up with no onboarding
+// screen and no connectivity error, a typed prompt is answered by the
+// fake upstream through the broker, the agent writes a file in the
+// workspace with its own Write tool (checked on the host), and the key
+// is nowhere inside. A second run sees the first run's state.
+func TestAgentClaudeInteractive(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := claudeDir(t)
+	st := newStateDir(t)
+	const answer = "interactive-answer-from-the-broker"
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	up.ToolName = "Write"
+	up.ToolInput = `{"file_path":"/workspace/made-by-claude.txt","content":"written through Claude's own Write tool\n"}`
+	cfg := gatewayConfig(t, up.URL(), "")
+	home, ws := agentHome(t), workspace(t)
+	x := testkit.NewTmux(t, 120, 40, nil, cordonBin, "--state-dir", st, "run", "--agent", "claude", "--agent-path", dir,
+		"--agent-home", home, "--workspace", ws, "--config", cfg, "--timeout", "120s", "--", "--model", "claude-sonnet-4-5")
+	screen := x.WaitFor(`❯`, 60*time.Second)
+	for _, bad := range []string{"Failed to connect", "ERR_PROXY", "Choose the text style", "Do you trust", "Detected a custom API key", "Select login method"} {
+		if strings.Contains(screen, bad) {
+			t.Fatalf("first screen shows %q:\n%s", bad, screen)
+		}
+	}
+	x.Type("write the file please")
+	x.Keys(false, "Enter")
+	// Claude asks before its first write: answer as a person would.
+	screen = x.WaitFor(`(?i)do you want to (create|make this edit)|the tool said`, 60*time.Second)
+	for i := 0; i < 10 && !strings.Contains(screen, "the tool said"); i++ {
+		time.Sleep(time.Second) // the dialog takes keys once drawn
+		if strings.Contains(x.Screen(), "Do you want to") {
+			x.Keys(false, "Enter")
+		}
+		screen = x.Screen()
+	}
+	screen = x.WaitFor(`the tool said`, 30*time.Second)
+	b, err := os.ReadFile(filepath.Join(ws, "made-by-claude.txt"))
+	if err != nil || !strings.Contains(string(b), "own Write tool") {
+		t.Fatalf("the file Claude wrote, read on the host: %q %v\nscreen:\n%s", b, err, screen)
+	}
+	checkUpstreamKey(t, up, "/v1/messages")
+	checkNoKey(t, home)
+	checkNoKey(t, ws)
+	x.Keys(false, "C-d")
+	x.Keys(false, "C-d")
+	x.WaitExit(30 * time.Second)
+
+	// State survives: the second run continues the first one's session
+	// from --agent-home, so its request carries the earlier turns.
+	sessions, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", "*.jsonl"))
+	if len(sessions) == 0 {
+		t.Fatalf("no session transcript under %s/.claude/projects after the first run", home)
+	}
+	up.ToolName = "" // the first run has ended: no request is in flight
+	before := len(up.Seen())
+	r := cordon(t, cordonBin, st, "run", "--agent", "claude", "--agent-path", dir, "--agent-home", home, "--workspace", ws,
+		"--config", cfg, "--timeout", "90s", "--", "-p", "--continue", "again", "--model", "claude-sonnet-4-5")
+	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
+		t.Fatalf("second run: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	most := 0
+	for _, s := range up.Seen()[before:] {
+		if s.Path == "/v1/messages" {
+			most = max(most, s.Messages)
+		}
+	}
+	if most < 3 {
+		t.Fatalf("the continued session's request carried %d messages, want the first run's turns too (>= 3)", most)
+	}
+}
