@@ -160,5 +160,14 @@ func fixHint(prog string) string {
 	if filepath.Base(dir) == "bin" {
 		dir = filepath.Dir(dir)
 	}
-	return fmt.Sprintf("  On this host it is %s: bind it read-only, e.g. cordon run --ro %s:%s -- %s\n", real, dir, dir, real)
+	target := dir
+	for _, r := range []string{"/tmp", "/home", "/root", "/run", "/etc", "/usr", "/dev", "/proc", "/sys"} {
+		if target == r || strings.HasPrefix(target, r+"/") {
+			// The sandbox owns these paths: bind elsewhere.
+			target = "/opt/" + filepath.Base(dir)
+			break
+		}
+	}
+	rel, _ := filepath.Rel(dir, real)
+	return fmt.Sprintf("  On this host it is %s: bind it read-only, e.g. cordon run --ro %s:%s -- %s\n", real, dir, target, filepath.Join(target, rel))
 }
