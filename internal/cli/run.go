@@ -63,7 +63,9 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 127 it was not found; 124 timeout; 128+n killed by signal n.`,
 		Example: `  cordon run -- /bin/echo hello
   cordon run --workspace "$PWD" --memory 2G --pids 512 --timeout 10m -- make test
-  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent`,
+  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent
+  cordon run --agent claude --workspace .        # Claude Code, interactive (docs/agents.md)
+  cordon run --agent codex --workspace . -- exec "fix the tests"`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.agent.checkArgs(args, cmd.ArgsLenAtDash()); err != nil {
