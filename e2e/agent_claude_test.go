@@ -3,7 +3,10 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,6 +143,11 @@ func TestAgentClaudeInteractive(t *testing.T) {
 			t.Fatalf("first screen shows %q:\n%s", bad, screen)
 		}
 	}
+	pid := descendantRunning(x.PID(), filepath.Join(dir, "node_modules/@anthropic-ai/claude-code/bin/claude.exe"))
+	if pid == 0 {
+		t.Fatal("no Claude Code process below the terminal")
+	}
+	checkAgentEnv(t, pid, "ANTHROPIC_API_KEY")
 	x.Type("write the file please")
 	x.Keys(false, "Enter")
 	// Claude asks before its first write: answer as a person would.
@@ -184,5 +192,86 @@ func TestAgentClaudeInteractive(t *testing.T) {
 	}
 	if most < 3 {
 		t.Fatalf("the continued session's request carried %d messages, want the first run's turns too (>= 3)", most)
+	}
+}
+
+// Without --agent-home the agent gets a managed home beside the state
+// directory (never inside it), per workload and agent, owned by an
+// unprivileged uid, and its session is there after the run.
+func TestAgentClaudeManagedHome(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := claudeDir(t)
+	st := newStateDir(t)
+	t.Cleanup(func() { os.RemoveAll(st + "-agents") })
+	const answer = "managed-home-answer"
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	cfg := gatewayConfig(t, up.URL(), "")
+	r := cordon(t, cordonBin, st, "run", "--agent", "claude", "--agent-path", dir, "--workspace", workspace(t),
+		"--config", cfg, "--timeout", "90s", "--", "-p", "hello", "--model", "claude-sonnet-4-5")
+	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
+		t.Fatalf("run with the managed home = %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	home := filepath.Join(st+"-agents", "e2e", "claude") // e2e: the config's workload
+	fi, err := os.Stat(home)
+	if err != nil {
+		t.Fatalf("managed home: %v", err)
+	}
+	if s := fi.Sys().(*syscall.Stat_t); s.Uid != 65533 || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("managed home %s: uid %d mode %v, want 65533 and 0700", home, s.Uid, fi.Mode().Perm())
+	}
+	if sessions, _ := filepath.Glob(filepath.Join(home, ".claude", "projects", "*", "*.jsonl")); len(sessions) == 0 {
+		t.Fatalf("no session in the managed home %s", home)
+	}
+	checkNoKey(t, home)
+}
+
+// descendantRunning returns a process below ancestor whose argv[0] is
+// prog (0 when none).
+func descendantRunning(ancestor int, prog string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cl), prog+"\x00") {
+			continue
+		}
+		for p, n := pid, 0; p > 1 && n < 64; n++ {
+			if p == ancestor {
+				return pid
+			}
+			stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p), "stat"))
+			if err != nil {
+				break
+			}
+			s := string(stat)
+			f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+			if len(f) < 2 {
+				break
+			}
+			p, _ = strconv.Atoi(f[1])
+		}
+	}
+	return 0
+}
+
+// checkAgentEnv reads the running agent's environment from the host: the
+// placeholder key, never the custodied one, and HOME at the agent home.
+func checkAgentEnv(t *testing.T, pid int, placeholderVar string) {
+	t.Helper()
+	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		t.Fatalf("read the agent's environment: %v", err)
+	}
+	vars := strings.Split(string(env), "\x00")
+	if strings.Contains(string(env), fakeKey) {
+		t.Errorf("the custodied key is in the agent's environment")
+	}
+	if !slices.Contains(vars, "HOME=/agent-home") || !slices.ContainsFunc(vars, func(v string) bool {
+		return strings.HasPrefix(v, placeholderVar+"=") && strings.Contains(v, "cordon-placeholder")
+	}) {
+		t.Errorf("the agent's environment lacks HOME=/agent-home or a placeholder %s: %q", placeholderVar, vars)
 	}
 }

@@ -99,6 +99,11 @@ func TestAgentCodexInteractive(t *testing.T) {
 			t.Fatalf("first screen shows %q:\n%s", bad, screen)
 		}
 	}
+	pid := descendantRunning(x.PID(), filepath.Join(dir, "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"))
+	if pid == 0 {
+		t.Fatal("no Codex process below the terminal")
+	}
+	checkAgentEnv(t, pid, "OPENAI_API_KEY")
 	x.Type("write the file please")
 	time.Sleep(500 * time.Millisecond)
 	x.Keys(false, "Enter")
@@ -113,7 +118,8 @@ func TestAgentCodexInteractive(t *testing.T) {
 		}
 		checkUpstreamKey(t, up, "/v1/responses")
 	}
-	x.Keys(false, "C-c")
-	x.Keys(false, "C-c")
+	x.Type("/quit")
+	time.Sleep(300 * time.Millisecond)
+	x.Keys(false, "Enter")
 	x.WaitExit(30 * time.Second)
 }
