@@ -36,7 +36,7 @@ func (a *agentOpts) checkArgs(args []string, dash int) error {
 			return failure.Failf(failure.KindUsage, "run", "--agent-path and --agent-home need --agent")
 		}
 		if len(args) == 0 {
-			return failure.Failf(failure.KindUsage, "run", "no program: cordon run [flags] -- PROGRAM [ARGS...], or cordon run --agent NAME")
+			return failure.Failf(failure.KindUsage, "run", "no program: give its argv after --: cordon run [flags] -- PROGRAM [ARGS...], or run an agent: cordon run --agent NAME")
 		}
 		if dash != 0 {
 			return failure.Failf(failure.KindUsage, "run", "put the program after --: cordon run [flags] -- PROGRAM [ARGS...]")
