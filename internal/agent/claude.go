@@ -19,7 +19,8 @@ var claudeConfig []byte
 // is worth nothing, the broker holds the real one), auto-update off.
 // Completing onboarding also skips its first-run connectivity check to
 // api.anthropic.com, which the sandbox (no egress) would fail. Telemetry,
-// error reporting and update checks are off through its environment.
+// error reporting, update checks and the plugin marketplace's automatic
+// install (a fetch from github.com) are off through its environment.
 // Its own sandbox (the "sandbox" setting) is off by default and stays
 // off: cordon is the boundary.
 func init() {
@@ -34,6 +35,7 @@ func init() {
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 			"DISABLE_TELEMETRY=1",
 			"DISABLE_ERROR_REPORTING=1",
+			"CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1",
 		},
 		Args:  func() []string { return nil },
 		Seeds: []SeedFile{{Path: ".claude.json", Data: claudeState}},
