@@ -85,10 +85,10 @@ func TestAgentClaudeOneShot(t *testing.T) {
 	}
 }
 
-// The agent's home never lets cordon (root) write through a symlink the
+// The agent home: cordon (root) never writes through a symlink the
 // agent left there: a .claude.json symlink to a host file is left alone,
 // and the host file is untouched.
-func TestAgentHomeSeedRefusesSymlink(t *testing.T) {
+func TestAgentHome(t *testing.T) {
 	testkit.RequireRoot(t)
 	dir := claudeDir(t)
 	st := newStateDir(t)
@@ -117,6 +117,19 @@ func TestAgentHomeSeedRefusesSymlink(t *testing.T) {
 	}
 	if r.Code != 0 || !strings.Contains(r.Stdout, "2.1.") {
 		t.Fatalf("claude --version = %d %q %q", r.Code, r.Stdout, r.Stderr)
+	}
+	// An --agent-home that does not exist yet is created for an
+	// unprivileged owner (root-owned, it would be refused as a writable
+	// bind) and used.
+	fresh := filepath.Join(t.TempDir(), "new", "home")
+	r = cordon(t, cordonBin, st, "run", "--agent", "claude", "--agent-path", dir, "--agent-home", fresh, "--config", gatewayConfig(t, up.URL(), ""),
+		"--timeout", "30s", "--", "--version")
+	fi, err := os.Stat(fresh)
+	if r.Code != 0 || err != nil || fi.Sys().(*syscall.Stat_t).Uid != 65533 {
+		t.Fatalf("run with a new --agent-home = %d %q; home %v %v, want it created for uid 65533", r.Code, r.Stderr, fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(fresh, ".claude.json")); err != nil {
+		t.Fatalf("the new home was not seeded: %v", err)
 	}
 }
 
