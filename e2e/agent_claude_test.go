@@ -86,8 +86,10 @@ func TestAgentClaudeOneShot(t *testing.T) {
 }
 
 // The agent home: cordon (root) never writes through a symlink the
-// agent left there: a .claude.json symlink to a host file is left alone,
-// and the host file is untouched.
+// agent left there (a .claude.json symlink to a host file is left alone
+// and the host file untouched), and a home that does not exist yet is
+// created for an unprivileged owner. Without --config the preset's
+// built-in configuration is used (it wants ANTHROPIC_API_KEY).
 func TestAgentHome(t *testing.T) {
 	testkit.RequireRoot(t)
 	dir := claudeDir(t)
