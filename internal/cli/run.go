@@ -45,6 +45,7 @@ type runFlags struct {
 	unsafeRoot   bool
 	workload     string
 	config       string
+	agent        agentOpts
 }
 
 func runCmd(g *globals) *cobra.Command {
@@ -73,11 +74,13 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 		Example: `  cordon run -- /bin/echo hello
   cordon run --workspace "$PWD" --memory 2G --pids 512 --timeout 10m -- make test
   cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent
-  cordon run --json -- printf abc 3>outcome.json`,
-		Args: cobra.MinimumNArgs(1),
+  cordon run --json -- printf abc 3>outcome.json
+  cordon run --agent claude --workspace .        # Claude Code, interactive (docs/agents.md)
+  cordon run --agent codex --workspace . -- exec "fix the tests"`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 {
-				return failure.Failf(failure.KindUsage, "run", "put the program after --: cordon run [flags] -- PROGRAM [ARGS...]")
+			if err := f.agent.checkArgs(args, cmd.ArgsLenAtDash()); err != nil {
+				return err
 			}
 			return g.run(cmd.Context(), f, args)
 		},
@@ -98,6 +101,7 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 	addRunIOFlags(fl, f)
 	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE: allow a writable bind of a directory owned by root or a system account")
 	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to (the config's workload when --config is given)")
+	addAgentFlags(fl, &f.agent)
 	fl.StringVar(&f.config, "config", "", "gateway configuration (YAML, cordon/v1; see docs/config.md and examples/): model routes, egress allow-list, budgets, secrets. Without it the sandbox has no way out at all")
 	return cmd
 }
@@ -282,11 +286,12 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 		return failure.ExitRefused, err
 	}
 	r.tr.mark("reclaim")
-	var plan *launch.Plan
-	if r.f.config != "" {
-		if plan, err = launch.LoadPlan(r.f.config, r.f.workload, func(w string) { g.logger().Warn(w) }); err != nil {
-			return failure.ExitRefused, err
-		}
+	plan, err := r.loadPlan()
+	if err != nil {
+		return failure.ExitRefused, err
+	}
+	if err := r.applyAgent(&spec, plan); err != nil {
+		return failure.ExitRefused, err
 	}
 	host := &launch.Host{Provider: r.prov, Store: st, StateDir: g.stateDir, Logger: g.logger(), Version: Version,
 		ToolStderr: r.log, GatewayStderr: r.log, CheckpointEvery: checkpointEvery}
@@ -373,7 +378,7 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 		var xe *sandbox.ExecError
 		if errors.As(err, &xe) {
 			if xe.NotFound() {
-				return failure.ExitNotFound, failure.Failf(failure.KindExec, r.spec.Argv[0], "%s (not found in the sandbox)", xe.Msg)
+				return failure.ExitNotFound, notFound(r.spec, xe.Msg)
 			}
 			return failure.ExitNoExec, failure.Failf(failure.KindExec, r.spec.Argv[0], "%s (cannot be executed)", xe.Msg)
 		}

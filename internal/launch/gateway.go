@@ -71,6 +71,21 @@ func LoadPlan(path, workload string, warn func(string)) (*Plan, error) {
 	if err != nil {
 		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}
+	return planOf(cfg, workload, warn)
+}
+
+// LoadBuiltinPlan is LoadPlan for a configuration built into cordon (an
+// agent preset's): b is parsed as if read from source.
+func LoadBuiltinPlan(b []byte, source, workload string, warn func(string)) (*Plan, error) {
+	cfg, err := config.Parse(b, source)
+	if err != nil {
+		return nil, failure.Fail(failure.KindInternal, "config", err)
+	}
+	return planOf(cfg, workload, warn)
+}
+
+func planOf(cfg *config.Config, workload string, warn func(string)) (*Plan, error) {
+	var err error
 	if workload != "default" && workload != cfg.Workload {
 		return nil, failure.Failf(failure.KindUsage, "config", "--workload %s disagrees with the config's workload %s", workload, cfg.Workload)
 	}

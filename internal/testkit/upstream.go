@@ -48,6 +48,10 @@ type SeenRequest struct {
 	Stream    bool
 	UserAgent string
 	Tools     []string
+	// Messages is how many messages (Anthropic, Chat) or input items
+	// (Responses) the request carried: a continued session sends the
+	// earlier turns again.
+	Messages int
 }
 
 // NewModelUpstream starts a ModelUpstream that accepts key and answers
@@ -101,7 +105,8 @@ func (f *ModelUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(body, &req)
 	f.mu.Lock()
 	f.requests = append(f.requests, SeenRequest{Path: r.URL.Path, Query: r.URL.RawQuery, GoogKey: r.Header.Get("x-goog-api-key"), APIKey: r.Header.Get("x-api-key"), Auth: r.Header.Get("Authorization"),
-		Model: req.Model, Stream: req.Stream, UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(req.Tools)})
+		Model: req.Model, Stream: req.Stream, UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(req.Tools),
+		Messages: len(req.Messages) + inputItems(body)})
 	f.mu.Unlock()
 	anthropicKey := r.Header.Get("x-api-key") == f.key
 	openaiKey := r.Header.Get("Authorization") == "Bearer "+f.key
@@ -137,6 +142,7 @@ func (f *ModelUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
 			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": f.answer}}},
 			"usage":   map[string]any{"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}})
+	case r.URL.Path == "/v1/responses" && openaiKey && f.serveResponsesStream(w, body):
 	case r.URL.Path == "/v1/responses" && openaiKey:
 		WriteJSON(w, map[string]any{"id": "resp_fake", "object": "response", "created_at": time.Now().Unix(), "status": "completed", "model": req.Model,
 			"output": []any{map[string]any{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
