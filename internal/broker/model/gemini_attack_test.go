@@ -1,0 +1,116 @@
+package model
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The attacks of a hostile agent on the Gemini path that the tests of
+// gemini_test.go do not already cover; each has its control.
+
+// geminiPolyglot is a body the guard accepts as JSON — one unknown member
+// and "contents" — whose bytes, read as a binary protobuf
+// GenerateContentRequest, carry cached_content (field 9), which the guard
+// refuses in JSON: '{' opens an unknown group (field 15) that '|' closes,
+// 'J' is field 9 with a length of '0' (48 bytes), and 'z' (field 15) with
+// a length of 'B' (66 bytes) swallows the rest of the JSON.
+const geminiPolyglot = `{" 0123456789abcdefghijklmnopqrstuv|J0cachedContents/polyglot-aaaaaaaaaaaaaaaaaaaaaaaazB":1,"contents":[{"parts":[{"text":"hi aaaaaaaaaaaaaaaaaaaaaa"}]}]}`
+
+// protoStrings returns the length-delimited fields of a protobuf message
+// by field number (groups skipped); ok is false when b is not one.
+func protoStrings(b []byte) (map[int]string, bool) {
+	out := map[int]string{}
+	varint := func() (uint64, bool) {
+		var v uint64
+		for s := 0; s < 64 && len(b) > 0; s += 7 {
+			c := b[0]
+			b = b[1:]
+			v |= uint64(c&0x7f) << s
+			if c < 0x80 {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	depth := 0
+	for len(b) > 0 {
+		tag, ok := varint()
+		if !ok {
+			return nil, false
+		}
+		switch field := int(tag >> 3); tag & 7 {
+		case 0:
+			if _, ok := varint(); !ok {
+				return nil, false
+			}
+		case 1, 5:
+			n := 8
+			if tag&7 == 5 {
+				n = 4
+			}
+			if len(b) < n {
+				return nil, false
+			}
+			b = b[n:]
+		case 2:
+			n, ok := varint()
+			if !ok || n > uint64(len(b)) {
+				return nil, false
+			}
+			if depth == 0 {
+				out[field] = string(b[:n])
+			}
+			b = b[n:]
+		case 3:
+			depth++
+		case 4:
+			if depth--; depth < 0 {
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	return out, depth == 0
+}
+
+// The body the broker forwards is the JSON it checked, and it says so: an
+// agent's Content-Type (binary protobuf, JSPB, a form), under which the
+// provider would read the same bytes as another request than the guard
+// read, is not forwarded; Content-Type is application/json. The control:
+// the polyglot is a protobuf naming a cached content, and passes the
+// guard as JSON (the guard is not what stops it).
+func TestGeminiContentTypeIsJSON(t *testing.T) {
+	if f, ok := protoStrings([]byte(geminiPolyglot)); !ok || !strings.HasPrefix(f[9], "cachedContents/") {
+		t.Fatalf("control: the polyglot is not a protobuf with cached_content: %v %v", f, ok)
+	}
+	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, geminiReply)
+	})
+	s := newSetup(t, up.URL, nil)
+	cts := []string{"application/x-protobuf", "application/json+protobuf", "application/x-www-form-urlencoded", "application/json; charset=utf-16", ""}
+	for _, ct := range cts {
+		req, _ := http.NewRequest("POST", s.srv.URL+"/v1beta/models/gemini-2.5-flash:generateContent", strings.NewReader(geminiPolyglot))
+		req.Header["Content-Type"] = []string{ct}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("Content-Type %q: status %d, want 200 (the guard accepts the JSON)", ct, resp.StatusCode)
+		}
+	}
+	if seen.count() != len(cts) {
+		t.Fatalf("upstream saw %d requests, want %d", seen.count(), len(cts))
+	}
+	for i, r := range seen.requests {
+		if got := r.Header.Values("Content-Type"); len(got) != 1 || got[0] != "application/json" {
+			t.Errorf("agent Content-Type %q reached the upstream as %q, want application/json", cts[i], got)
+		}
+	}
+}
