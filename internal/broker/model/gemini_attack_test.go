@@ -114,3 +114,56 @@ func TestGeminiContentTypeIsJSON(t *testing.T) {
 		}
 	}
 }
+
+// A stream of two candidates whose first finishes early: the agent reads
+// that chunk (its usage counts the first candidate only) and hangs up.
+// The call generated two candidates and reported neither total, so it
+// settles the whole output reservation (the cap times candidateCount),
+// not the first candidate's running count. The control is the same
+// stream read to its end, which settles the final chunk's usage.
+func TestGeminiStreamCandidatesFinal(t *testing.T) {
+	chunks := []string{
+		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}]},\"finishReason\":\"STOP\"},{\"content\":{\"parts\":[{\"text\":\"b\"}]},\"index\":1}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":2}}\r\n\r\n",
+		"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"bb\"}]},\"finishReason\":\"STOP\",\"index\":1}],\"usageMetadata\":{\"promptTokenCount\":5,\"candidatesTokenCount\":700}}\r\n\r\n",
+	}
+	body := `{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":1000,"candidateCount":2}}`
+	for _, tt := range []struct {
+		name    string
+		hangUp  bool
+		wantOut int64
+	}{
+		{"agent hangs up after the first candidate", true, 2000},
+		{"control: read to the end", false, 700},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			up, _ := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, chunks[0])
+				w.(http.Flusher).Flush()
+				if tt.hangUp {
+					<-r.Context().Done() // still generating the second
+					return
+				}
+				io.WriteString(w, chunks[1])
+			})
+			s := newSetup(t, up.URL, nil)
+			req, _ := http.NewRequest("POST", s.srv.URL+"/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", strings.NewReader(body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := make([]byte, len(chunks[0]))
+			if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != chunks[0] {
+				t.Fatalf("first chunk %q: %v", first, err)
+			}
+			if !tt.hangUp {
+				io.Copy(io.Discard, resp.Body)
+			}
+			resp.Body.Close()
+			rc := s.authority.lastReceipt(t)
+			if rc.Usage.OutputTokens != tt.wantOut {
+				t.Errorf("settled %d output tokens (%s), want %d", rc.Usage.OutputTokens, rc.Reason, tt.wantOut)
+			}
+		})
+	}
+}

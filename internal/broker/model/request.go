@@ -54,12 +54,17 @@ type exchange struct {
 	usage      usage
 	untrusted  []string
 	done       bool // the stream's final event was seen
-	deadline   bool // a write deadline was set on the agent's connection
-	upBytes    int64
-	out        int64
-	status     int
-	outcome    string
-	m          *custody.Redactor
+	// Gemini: the candidates that finished (by index, maxChoices of
+	// them), how many, and whether the output usage is final.
+	gDone     [2]uint64
+	gFinished int64
+	gFinal    bool
+	deadline  bool // a write deadline was set on the agent's connection
+	upBytes   int64
+	out       int64
+	status    int
+	outcome   string
+	m         *custody.Redactor
 
 	// Response buffers, kept across calls.
 	read   []byte
