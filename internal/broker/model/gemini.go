@@ -511,9 +511,9 @@ func (x *exchange) geminiTokens(u []byte, final bool) {
 		v, err := s.value()
 		if n, ok := uintValue(v); ok {
 			if isIn {
-				in, hasIn = in+n, true
+				in, hasIn = addUsage(in, n), true
 			} else {
-				out, hasOut = out+n, true
+				out, hasOut = addUsage(out, n), true
 			}
 		}
 		return err

@@ -5,6 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
 )
 
 // The attacks of a hostile agent on the Gemini path that the tests of
@@ -166,4 +170,79 @@ func TestGeminiStreamCandidatesFinal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// maxSettledForTest is store.MaxAmount: a settlement above it (or below
+// 0) is refused by the store, and the crossing's receipt with it.
+const maxSettledForTest = store.MaxAmount
+
+// maxSettle is the store's bound, not a copy that could drift from it.
+func TestMaxSettleIsStoreBound(t *testing.T) {
+	if maxSettle != store.MaxAmount {
+		t.Fatalf("maxSettle = %d, store.MaxAmount = %d", int64(maxSettle), int64(store.MaxAmount))
+	}
+}
+
+// An upstream's usageMetadata is untrusted: counts repeated until their
+// sum wraps int64, or one count past what the store settles, must still
+// settle an amount the store accepts (never negative: that would hand
+// budget back, and the store refuses it, losing the receipt). The control
+// is an honest usage, settled as reported.
+func TestGeminiAbsurdUsage(t *testing.T) {
+	huge := strings.Repeat(`"candidatesTokenCount":9007199254740992,`, 1100)
+	for _, tt := range []struct {
+		name, usage string
+		want        int64 // output tokens settled; -1: within [reservation, maxSettled]
+	}{
+		{"sum wraps", `{"promptTokenCount":3,` + huge + `"thoughtsTokenCount":1}`, -1},
+		{"one count past the store", `{"promptTokenCount":3,"candidatesTokenCount":9007199254740992}`, -1},
+		{"control", `{"promptTokenCount":3,"candidatesTokenCount":20,"thoughtsTokenCount":1}`, 21},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reply := `{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"STOP"}],"usageMetadata":` + tt.usage + `}`
+			up, _ := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, _ []byte) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, reply)
+			})
+			s := newSetup(t, up.URL, nil)
+			resp, _ := s.postGemini(t, "/v1beta/models/gemini-2.5-flash:generateContent", `{"contents":[{"parts":[{"text":"hi"}]}]}`)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			u := s.authority.lastReceipt(t).Usage
+			for _, v := range []int64{u.InputTokens, u.OutputTokens} {
+				if v < 0 || v > maxSettledForTest {
+					t.Errorf("settled %+v: a token count outside [0, 2^50]", u)
+				}
+			}
+			if tt.want >= 0 && u.OutputTokens != tt.want {
+				t.Errorf("settled %d output tokens, want %d", u.OutputTokens, tt.want)
+			}
+			if tt.want < 0 && u.OutputTokens < 4096 {
+				t.Errorf("settled %d output tokens, want at least the reservation", u.OutputTokens)
+			}
+		})
+	}
+}
+
+// nthReceipt waits for the n-th receipt and returns it: the handler
+// records after its answer is sent, so after several calls the last
+// receipt present may still be an earlier call's.
+func (l *fakeAuthority) nthReceipt(t *testing.T, n int) crossing.Receipt {
+	t.Helper()
+	for range 400 {
+		l.mu.Lock()
+		got := len(l.receipts)
+		l.mu.Unlock()
+		if got >= n {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.receipts) < n {
+		t.Fatalf("%d receipts recorded, want %d", len(l.receipts), n)
+	}
+	return l.receipts[n-1]
 }
