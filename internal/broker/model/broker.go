@@ -669,10 +669,10 @@ func (b *Broker) used(x *exchange) crossing.Amount {
 	}
 	a.InputTokens, a.OutputTokens = x.want.InputTokens, x.want.OutputTokens
 	if x.usage.inKnown {
-		a.InputTokens = x.usage.in
+		a.InputTokens = min(x.usage.in, maxSettle)
 	}
 	if x.usage.outKnown {
-		a.OutputTokens = x.usage.out
+		a.OutputTokens = min(x.usage.out, maxSettle)
 	}
 	return a
 }

@@ -439,13 +439,15 @@ func geminiCapEdits(info *reqInfo, ep *endpoint, max int64) capPlan {
 // geminiChunk reads a generateContent response or one stream chunk: tool
 // calls for the receipt, the usage, and whether the call is over (a
 // candidate's finishReason, or a blocked prompt). Output usage is taken
-// only from the chunk that ends the call: a stream's earlier chunks carry
-// running counts.
+// only once every candidate asked for (candidateCount) has finished, or
+// from a whole response: a stream's earlier chunks carry running counts,
+// and the first candidate to finish does not end the others.
 func (x *exchange) geminiChunk(f *fields, whole bool) {
 	done := whole
 	each(f.candidates, func(c []byte) {
 		if fr, ok := strValue(dig(c, "finishReason")); ok && len(fr) > 0 && string(fr) != "FINISH_REASON_UNSPECIFIED" {
 			done = true
+			x.geminiFinished(dig(c, "index"))
 		}
 		each(dig(c, "content", "parts"), func(part []byte) {
 			if name, ok := strValue(dig(part, "functionCall", "name")); ok {
@@ -453,17 +455,39 @@ func (x *exchange) geminiChunk(f *fields, whole bool) {
 			}
 		})
 	})
+	final := whole || x.gFinished >= x.info.choices
 	if br := dig(f.feedback, "blockReason"); len(br) > 0 && string(br) != "null" {
-		done = true
+		done, final = true, true
 	}
 	if len(f.errv) > 0 && string(f.errv) != "null" {
-		done = true
+		done, final = true, true
 	}
 	// A chunk after the one that ended the call (usage sent apart) is
 	// final too.
-	x.geminiTokens(f.usageMeta, done || x.done)
+	if final && done {
+		x.gFinal = true
+	}
+	x.geminiTokens(f.usageMeta, x.gFinal)
 	if done {
 		x.done = true
+	}
+}
+
+// geminiFinished counts a finished candidate once by its index (absent:
+// 0, as proto3 JSON omits it); an index out of range counts nothing, so
+// the usage is never final early.
+func (x *exchange) geminiFinished(idx []byte) {
+	n := int64(0)
+	if len(idx) > 0 {
+		v, ok := uintValue(idx)
+		if !ok || v >= maxChoices {
+			return
+		}
+		n = v
+	}
+	if bit := uint64(1) << (n % 64); x.gDone[n/64]&bit == 0 {
+		x.gDone[n/64] |= bit
+		x.gFinished++
 	}
 }
 
@@ -487,9 +511,9 @@ func (x *exchange) geminiTokens(u []byte, final bool) {
 		v, err := s.value()
 		if n, ok := uintValue(v); ok {
 			if isIn {
-				in, hasIn = in+n, true
+				in, hasIn = addUsage(in, n), true
 			} else {
-				out, hasOut = out+n, true
+				out, hasOut = addUsage(out, n), true
 			}
 		}
 		return err

@@ -235,7 +235,7 @@ func TestGeminiPathModel(t *testing.T) {
 	if resp.StatusCode != 200 || seen.count() != 1 || seen.requests[0].URL.Path != "/v1beta/models/gemini-2.5-flash:generateContent" {
 		t.Fatalf("control: %d %s, upstream saw %d", resp.StatusCode, out, seen.count())
 	}
-	if rc := s.authority.lastReceipt(t); rc.Target != "gemini-2.5-flash" {
+	if rc := s.authority.nthReceipt(t, 15); rc.Target != "gemini-2.5-flash" {
 		t.Errorf("receipt target = %q", rc.Target)
 	}
 }

@@ -177,9 +177,9 @@ func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) 
 		v, err := s.value()
 		if n, ok := uintValue(v); ok {
 			if isIn {
-				in, hasIn = in+n, true
+				in, hasIn = addUsage(in, n), true
 			} else {
-				out, hasOut = n, true
+				out, hasOut = min(n, maxSettle), true
 			}
 		}
 		return err
@@ -190,6 +190,20 @@ func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) 
 	if hasOut && final {
 		x.usage.out, x.usage.outKnown = out, true
 	}
+}
+
+// maxSettle bounds a token count the broker settles: the store refuses a
+// settlement above it (store.MaxAmount), and with it the crossing's
+// receipt. A provider's usage is untrusted text: counts repeated until
+// their sum wraps int64, or one count past the bound, settle the bound.
+const maxSettle = 1 << 50
+
+// addUsage adds two non-negative counts, saturating at maxSettle.
+func addUsage(a, b int64) int64 {
+	if b >= maxSettle-a {
+		return maxSettle
+	}
+	return a + b
 }
 
 // anthropicBlock lists a tool-use content block (client or server tool).
