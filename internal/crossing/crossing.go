@@ -23,12 +23,17 @@ type Amount struct {
 	Bytes        int64 `json:"bytes,omitempty"`        // model request+response bytes
 	EgressBytes  int64 `json:"egress_bytes,omitempty"` // bytes through the egress proxy
 	Connections  int64 `json:"connections,omitempty"`  // egress connections
+	// IngressConnections and IngressBytes are the connections admitted
+	// through the declared inbound routes and the bytes relayed on them.
+	IngressConnections int64 `json:"ingress_connections,omitempty"`
+	IngressBytes       int64 `json:"ingress_bytes,omitempty"`
 }
 
 // Add returns a+b.
 func (a Amount) Add(b Amount) Amount {
 	return Amount{a.Requests + b.Requests, a.InputTokens + b.InputTokens, a.OutputTokens + b.OutputTokens,
-		a.Bytes + b.Bytes, a.EgressBytes + b.EgressBytes, a.Connections + b.Connections}
+		a.Bytes + b.Bytes, a.EgressBytes + b.EgressBytes, a.Connections + b.Connections,
+		a.IngressConnections + b.IngressConnections, a.IngressBytes + b.IngressBytes}
 }
 
 // Reservation is budget held for one crossing until it is settled.

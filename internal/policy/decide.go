@@ -220,6 +220,8 @@ func amountRecord(a crossing.Amount) types.Record {
 		"bytes":         types.Long(a.Bytes),
 		"egress_bytes":  types.Long(a.EgressBytes),
 		"connections":   types.Long(a.Connections),
+		"ingress_connections": types.Long(a.IngressConnections),
+		"ingress_bytes":       types.Long(a.IngressBytes),
 	})
 }
 
