@@ -214,12 +214,12 @@ func budgetRecordOf(b crossing.BudgetState) types.Record {
 
 func amountRecord(a crossing.Amount) types.Record {
 	return types.NewRecord(types.RecordMap{
-		"requests":      types.Long(a.Requests),
-		"input_tokens":  types.Long(a.InputTokens),
-		"output_tokens": types.Long(a.OutputTokens),
-		"bytes":         types.Long(a.Bytes),
-		"egress_bytes":  types.Long(a.EgressBytes),
-		"connections":   types.Long(a.Connections),
+		"requests":            types.Long(a.Requests),
+		"input_tokens":        types.Long(a.InputTokens),
+		"output_tokens":       types.Long(a.OutputTokens),
+		"bytes":               types.Long(a.Bytes),
+		"egress_bytes":        types.Long(a.EgressBytes),
+		"connections":         types.Long(a.Connections),
 		"ingress_connections": types.Long(a.IngressConnections),
 		"ingress_bytes":       types.Long(a.IngressBytes),
 	})
