@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 )
 
 // IngressRoute is one declared inbound route (network ingress, contract
@@ -130,4 +132,14 @@ func (c *Config) ingressWarnings() []string {
 		}
 	}
 	return w
+}
+
+// IngressConfig is the ingress broker process's configuration: the
+// routes, in file order.
+func (c *Config) IngressConfig() ingress.Config {
+	var out ingress.Config
+	for _, r := range c.Ingress {
+		out.Routes = append(out.Routes, ingress.Route{Name: r.Name, Port: r.Port, Listen: r.Listen.String(), MaxConcurrent: r.MaxConcurrent})
+	}
+	return out
 }

@@ -1,0 +1,141 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+)
+
+// relayBuffer is one read of either direction.
+const relayBuffer = 32 << 10
+
+// relay copies client→up and up→client until both directions ended
+// (each end's EOF is passed on as a half-close), ctx ends, or the byte
+// budget refuses more (cut is then ReasonBytesExceeded). It returns the
+// bytes written each way.
+func relay(ctx context.Context, client, up net.Conn, m *meter) (toSandbox, fromSandbox int64, cut string) {
+	var to, from atomic.Int64
+	var cutOnce sync.Once
+	stop := func(why string) {
+		cutOnce.Do(func() {
+			cut = why
+			client.Close()
+			up.Close()
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop("")
+		case <-done:
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); pipe(up, client, m, &to, stop) }()
+	go func() { defer wg.Done(); pipe(client, up, m, &from, stop) }()
+	wg.Wait()
+	close(done)
+	return to.Load(), from.Load(), cut
+}
+
+// pipe copies src to dst, metering each read before it is written. At
+// src's EOF it half-closes dst; on any other error, or when the meter
+// refuses, it ends the whole connection through stop.
+func pipe(dst, src net.Conn, m *meter, n *atomic.Int64, stop func(string)) {
+	buf := make([]byte, relayBuffer)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if !m.take(int64(k)) {
+				stop(ReasonBytesExceeded)
+				return
+			}
+			w, werr := dst.Write(buf[:k])
+			n.Add(int64(w))
+			if werr != nil {
+				stop("")
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+					return
+				}
+			}
+			stop("")
+			return
+		}
+	}
+}
+
+// meter holds the connection's bytes against budgets.ingress_bytes: when
+// the budget is limited, no byte is relayed before a reservation holds
+// it (chunks of Options.Chunk, never past what is left); when it is not,
+// the bytes are counted only and charged when the connection settles.
+type meter struct {
+	b     *Broker
+	ctx   context.Context
+	mu    sync.Mutex
+	state crossing.BudgetState
+	used  int64
+	held  int64
+	parts []crossing.Reservation
+	// refused: the budget said no once; every later take refuses.
+	refused bool
+}
+
+// take admits n more bytes, reserving more of the budget if needed.
+func (m *meter) take(n int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state.Limits.IngressBytes <= 0 {
+		m.used += n
+		return true
+	}
+	for m.used+n > m.held {
+		left := m.state.Limits.IngressBytes - m.state.Used.IngressBytes
+		if m.refused || left <= 0 {
+			m.refused = true
+			return false
+		}
+		size := min(max(m.b.o.Chunk, m.used+n-m.held), left)
+		rctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
+		r, st, err := m.b.o.Authority.Reserve(rctx, m.b.o.Identity, Name, crossing.Amount{IngressBytes: size}, 0)
+		cancel()
+		if err != nil {
+			m.refused = true
+			return false
+		}
+		m.state, m.parts, m.held = st, append(m.parts, r), m.held+size
+	}
+	m.used += n
+	return true
+}
+
+// finish settles the byte reservations with the bytes they covered and
+// returns what the connection's own settlement charges: the bytes no
+// reservation held (all of them when the budget is unlimited).
+func (m *meter) finish(total int64) crossing.Amount {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	left := total
+	for _, r := range m.parts {
+		part := min(left, r.Held.IngressBytes)
+		left -= part
+		sctx, cancel := detached(m.ctx)
+		if _, err := m.b.o.Authority.Settle(sctx, r, crossing.Amount{IngressBytes: part}); err != nil {
+			m.b.log.Warn("ingress: settle a byte reservation", "err", err)
+		}
+		cancel()
+	}
+	m.parts = nil
+	return crossing.Amount{IngressBytes: max(left, 0)}
+}
