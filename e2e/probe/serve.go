@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,19 +16,21 @@ import (
 func init() { register("serve", serveOp) }
 
 // serveOp listens on 127.0.0.1 at every port given (args: SECONDS
-// PORT...) and counts the connections each accepts. A connection's first
+// QUITFILE PORT...) and counts the connections each accepts. A connection's first
 // line chooses what it gets:
 //   - "GET …" (HTTP): a fixed body naming the port and the peer address;
 //   - "ECHO": every further byte echoed back until the peer half-closes,
 //     then "bye\n" (both directions and the half-close);
 //   - "QUIT": "quit\n", and the op ends.
 //
-// The op also ends after SECONDS. Its result is the count per port, as a
+// The op also ends after SECONDS, or once QUITFILE exists ("-": never;
+// the host creates it in a directory bound read-only). Its result is the count per port, as a
 // JSON object: the tests compare it with what they sent.
 func serveOp(a []string) (string, error) {
-	if len(a) < 2 {
-		return "", fmt.Errorf("serve SECONDS PORT...")
+	if len(a) < 3 {
+		return "", fmt.Errorf("serve SECONDS QUITFILE PORT...")
 	}
+	quitFile := a[1]
 	secs, err := strconv.Atoi(a[0])
 	if err != nil {
 		return "", err
@@ -37,7 +40,7 @@ func serveOp(a []string) (string, error) {
 	quit := make(chan struct{})
 	var once sync.Once
 	var lns []net.Listener
-	for _, p := range a[1:] {
+	for _, p := range a[2:] {
 		ln, err := net.Listen("tcp", "127.0.0.1:"+p)
 		if err != nil {
 			return "", err
@@ -54,6 +57,17 @@ func serveOp(a []string) (string, error) {
 				counts[p]++
 				mu.Unlock()
 				go serveConn(c, p, func() { once.Do(func() { close(quit) }) })
+			}
+		}()
+	}
+	if quitFile != "-" {
+		go func() {
+			for {
+				if _, err := os.Stat(quitFile); err == nil {
+					once.Do(func() { close(quit) })
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		}()
 	}
