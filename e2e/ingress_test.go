@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,8 +167,15 @@ func (s *ingressSandbox) stop(t *testing.T) (map[string]int, result) {
 // sections.
 func ingressConfig(t *testing.T, extra string) string {
 	t.Helper()
+	return ingressConfigOf(t, "ingress-e2e", "acme", extra)
+}
+
+// ingressConfigOf is ingressConfig for another workload and tenant (a
+// daemon caller's own).
+func ingressConfigOf(t *testing.T, workload, tenant, extra string) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "cordon.yaml")
-	cfg := "version: cordon/v1\nworkload: ingress-e2e\ntenant: acme\npurpose: testing\n" + extra
+	cfg := fmt.Sprintf("version: cordon/v1\nworkload: %s\ntenant: %s\npurpose: testing\n", workload, tenant) + extra
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -388,4 +396,66 @@ func TestIngressAddressInUse(t *testing.T) {
 		t.Error("the program ran although its route could not listen")
 	}
 	requireNoResidue(t, st)
+}
+
+// A daemon sandbox's route: created with --config, reachable from the
+// host while it runs, refusing at once when it is stopped. A non-root
+// caller may not declare a route on a non-loopback address (control:
+// root may, and the same caller may declare a loopback one).
+func TestIngressDaemonSandbox(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st, "--group", "1000")
+	alice := &syscall.Credential{Uid: 1000, Gid: 1000}
+	listen := fmt.Sprintf("127.0.0.1:%d", freeHostPort(t))
+	cfg := ingressConfig(t, fmt.Sprintf("ingress:\n  - {name: ui, port: %d, listen: \"%s\"}\n", ingressPort, listen))
+	os.Chmod(filepath.Dir(cfg), 0o755)
+	os.Chmod(cfg, 0o644)
+	ctl := t.TempDir()
+	os.Chmod(ctl, 0o755)
+	sb := &ingressSandbox{ctl: ctl, quit: fmt.Sprintf("quit-daemon-%d", time.Now().UnixNano())}
+	if r := d.cli("sandbox", "create", "web", "--config", cfg, "--ro", probeDir+":/probe", "--ro", ctl+":/ctl",
+		"--", "/probe/probe", "serve", "120", "/ctl/"+sb.quit, strconv.Itoa(ingressPort)); r.Code != 0 {
+		t.Fatalf("sandbox create = %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "web"); r.Code != 0 {
+		t.Fatalf("sandbox start = %d %s", r.Code, r.Stderr)
+	}
+	sb.proc = &cordonProc{done: make(chan struct{})} // never closes: the daemon runs it
+	sb.waitListening(t, ingressPort)
+	if body, err := httpGet(listen); err != nil || !strings.Contains(body, "ingress-ok") {
+		t.Fatalf("GET through the daemon sandbox's route = %q, %v", body, err)
+	}
+	if r := d.cli("sandbox", "stop", "web"); r.Code != 0 {
+		t.Fatalf("sandbox stop = %d %s", r.Code, r.Stderr)
+	}
+	if c, err := net.DialTimeout("tcp", listen, 2*time.Second); err == nil {
+		c.Close()
+		t.Errorf("connect %s after the sandbox stopped succeeded; want refused at once", listen)
+	}
+	rcs := ingressReceipts(t, st)
+	if len(rcs) != 1 || rcs[0].Decision != "allow" || rcs[0].Target != "ui" {
+		t.Errorf("receipts = %+v, want the one allowed GET", rcs)
+	}
+
+	// A non-root caller: no route reachable from the network.
+	unsafe := ingressConfigOf(t, "u1000-web", "u1000", fmt.Sprintf("ingress:\n  - {name: pub, port: %d, listen: \"0.0.0.0:%d\", unsafe_listen: true}\n", ingressPort, freeHostPort(t)))
+	safe := ingressConfigOf(t, "u1000-web", "u1000", fmt.Sprintf("ingress:\n  - {name: ui, port: %d, listen: \"127.0.0.1:%d\"}\n", ingressPort, freeHostPort(t)))
+	for _, p := range []string{unsafe, safe} {
+		os.Chmod(filepath.Dir(p), 0o755)
+		os.Chmod(p, 0o644)
+	}
+	r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "pub", "--config", unsafe, "--", "/bin/sleep", "1000")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "unsafe_listen") || !strings.Contains(r.Stderr, "only root") {
+		t.Errorf("alice's create with an unsafe_listen route = %d %s; want refused", r.Code, r.Stderr)
+	}
+	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "create", "lo", "--config", safe, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Errorf("control: alice's create with a loopback route = %d %s", r.Code, r.Stderr)
+	}
+	cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "lo")
+	if r := d.cli("sandbox", "create", "rootpub", "--config", unsafe, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Errorf("control: root's create with an unsafe_listen route = %d %s", r.Code, r.Stderr)
+	}
+	d.cli("sandbox", "rm", "rootpub")
+	d.cli("sandbox", "rm", "web")
 }
