@@ -381,6 +381,6 @@ func GatewayEnv() []string { return gateway.Env() }
 // configuration's checks alone (cordon policy explain).
 func AdmitConfig(cfg *config.Config, r gateway.AdmitRequest) gateway.Admission {
 	servers, allow := toolOffer(cfg.ToolConfig().Servers)
-	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig()},
+	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig(), Ingress: cfg.IngressConfig()},
 		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg), r)
 }
