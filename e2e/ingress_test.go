@@ -320,7 +320,9 @@ func TestIngressRoute(t *testing.T) {
 // Cedar forbids one route: its connections are closed before a byte
 // reaches the program, with a deny receipt naming the policy; the other
 // route (positive control) reaches it until the ingress connection budget
-// is spent, and the connection past it is refused with its receipt.
+// is spent, and the connection past it is refused with its receipt. The
+// byte budget is limited too: every byte relayed is held by a
+// reservation of the privileged side first, and charged.
 func TestIngressPolicyAndBudget(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
@@ -337,6 +339,7 @@ forbid (principal, action == Action::"ingress.connect", resource == Route::"admi
 	cfg := ingressConfig(t, fmt.Sprintf(`policy: [%s]
 budgets:
   ingress_connections: 2
+  ingress_bytes: 64KiB
 ingress:
   - {name: api, port: %d, listen: "%s"}
   - {name: admin, port: %d, listen: "%s"}
@@ -373,6 +376,18 @@ ingress:
 	}
 	if policyDeny != 1 || budgetDeny != 1 || allowed != 2 {
 		t.Errorf("receipts: %d policy denials, %d budget denials, %d allowed; want 1, 1, 2", policyDeny, budgetDeny, allowed)
+	}
+	var bytesRelayed int64
+	for _, rc := range ingressReceipts(t, st) {
+		if rc.Decision == "allow" {
+			if rc.Reason != "ok" || rc.BytesIn == 0 || rc.BytesOut == 0 {
+				t.Errorf("allowed receipt %+v: want reason ok with bytes both ways", rc)
+			}
+			bytesRelayed += rc.BytesIn + rc.BytesOut
+		}
+	}
+	if bytesRelayed == 0 || bytesRelayed > 64<<10 {
+		t.Errorf("bytes relayed = %d, want some and within ingress_bytes", bytesRelayed)
 	}
 }
 

@@ -26,7 +26,7 @@ func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
 	// lose) unbounded many. A crossing that opens (main) also counts
 	// against the crossing rate; the byte chunks of an open tunnel do not.
 	main := opensCrossing(req)
-	if err := s.admitOpen(main); err != nil {
+	if err := s.admitOpen(main, req.Broker); err != nil {
 		return err
 	}
 	if err := s.admitCrossing(main, ops.Record); err != nil {

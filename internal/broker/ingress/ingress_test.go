@@ -52,6 +52,20 @@ func (f *fakeAuthority) Reserve(ctx context.Context, id crossing.Identity, broke
 			return crossing.Reservation{Policy: &crossing.PolicyDecision{Determining: []string{"forbid"}}}, f.state(), f.deny
 		}
 	}
+	if want.IngressBytes > 0 {
+		// The privileged side allows one byte chunk per open connection.
+		conns, chunks := 0, 0
+		for _, h := range f.held {
+			if h.IngressConnections > 0 {
+				conns++
+			} else {
+				chunks++
+			}
+		}
+		if chunks >= conns {
+			return crossing.Reservation{}, f.state(), fmt.Errorf("%w: a byte chunk needs an open connection", crossing.ErrPolicyDenied)
+		}
+	}
 	st := f.state()
 	if l := f.limits.IngressConnections; l > 0 && st.Used.IngressConnections+want.IngressConnections > l {
 		return crossing.Reservation{}, st, crossing.ErrBudgetExceeded

@@ -78,16 +78,22 @@ func pipe(dst, src net.Conn, m *meter, n *atomic.Int64, stop func(string)) {
 
 // meter holds the connection's bytes against budgets.ingress_bytes: when
 // the budget is limited, no byte is relayed before a reservation holds
-// it (chunks of Options.Chunk, never past what is left); when it is not,
-// the bytes are counted only and charged when the connection settles.
+// it. It holds one chunk (Options.Chunk bytes, never more than is left)
+// at a time, as the privileged side allows (one per open connection):
+// when the next read does not fit, the current chunk is settled with
+// what it carried and the next one reserved. When the budget is not
+// limited the bytes are counted only and charged when the connection
+// settles.
 type meter struct {
 	b     *Broker
 	ctx   context.Context
 	mu    sync.Mutex
 	state crossing.BudgetState
-	used  int64
-	held  int64
-	parts []crossing.Reservation
+	used  int64 // bytes relayed
+	cur   *crossing.Reservation
+	// curUsed are the bytes cur carried; charged those settled with
+	// earlier chunks.
+	curUsed, charged int64
 	// refused: the budget said no once; every later take refuses.
 	refused bool
 }
@@ -100,42 +106,59 @@ func (m *meter) take(n int64) bool {
 		m.used += n
 		return true
 	}
-	for m.used+n > m.held {
+	if m.refused {
+		return false
+	}
+	if m.cur == nil || m.curUsed+n > m.cur.Held.IngressBytes {
+		m.settleCur()
 		left := m.state.Limits.IngressBytes - m.state.Used.IngressBytes
-		if m.refused || left <= 0 {
+		if left < n {
 			m.refused = true
 			return false
 		}
-		size := min(max(m.b.o.Chunk, m.used+n-m.held), left)
+		size := min(max(m.b.o.Chunk, n), left)
 		rctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
 		r, st, err := m.b.o.Authority.Reserve(rctx, m.b.o.Identity, Name, crossing.Amount{IngressBytes: size}, 0)
 		cancel()
 		if err != nil {
+			if !errors.Is(err, crossing.ErrBudgetExceeded) {
+				m.b.log.Warn("ingress: reserve bytes", "err", err)
+			}
 			m.refused = true
 			return false
 		}
-		m.state, m.parts, m.held = st, append(m.parts, r), m.held+size
+		m.state, m.cur = st, &r
 	}
+	m.curUsed += n
 	m.used += n
 	return true
 }
 
-// finish settles the byte reservations with the bytes they covered and
-// returns what the connection's own settlement charges: the bytes no
-// reservation held (all of them when the budget is unlimited).
+// settleCur settles the current chunk with the bytes it carried (the
+// rest goes back to the budget).
+func (m *meter) settleCur() {
+	if m.cur == nil {
+		return
+	}
+	part := min(m.curUsed, m.cur.Held.IngressBytes)
+	sctx, cancel := detached(m.ctx)
+	st, err := m.b.o.Authority.Settle(sctx, *m.cur, crossing.Amount{IngressBytes: part})
+	cancel()
+	if err != nil {
+		m.b.log.Warn("ingress: settle a byte reservation", "err", err)
+	} else {
+		m.state = st
+	}
+	m.charged += part
+	m.cur, m.curUsed = nil, 0
+}
+
+// finish settles the last chunk and returns what the connection's own
+// settlement charges: the bytes no chunk held (all of them when the
+// budget is unlimited).
 func (m *meter) finish(total int64) crossing.Amount {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	left := total
-	for _, r := range m.parts {
-		part := min(left, r.Held.IngressBytes)
-		left -= part
-		sctx, cancel := detached(m.ctx)
-		if _, err := m.b.o.Authority.Settle(sctx, r, crossing.Amount{IngressBytes: part}); err != nil {
-			m.b.log.Warn("ingress: settle a byte reservation", "err", err)
-		}
-		cancel()
-	}
-	m.parts = nil
-	return crossing.Amount{IngressBytes: max(left, 0)}
+	m.settleCur()
+	return crossing.Amount{IngressBytes: max(total-m.charged, 0)}
 }
