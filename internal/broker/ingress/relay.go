@@ -28,8 +28,9 @@ func relay(ctx context.Context, client, up net.Conn, m *meter) (toSandbox, fromS
 			up.Close()
 		})
 	}
-	done := make(chan struct{})
+	done, watched := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case <-ctx.Done():
 			stop("")
@@ -42,6 +43,7 @@ func relay(ctx context.Context, client, up net.Conn, m *meter) (toSandbox, fromS
 	go func() { defer wg.Done(); pipe(client, up, m, &from, stop) }()
 	wg.Wait()
 	close(done)
+	<-watched // no stop after this: cut is read below
 	return to.Load(), from.Load(), cut
 }
 
