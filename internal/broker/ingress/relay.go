@@ -113,27 +113,42 @@ func (m *meter) take(n int64) bool {
 	}
 	if m.cur == nil || m.curUsed+n > m.cur.Held.IngressBytes {
 		m.settleCur()
-		left := m.state.Limits.IngressBytes - m.state.Used.IngressBytes
-		if left < n {
+		if !m.reserve(n) {
 			m.refused = true
 			return false
 		}
-		size := min(max(m.b.o.Chunk, n), left)
-		rctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
-		r, st, err := m.b.o.Authority.Reserve(rctx, m.b.o.Identity, Name, crossing.Amount{IngressBytes: size}, 0)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, crossing.ErrBudgetExceeded) {
-				m.b.log.Warn("ingress: reserve bytes", "err", err)
-			}
-			m.refused = true
-			return false
-		}
-		m.state, m.cur = st, &r
 	}
 	m.curUsed += n
 	m.used += n
 	return true
+}
+
+// reserve holds the next chunk, big enough for n: Options.Chunk, or an
+// eighth of what is left when that is less (so that connections open at
+// once share a small budget instead of the first holding all of it),
+// never more than is left. A refusal computed from a stale state is
+// retried once with the state it returned.
+func (m *meter) reserve(n int64) bool {
+	for try := 0; try < 2; try++ {
+		left := m.state.Limits.IngressBytes - m.state.Used.IngressBytes
+		if left < n {
+			return false
+		}
+		size := min(max(n, min(m.b.o.Chunk, left/8)), left)
+		rctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
+		r, st, err := m.b.o.Authority.Reserve(rctx, m.b.o.Identity, Name, crossing.Amount{IngressBytes: size}, 0)
+		cancel()
+		if err == nil {
+			m.state, m.cur = st, &r
+			return true
+		}
+		if !errors.Is(err, crossing.ErrBudgetExceeded) {
+			m.b.log.Warn("ingress: reserve bytes", "err", err)
+			return false
+		}
+		m.state = st
+	}
+	return false
 }
 
 // settleCur settles the current chunk with the bytes it carried (the
