@@ -474,3 +474,43 @@ func TestIngressDaemonSandbox(t *testing.T) {
 	d.cli("sandbox", "rm", "rootpub")
 	d.cli("sandbox", "rm", "web")
 }
+
+// A compromised ingress broker process (test build hook, run once it is
+// hardened): the checked dialer gives it only the declared port on the
+// sandbox's 127.0.0.1 — not another port there, not a host listener, not
+// another address — and it cannot connect anywhere itself. Control: the
+// declared port passes the dialer's policy (it fails only because nothing
+// listens there yet).
+func TestIngressCompromisedBroker(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	host := newCountingListener(t, "tcp", "127.0.0.1:0")
+	cfg := ingressConfig(t, fmt.Sprintf("ingress:\n  - {name: ui, port: %d, listen: \"127.0.0.1:%d\"}\n", ingressPort, freeHostPort(t)))
+	declared, undeclared := fmt.Sprintf("127.0.0.1:%d", ingressPort), fmt.Sprintf("127.0.0.1:%d", undeclaredPort)
+	hostAddr := "127.0.0.1:" + host.port()
+	spec, _ := json.Marshal(map[string]any{"broker": "ingress",
+		"dial": []string{declared, undeclared, hostAddr, "192.0.2.1:80", "[::1]:" + strconv.Itoa(ingressPort)},
+		"tcp":  []string{hostAddr}})
+	rep, _, _ := runCompromised(t, st, cfg, spec)
+	got := map[string]string{}
+	for _, a := range rep.Attempts {
+		got[a.Probe] = a.Err
+		if strings.HasPrefix(a.Probe, "dial ") || strings.HasPrefix(a.Probe, "tcp ") {
+			t.Logf("%s: err=%q", a.Probe, a.Err)
+		}
+	}
+	for _, target := range []string{undeclared, hostAddr, "192.0.2.1:80", "[::1]:" + strconv.Itoa(ingressPort)} {
+		if e, ok := got["dial "+target]; !ok || !strings.Contains(e, "not-declared") {
+			t.Errorf("dialer for %s: err %q (reported %t), want refused as not declared", target, e, ok)
+		}
+	}
+	if e, ok := got["dial "+declared]; !ok || strings.Contains(e, "not-declared") {
+		t.Errorf("control: dialer for the declared %s: err %q (reported %t), want it past the policy", declared, e, ok)
+	}
+	if e, ok := got["tcp "+hostAddr]; !ok || e == "" {
+		t.Errorf("direct connect to %s: err %q (reported %t), want a failure", hostAddr, e, ok)
+	}
+	if n := host.settle(0); n != 0 {
+		t.Errorf("the host listener accepted %d connections, want 0", n)
+	}
+}

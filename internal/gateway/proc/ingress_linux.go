@@ -26,6 +26,7 @@ func ingressMain(cfg Config, channel *wire.Client, dc *dial.Client, log *slog.Lo
 	if err := hardenNet(); err != nil {
 		return fail("harden", err)
 	}
+	compromise(cfg.Broker, cfg.Test, dc, log) // test builds only
 	var lns []net.Listener
 	for i, name := range cfg.Listeners {
 		ln, err := FileListener(os.NewFile(uintptr(ListenFD+i), "ingress-"+name))
