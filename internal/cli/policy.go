@@ -242,6 +242,8 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		want.Requests = 1
 	case policy.ActionEgressConnect:
 		want.Connections = 1
+	case policy.ActionIngressConnect:
+		want.IngressConnections = 1
 	}
 	if why := store.OverBudget(r.Context.Budget.Used, want, r.Context.Budget.Limits); why != "" && rep.Allow {
 		rep.Allow, rep.Budget = false, why
@@ -265,9 +267,9 @@ any evaluation error. The workload, tenant and purpose come from the
 configuration; the request gives the rest as JSON (--request '{...}',
 --request @FILE, or --request - for standard input):
 
-  {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write",
-   "resource": {"type": "Model" | "Host" | "Tool" | "State",
-                "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
+  {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write" | "ingress.connect",
+   "resource": {"type": "Model" | "Host" | "Tool" | "State" | "Route",
+                "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes" | "ui",
                 "server": "fs"},                               (Tool; default: id before "/")
    "context":  {"port": 443, "argument_digest": "sha256:…",
                 "budget": {"used": {"requests": 3}, "streams": 0}},

@@ -207,6 +207,7 @@ func (p *Plan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tool
 		Model:    c.ModelConfig(),
 		Egress:   c.EgressConfig(),
 		Tool:     c.ToolConfig(),
+		Ingress:  c.IngressConfig(),
 		Secrets:  map[string][]byte{},
 		Version:  version,
 	}
@@ -294,6 +295,9 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	if err != nil {
 		return nil, failure.Fail(failure.KindStart, "gateway", fmt.Errorf("%w", err))
 	}
+	for name, addr := range proc.IngressAddrs() {
+		log.Info("ingress route listening", "route", name, "listen", addr, "sandbox", sb.ID())
+	}
 	return proc, nil
 }
 
@@ -327,6 +331,13 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 		// sandbox's egress, nor for a tool server's.
 		if len(cfg.Egress.UnsafeAllowRanges) > 0 {
 			return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "egress.unsafe_allow_ranges: only root may re-allow address ranges in a daemon sandbox's configuration")
+		}
+		for _, r := range cfg.Ingress {
+			// A route reachable from the network is the host operator's
+			// decision, never a daemon client's.
+			if r.UnsafeListen || !r.Listen.Addr().IsLoopback() {
+				return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "ingress %s: unsafe_listen: only root may declare a route on a non-loopback address in a daemon sandbox's configuration", r.Name)
+			}
 		}
 		for _, t := range cfg.Tools {
 			if len(t.Egress.UnsafeAllowRanges) > 0 {
@@ -388,6 +399,6 @@ func GatewayEnv() []string { return gateway.Env() }
 // configuration's checks alone (cordon policy explain).
 func AdmitConfig(cfg *config.Config, r gateway.AdmitRequest) gateway.Admission {
 	servers, allow := toolOffer(cfg.ToolConfig().Servers)
-	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig()},
+	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig(), Ingress: cfg.IngressConfig()},
 		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg), r)
 }
