@@ -39,12 +39,27 @@ func Owner(getenv func(string) string) int {
 	return ManagedUID
 }
 
-// ManagedHome returns the managed home of preset name for workload under
-// homes (HomesDir), creating it (0700, owned by uid) and its parents
-// (0711, root's) when absent. A symlink anywhere on the way is refused.
-func ManagedHome(homes, workload, name string, uid int) (string, error) {
-	if strings.ContainsAny(workload, "/\x00") || workload == "." || workload == ".." || workload == "" {
-		return "", failure.Failf(failure.KindUsage, "agent", "workload %q cannot name a directory", workload)
+// ManagedHome returns the managed home of preset name for the workload
+// of tenant, belonging to the host user uid, under homes (HomesDir):
+// homes/UID/TENANT/WORKLOAD/NAME. It is per user as well as per tenant
+// and workload: two users (or tenants) running the same workload's agent
+// never share a home, so one's agent can neither read the other's
+// sessions nor plant settings that run in the other's next sandbox.
+//
+// homes is created 0711 when absent and must be root's (cordon's euid)
+// and writable by nobody else, as the state directory must; homes/UID
+// and everything below it is created 0700 and owned by uid (only that
+// user reaches the homes on the host), and whatever is already there
+// must be a directory owned by uid that group and others cannot write.
+// A symlink anywhere on the way is refused.
+func ManagedHome(homes, tenant, workload, name string, uid int) (string, error) {
+	for _, c := range []struct{ what, v string }{{"tenant", tenant}, {"workload", workload}, {"agent", name}} {
+		if strings.ContainsAny(c.v, "/\x00") || c.v == "." || c.v == ".." || c.v == "" {
+			return "", failure.Failf(failure.KindUsage, "agent", "%s %q cannot name a directory", c.what, c.v)
+		}
+	}
+	if uid < 1000 || uid >= 1<<31 {
+		return "", failure.Failf(failure.KindUsage, "agent", "a managed home cannot belong to uid %d (root or a system account)", uid)
 	}
 	if err := os.MkdirAll(homes, 0o711); err != nil {
 		return "", failure.Failf(failure.KindProvision, "agent", "create %s: %v", homes, err)
@@ -53,18 +68,42 @@ func ManagedHome(homes, workload, name string, uid int) (string, error) {
 	if err != nil {
 		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%v", err)
 	}
-	defer unix.Close(fd)
-	wfd, err := mkdirOpen(fd, workload, 0o711, 0, 0)
-	if err != nil {
-		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%s/%s: %v", homes, workload, err)
+	defer func() { unix.Close(fd) }() // the last one opened
+	if err := checkOwned(fd, os.Geteuid()); err != nil {
+		return "", failure.Failf(failure.KindPolicyRejected, "agent", "managed homes directory %s: %v", homes, err)
 	}
-	defer unix.Close(wfd)
-	hfd, err := mkdirOpen(wfd, name, 0o700, uid, uid)
-	if err != nil {
-		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%s/%s/%s: %v", homes, workload, name, err)
+	path := homes
+	for _, part := range []string{strconv.Itoa(uid), tenant, workload, name} {
+		next, err := mkdirOpen(fd, part, 0o700, uid, uid)
+		path = filepath.Join(path, part)
+		if err == nil {
+			if err = checkOwned(next, uid); err != nil {
+				unix.Close(next)
+			}
+		}
+		if err != nil {
+			return "", failure.Failf(failure.KindPolicyRejected, "agent", "%s: %v", path, err)
+		}
+		unix.Close(fd)
+		fd = next
 	}
-	unix.Close(hfd)
-	return filepath.Join(homes, workload, name), nil
+	return path, nil
+}
+
+// checkOwned refuses the directory open at fd unless uid owns it and
+// neither its group nor others may write it.
+func checkOwned(fd, uid int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if int(st.Uid) != uid {
+		return fmt.Errorf("owned by uid %d, not %d", st.Uid, uid)
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("writable by group or others (mode %#o)", st.Mode&0o7777)
+	}
+	return nil
 }
 
 // mkdirOpen creates name in dfd when absent (mode, owned by uid:gid) and

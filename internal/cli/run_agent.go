@@ -91,11 +91,13 @@ func (r *aRun) applyAgent(spec *sandbox.Spec, plan *launch.Plan) error {
 			return err
 		}
 	} else {
-		workload := spec.Workload
-		if plan != nil {
-			workload = plan.Config().Workload
+		// The home is per user, tenant and workload (the plan's: with
+		// --agent there is always one, the preset's own or --config's).
+		if plan == nil {
+			return failure.Failf(failure.KindInternal, "agent", "--agent without a gateway plan")
 		}
-		if home, err = agent.ManagedHome(agent.HomesDir(r.g.stateDir), workload, p.Name, agent.Owner(os.Getenv)); err != nil {
+		cfg := plan.Config()
+		if home, err = agent.ManagedHome(agent.HomesDir(r.g.stateDir), cfg.Tenant, cfg.Workload, p.Name, agent.Owner(os.Getenv)); err != nil {
 			return err
 		}
 	}

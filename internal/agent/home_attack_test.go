@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+)
+
+// Two sudo users running the same workload's agent must not share a
+// managed home: user B's agent would read user A's sessions and plant
+// settings (hooks) that run in A's next sandbox.
+func TestManagedHomeNotSharedBetweenUsers(t *testing.T) {
+	testkit.RequireRoot(t)
+	homes := filepath.Join(t.TempDir(), "state-agents")
+	a, err := ManagedHome(homes, "local", "claude-code", "claude", 1000)
+	if err != nil {
+		t.Fatalf("ManagedHome for uid 1000: %v", err)
+	}
+	b, err := ManagedHome(homes, "local", "claude-code", "claude", 1001)
+	if err != nil {
+		t.Fatalf("ManagedHome for uid 1001: %v", err)
+	}
+	if a == b {
+		t.Fatalf("uid 1000 and uid 1001 got the same managed home %s", a)
+	}
+	// Nor do two tenants with a workload of the same name.
+	if c, err := ManagedHome(homes, "other", "claude-code", "claude", 1000); err != nil || c == a {
+		t.Fatalf("tenant other's home = %s, %v; tenant local's is %s", c, err, a)
+	}
+	for uid, h := range map[uint32]string{1000: a, 1001: b} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(h, &st); err != nil || st.Uid != uid {
+			t.Errorf("home %s: uid %d (%v), want %d", h, st.Uid, err, uid)
+		}
+	}
+}
+
+// The managed homes' directory (beside the state directory) is checked
+// like the state directory: a directory another user owns or may write
+// (e.g. --state-dir in a shared directory, where a local user created
+// STATE-agents first) would let that user plant or swap agent homes.
+func TestManagedHomeRefusesUnsafeHomesDir(t *testing.T) {
+	testkit.RequireRoot(t)
+	mk := func(t *testing.T, mode os.FileMode, uid int) string {
+		d := filepath.Join(t.TempDir(), "state-agents")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// Positive control: root's, 0711.
+	if _, err := ManagedHome(mk(t, 0o711, 0), "t", "w", "claude", 1000); err != nil {
+		t.Fatalf("a root-owned 0711 homes directory was refused: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		mode os.FileMode
+		uid  int
+	}{{"another user's", 0o755, 1234}, {"world-writable", 0o777, 0}, {"group-writable", 0o775, 0}} {
+		if h, err := ManagedHome(mk(t, tt.mode, tt.uid), "t", "w", "claude", 1000); err == nil {
+			t.Errorf("%s homes directory: ManagedHome = %s, want a refusal", tt.name, h)
+		}
+	}
+	// A symlink where the homes directory should be is refused.
+	real := mk(t, 0o711, 0)
+	link := filepath.Join(t.TempDir(), "state-agents")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := ManagedHome(link, "t", "w", "claude", 1000); err == nil {
+		t.Errorf("a symlinked homes directory: ManagedHome = %s, want a refusal", h)
+	}
+}
+
+// A home already there that belongs to someone else is refused, not
+// handed to this user's agent.
+func TestManagedHomeRefusesForeignHome(t *testing.T) {
+	testkit.RequireRoot(t)
+	homes := filepath.Join(t.TempDir(), "state-agents")
+	h, err := ManagedHome(homes, "t", "w", "claude", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(h, 1234, 1234); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ManagedHome(homes, "t", "w", "claude", 1000); err == nil {
+		t.Errorf("a home owned by uid 1234 was handed to uid 1000: %s", got)
+	}
+}
