@@ -261,11 +261,14 @@ func (p *Preset) Plan(in *Install, home string, args []string) Setup {
 	bindRO(in.Modules)
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	if in.Runtime != "" {
-		// A runtime outside /usr (nvm, a tarball): its prefix, read-only,
-		// at the same path, its bin first on PATH.
+		// A runtime outside /usr (nvm, a tarball): the executable alone,
+		// read-only, at the same path, its directory first on PATH. Never
+		// its prefix: that is the host home itself when node sits in
+		// ~/bin (npm's prefix set to ~, a tarball unpacked there), and
+		// node needs nothing else from it.
 		bin := filepath.Dir(in.Runtime)
 		if !Visible(bin) {
-			bindRO(filepath.Dir(bin))
+			bindRO(in.Runtime)
 			path = bin + ":" + path
 		}
 	}

@@ -81,10 +81,11 @@ func TestPlanBindsOnlyThePackageRuntimeAndHome(t *testing.T) {
 	if s.Argv[0] != in.Program || s.Argv[len(s.Argv)-2] != "exec" || !strings.Contains(strings.Join(s.Argv, " "), `sandbox_mode="danger-full-access"`) {
 		t.Errorf("argv = %q", s.Argv)
 	}
-	// A runtime outside /usr: its prefix read-only, its bin first on PATH.
+	// A runtime outside /usr: the executable read-only, its directory
+	// first on PATH.
 	in.Runtime = "/opt/node24/bin/node"
 	s = p.Plan(in, "/srv/home", nil)
-	if s.Binds[1].Source != "/opt/node24" || !strings.HasPrefix(s.Env[0], "PATH=/opt/node24/bin:") {
+	if s.Binds[1].Source != "/opt/node24/bin/node" || !strings.HasPrefix(s.Env[0], "PATH=/opt/node24/bin:") {
 		t.Errorf("runtime outside /usr: binds %+v env %q", s.Binds, s.Env)
 	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -95,5 +96,30 @@ func TestManagedHomeRefusesForeignHome(t *testing.T) {
 	}
 	if got, err := ManagedHome(homes, "t", "w", "claude", 1000); err == nil {
 		t.Errorf("a home owned by uid 1234 was handed to uid 1000: %s", got)
+	}
+}
+
+// A runtime outside /usr is bound as the one executable, never its
+// directory's parent: node copied to ~/bin (a tarball unpacked into the
+// home, npm's prefix set to ~) made the whole host home (~/.ssh, the
+// agents' own host credentials) visible read-only.
+func TestPlanRuntimeBindIsTheExecutableOnly(t *testing.T) {
+	p, _ := Lookup("codex")
+	in := &Install{Program: "/opt/x/node_modules/@openai/codex/bin/codex.js", Modules: "/opt/x/node_modules", Runtime: "/home/alice/bin/node"}
+	s := p.Plan(in, "/srv/home", nil)
+	var runtime bool
+	for _, b := range s.Binds {
+		if b.Source == "/home/alice" || b.Source == "/home/alice/bin" || b.Source == "/home" {
+			t.Errorf("the runtime's bind exposes %s (binds %+v)", b.Source, s.Binds)
+		}
+		if b.Source == in.Runtime {
+			runtime = b.Target == in.Runtime && !b.Writable
+		}
+	}
+	if !runtime {
+		t.Errorf("binds %+v: want %s read-only at the same path", s.Binds, in.Runtime)
+	}
+	if !strings.HasPrefix(s.Env[0], "PATH=/home/alice/bin:") {
+		t.Errorf("env %q: want the runtime's directory first on PATH", s.Env)
 	}
 }
