@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/testkit"
 )
@@ -121,5 +122,72 @@ func TestPlanRuntimeBindIsTheExecutableOnly(t *testing.T) {
 	}
 	if !strings.HasPrefix(s.Env[0], "PATH=/home/alice/bin:") {
 		t.Errorf("env %q: want the runtime's directory first on PATH", s.Env)
+	}
+}
+
+// package.json is read from directories other users may own (a shared
+// install, every directory walked up from the command): a FIFO there
+// must not hang cordon (root), a symlink there is not followed, and a
+// huge file is not read whole.
+func TestFindPackageJSONNotAFileOrHuge(t *testing.T) {
+	p, _ := Lookup("claude")
+	fifo := filepath.Join(t.TempDir(), "pkg")
+	if err := os.Mkdir(fifo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(fifo, "package.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(t.TempDir(), "pkg")
+	if err := os.Mkdir(huge, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(huge, "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// {"name":"@anthropic-ai/claude-code","bin":{"claude":"c"}} then 64 MiB of spaces (sparse: NULs)
+	if _, err := f.WriteString(`{"name":"@anthropic-ai/claude-code","bin":{"claude":"c"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.WriteFile(filepath.Join(huge, "c"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Positive control: the same package with a small package.json is found.
+	small := filepath.Join(t.TempDir(), "pkg")
+	if err := os.Mkdir(small, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(small, "package.json"), []byte(`{"name":"@anthropic-ai/claude-code","bin":{"claude":"c"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(small, "c"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Find(small, ""); err != nil {
+		t.Fatalf("positive control: Find(%s) = %v", small, err)
+	}
+	linked := filepath.Join(t.TempDir(), "pkg")
+	if err := os.Mkdir(linked, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(small, "package.json"), filepath.Join(linked, "package.json")); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{fifo, huge, linked} {
+		done := make(chan error, 1)
+		go func() { _, err := p.Find(dir, ""); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("Find(%s) accepted its package.json", dir)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Find(%s) blocked reading package.json", dir)
+		}
 	}
 }
