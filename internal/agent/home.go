@@ -50,7 +50,8 @@ func Owner(getenv func(string) string) int {
 // and writable by nobody else, as the state directory must; homes/UID
 // and everything below it is created 0700 and owned by uid (only that
 // user reaches the homes on the host), and whatever is already there
-// must be a directory owned by uid that group and others cannot write.
+// must be a directory owned by uid that group and others cannot write
+// (the home itself: owned by uid, whatever mode its agent gave it).
 // A symlink anywhere on the way is refused.
 func ManagedHome(homes, tenant, workload, name string, uid int) (string, error) {
 	for _, c := range []struct{ what, v string }{{"tenant", tenant}, {"workload", workload}, {"agent", name}} {
@@ -69,15 +70,19 @@ func ManagedHome(homes, tenant, workload, name string, uid int) (string, error) 
 		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%v", err)
 	}
 	defer func() { unix.Close(fd) }() // the last one opened
-	if err := checkOwned(fd, os.Geteuid()); err != nil {
+	if err := checkOwner(fd, os.Geteuid(), true); err != nil {
 		return "", failure.Failf(failure.KindPolicyRejected, "agent", "managed homes directory %s: %v", homes, err)
 	}
 	path := homes
-	for _, part := range []string{strconv.Itoa(uid), tenant, workload, name} {
+	parts := []string{strconv.Itoa(uid), tenant, workload, name}
+	for i, part := range parts {
 		next, err := mkdirOpen(fd, part, 0o700, uid, uid)
 		path = filepath.Join(path, part)
 		if err == nil {
-			if err = checkOwned(next, uid); err != nil {
+			// The home itself is the agent's: it may have made it
+			// group- or world-writable (UID/ above keeps others out);
+			// only its owner is checked.
+			if err = checkOwner(next, uid, i < len(parts)-1); err != nil {
 				unix.Close(next)
 			}
 		}
@@ -90,9 +95,9 @@ func ManagedHome(homes, tenant, workload, name string, uid int) (string, error) 
 	return path, nil
 }
 
-// checkOwned refuses the directory open at fd unless uid owns it and
-// neither its group nor others may write it.
-func checkOwned(fd, uid int) error {
+// checkOwner refuses the directory open at fd unless uid owns it and,
+// when private, neither its group nor others may write it.
+func checkOwner(fd, uid int, private bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
@@ -100,7 +105,7 @@ func checkOwned(fd, uid int) error {
 	if int(st.Uid) != uid {
 		return fmt.Errorf("owned by uid %d, not %d", st.Uid, uid)
 	}
-	if st.Mode&0o022 != 0 {
+	if private && st.Mode&0o022 != 0 {
 		return fmt.Errorf("writable by group or others (mode %#o)", st.Mode&0o7777)
 	}
 	return nil

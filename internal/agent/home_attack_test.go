@@ -191,3 +191,25 @@ func TestFindPackageJSONNotAFileOrHuge(t *testing.T) {
 		}
 	}
 }
+
+// The agent owns its home (through the idmapped bind) and may chmod it:
+// that does not lock it out of its next run, and UID/ keeps other local
+// users from reaching it.
+func TestManagedHomeAgentChmod(t *testing.T) {
+	testkit.RequireRoot(t)
+	homes := filepath.Join(t.TempDir(), "state-agents")
+	h, err := ManagedHome(homes, "t", "w", "claude", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(h, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ManagedHome(homes, "t", "w", "claude", 1000); err != nil {
+		t.Fatalf("a home its agent made 0777 was refused: %v", err)
+	}
+	fi, err := os.Stat(filepath.Join(homes, "1000"))
+	if err != nil || fi.Mode().Perm()&0o077 != 0 || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Fatalf("%s/1000: %v %v, want 0700 and uid 1000", homes, fi, err)
+	}
+}
