@@ -141,6 +141,9 @@ func (p *Preset) Find(dir, path string) (*Install, error) {
 		return nil, failure.Failf(failure.KindUsage, "agent", "resolve %s: %v", pkg, err)
 	}
 	in := &Install{Modules: modulesDir(pkg, p.Package)}
+	if ExposesHome(in.Modules, hostHomes()) {
+		return nil, failure.Failf(failure.KindPolicyRejected, "agent", "%s would be bound read-only for %s, and it is or holds a home directory: install the package elsewhere (npm install -g, or npm install in a directory of its own) and name it with --agent-path DIR", in.Modules, p.Package)
+	}
 	if in.Program, err = entryPoint(pkg, p.Command); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -211,5 +212,49 @@ func TestManagedHomeAgentChmod(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(homes, "1000"))
 	if err != nil || fi.Mode().Perm()&0o077 != 0 || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
 		t.Fatalf("%s/1000: %v %v, want 0700 and uid 1000", homes, fi, err)
+	}
+}
+
+// The package directory bound read-only is never a home directory (or
+// what holds one): a package.json naming the agent's package in a home
+// (--agent-path ~, or found walking up from the command) made Find bind
+// the whole home.
+func TestFindRefusesAPackageThatIsAHome(t *testing.T) {
+	p, _ := Lookup("claude")
+	home := filepath.Join(t.TempDir(), "alice")
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "package.json"), []byte(`{"name":"@anthropic-ai/claude-code","bin":{"claude":"c"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "c"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := hostHomes
+	hostHomes = func() []string { return []string{home} }
+	defer func() { hostHomes = old }()
+	if in, err := p.Find(home, ""); err == nil {
+		t.Fatalf("Find(%s) = %+v: the home would be bound", home, in)
+	}
+	// Positive control: the same package elsewhere is found.
+	hostHomes = func() []string { return []string{"/nonexistent-home"} }
+	if _, err := p.Find(home, ""); err != nil {
+		t.Fatalf("positive control: Find(%s) = %v", home, err)
+	}
+}
+
+func TestExposesHome(t *testing.T) {
+	homes := []string{"/root", "/home", "/var/www", "/srv/u/alice"}
+	for dir, want := range map[string]bool{
+		"/": true, "/home": true, "/home/bob": true, "/var": true, "/var/www": true, "/srv/u": true,
+		"/srv/u/alice/.nvm": false, "/opt/node": false, "/var/www-data": false, "/home/bob/bin": false,
+	} {
+		if got := ExposesHome(dir, homes); got != want {
+			t.Errorf("ExposesHome(%s) = %v, want %v", dir, got, want)
+		}
+	}
+	if h := HostHomes(); !slices.Contains(h, "/root") || !slices.Contains(h, "/home") {
+		t.Errorf("HostHomes() = %q, want /root and /home at least", h)
 	}
 }

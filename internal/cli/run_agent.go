@@ -160,7 +160,9 @@ func notFound(spec sandbox.Spec, msg string) error {
 }
 
 // fixHint suggests the bind (or the preset) that would make prog visible.
-func fixHint(prog string) string {
+func fixHint(prog string) string { return fixHintHomes(prog, nil) }
+
+func fixHintHomes(prog string, homes []string) string {
 	for _, n := range agent.Names() {
 		if p, _ := agent.Lookup(n); p != nil && filepath.Base(prog) == p.Command {
 			return fmt.Sprintf("  %s is a coding agent: run it with `cordon run --agent %s` (it finds and binds the install; see docs/agents.md).\n", p.Command, n)
@@ -178,9 +180,18 @@ func fixHint(prog string) string {
 	if err != nil {
 		return fmt.Sprintf("  %s does not exist on this host either: bind the directory that holds it, e.g. cordon run --ro /opt/x:/opt/x -- /opt/x/bin/%s\n", host, filepath.Base(prog))
 	}
+	// The install's prefix (the directory above bin/), else the
+	// program's own directory, else the program alone: never a home
+	// directory or what holds one (the user would paste it).
+	if homes == nil {
+		homes = agent.HostHomes()
+	}
 	dir := filepath.Dir(real)
-	if filepath.Base(dir) == "bin" {
-		dir = filepath.Dir(dir)
+	if up := filepath.Dir(dir); filepath.Base(dir) == "bin" && !agent.ExposesHome(up, homes) && filepath.Dir(up) != "/" {
+		dir = up
+	}
+	if agent.ExposesHome(dir, homes) {
+		dir = real
 	}
 	target := dir
 	for _, r := range []string{"/tmp", "/home", "/root", "/run", "/etc", "/usr", "/dev", "/proc", "/sys"} {

@@ -56,3 +56,40 @@ func TestNotFoundNamesTheFix(t *testing.T) {
 		t.Errorf("fixHint(claude) = %q", got)
 	}
 }
+
+// The hint never suggests binding a home directory (or what holds one):
+// a tool in ~/bin used to give `--ro /home/alice:/opt/alice`, the whole
+// home, ~/.ssh and all, for a user to paste.
+func TestNotFoundHintNeverBindsAHome(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "alice")
+	for _, rel := range []string{"bin/tool", "tool"} {
+		prog := filepath.Join(home, rel)
+		if err := os.MkdirAll(filepath.Dir(prog), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		got := fixHintHomes(prog, []string{home})
+		for _, bad := range []string{"--ro " + home + ":", "--ro " + filepath.Dir(home) + ":"} {
+			if strings.Contains(got, bad) {
+				t.Errorf("fixHint(%s) = %q: suggests binding the home", prog, got)
+			}
+		}
+		if !strings.Contains(got, "--ro ") {
+			t.Errorf("fixHint(%s) = %q: no bind suggested", prog, got)
+		}
+	}
+	// Positive control: outside any home, the install's prefix is named.
+	other := filepath.Join(t.TempDir(), "tools")
+	prog := filepath.Join(other, "bin", "tool")
+	if err := os.MkdirAll(filepath.Dir(prog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := fixHintHomes(prog, []string{home}); !strings.Contains(got, "--ro "+other+":") {
+		t.Errorf("fixHint(%s) = %q, want the prefix %s", prog, got, other)
+	}
+}
