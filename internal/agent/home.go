@@ -212,3 +212,38 @@ func seedOne(dfd int, s SeedFile, uid, gid int) (bool, error) {
 	}
 	return true, file.Sync()
 }
+
+// NewHome creates the directory home (absolute), 0700 and owned by
+// uid:uid, with any missing parents (0755, root's), one component at a
+// time from / without following a symlink anywhere: a path through a
+// symlink is refused (the provider would refuse to bind it anyway), and
+// nothing is created or chowned through one, whoever swaps a component
+// meanwhile. A home already there is left as it is.
+func NewHome(home string, uid int) error {
+	if !filepath.IsAbs(home) {
+		return failure.Failf(failure.KindUsage, "agent", "%s: not an absolute path", home)
+	}
+	home = filepath.Clean(home)
+	if home == "/" {
+		return failure.Failf(failure.KindUsage, "agent", "/ cannot be an agent home")
+	}
+	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return failure.Failf(failure.KindProvision, "agent", "open /: %v", err)
+	}
+	defer func() { unix.Close(fd) }()
+	parts := strings.Split(home[1:], "/")
+	for i, part := range parts {
+		mode, owner := uint32(0o755), 0
+		if i == len(parts)-1 {
+			mode, owner = 0o700, uid
+		}
+		next, err := mkdirOpen(fd, part, mode, owner, owner)
+		if err != nil {
+			return failure.Failf(failure.KindPolicyRejected, "agent", "%s: %s: %v", home, "/"+filepath.Join(parts[:i+1]...), err)
+		}
+		unix.Close(fd)
+		fd = next
+	}
+	return nil
+}

@@ -113,22 +113,13 @@ func (r *aRun) applyAgent(spec *sandbox.Spec, plan *launch.Plan) error {
 
 // newAgentHome creates an --agent-home that does not exist yet, 0700 and
 // owned by the user who ran sudo (agent.Owner), as a managed home is: a
-// root-owned one would be refused as a writable bind.
+// root-owned one would be refused as a writable bind. It is created
+// without following a symlink anywhere on its path (agent.NewHome).
 func newAgentHome(home string) error {
 	if _, err := os.Lstat(home); err == nil || !os.IsNotExist(err) {
 		return nil // there: the provider checks it when it binds it
 	}
-	if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
-		return failure.Failf(failure.KindUsage, "run", "--agent-home %s: %v", home, err)
-	}
-	if err := os.Mkdir(home, 0o700); err != nil {
-		return failure.Failf(failure.KindUsage, "run", "--agent-home %s: %v", home, err)
-	}
-	uid := agent.Owner(os.Getenv)
-	if err := os.Lchown(home, uid, uid); err != nil {
-		return failure.Failf(failure.KindProvision, "run", "--agent-home %s: %v", home, err)
-	}
-	return nil
+	return agent.NewHome(home, agent.Owner(os.Getenv))
 }
 
 // notFound is the refusal when the program is not in the sandbox: what

@@ -4,10 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/cordon-project/cordon/internal/agent"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 func TestAgentCheckArgs(t *testing.T) {
@@ -91,5 +94,38 @@ func TestNotFoundHintNeverBindsAHome(t *testing.T) {
 	}
 	if got := fixHintHomes(prog, []string{home}); !strings.Contains(got, "--ro "+other+":") {
 		t.Errorf("fixHint(%s) = %q, want the prefix %s", prog, got, other)
+	}
+}
+
+// A new --agent-home is created and chowned (as root) without following
+// a symlink anywhere on its path: a parent another user could swap for a
+// symlink between the mkdir and the chown made root chown whatever the
+// symlink reached. A symlinked parent is refused and nothing is created
+// or chowned through it.
+func TestNewAgentHomeNeverThroughASymlink(t *testing.T) {
+	testkit.RequireRoot(t)
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := newAgentHome(filepath.Join(base, "link", "home")); err == nil {
+		t.Error("a new --agent-home under a symlink was created")
+	}
+	if _, err := os.Lstat(filepath.Join(real, "home")); !os.IsNotExist(err) {
+		t.Errorf("a directory was created through the symlink: %v", err)
+	}
+	// Positive control: without the symlink it is created, 0700, for the
+	// managed owner.
+	h := filepath.Join(base, "real", "new", "home")
+	if err := newAgentHome(h); err != nil {
+		t.Fatalf("newAgentHome(%s) = %v", h, err)
+	}
+	fi, err := os.Lstat(h)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != uint32(agent.Owner(os.Getenv)) {
+		t.Fatalf("new home %v %v, want a 0700 directory owned by %d", fi, err, agent.Owner(os.Getenv))
 	}
 }
