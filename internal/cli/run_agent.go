@@ -127,27 +127,29 @@ func newAgentHome(home string) error {
 // it, from a host-side lookup of argv[0] on the caller's PATH.
 func notFound(spec sandbox.Spec, msg string) error {
 	prog := spec.Argv[0]
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s (not found in the sandbox).\n", msg)
+	// One line, its parts separated by "; ": cordon prints a failure as
+	// one escaped line (textsafe.Line), where a line break would show as
+	// a literal \u000a.
+	parts := []string{msg + " (not found in the sandbox)"}
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	for _, kv := range spec.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
-	fmt.Fprintf(&b, "  The sandbox shows the host's /usr, /bin, /sbin and /lib* read-only; its PATH is %s.\n", path)
+	parts = append(parts, fmt.Sprintf("the sandbox shows the host's /usr, /bin, /sbin and /lib* read-only, and its PATH is %s", path))
 	if spec.Workspace != "" {
-		fmt.Fprintf(&b, "  --workspace %s is at /workspace.\n", spec.Workspace)
+		parts = append(parts, fmt.Sprintf("--workspace %s is at /workspace", spec.Workspace))
 	}
 	for _, bd := range spec.Binds {
 		mode := "ro"
 		if bd.Writable {
 			mode = "rw"
 		}
-		fmt.Fprintf(&b, "  bind (%s) %s -> %s\n", mode, bd.Source, bd.Target)
+		parts = append(parts, fmt.Sprintf("bind (%s) %s -> %s", mode, bd.Source, bd.Target))
 	}
-	b.WriteString(fixHint(prog))
-	return failure.Failf(failure.KindExec, prog, "%s", strings.TrimRight(b.String(), "\n"))
+	parts = append(parts, strings.TrimSpace(fixHint(prog)))
+	return failure.Failf(failure.KindExec, prog, "%s", strings.Join(parts, "; "))
 }
 
 // fixHint suggests the bind (or the preset) that would make prog visible.

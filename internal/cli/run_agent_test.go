@@ -129,3 +129,18 @@ func TestNewAgentHomeNeverThroughASymlink(t *testing.T) {
 		t.Fatalf("new home %v %v, want a 0700 directory owned by %d", fi, err, agent.Owner(os.Getenv))
 	}
 }
+
+// cordon prints a failure as one escaped line (textsafe.Line): the
+// not-found error's line breaks came out as literal \u000a between its
+// parts. It is one readable line; a newline in what it quotes (a bind
+// source) is still escaped.
+func TestNotFoundPrintsReadably(t *testing.T) {
+	spec := sandbox.Spec{Argv: []string{"/nonexistent/tool"}, Binds: []sandbox.Bind{{Source: "/srv/da\nta", Target: "/data"}}}
+	got := describe(notFound(spec, "no such file"))
+	if strings.Count(got, `\u000a`) != 1 || !strings.Contains(got, `/srv/da\u000ata`) {
+		t.Errorf("describe(notFound) = %q: want its parts on one line, the source's own newline escaped", got)
+	}
+	if !strings.Contains(got, "(not found in the sandbox); the sandbox shows") || !strings.Contains(got, "; bind (ro) ") {
+		t.Errorf("describe(notFound) = %q", got)
+	}
+}
