@@ -211,8 +211,8 @@ func TestAgentClaudeInteractive(t *testing.T) {
 }
 
 // Without --agent-home the agent gets a managed home beside the state
-// directory (never inside it), per workload and agent, owned by an
-// unprivileged uid, and its session is there after the run.
+// directory (never inside it), per user, tenant, workload and agent,
+// owned by an unprivileged uid, and its session is there after the run.
 func TestAgentClaudeManagedHome(t *testing.T) {
 	testkit.RequireRoot(t)
 	dir := claudeDir(t)
@@ -226,7 +226,9 @@ func TestAgentClaudeManagedHome(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
 		t.Fatalf("run with the managed home = %d %s %s", r.Code, r.Stdout, r.Stderr)
 	}
-	home := filepath.Join(st+"-agents", "e2e", "claude") // e2e: the config's workload
+	// 65533: root ran cordon (no SUDO_UID); acme and e2e: the config's
+	// tenant and workload.
+	home := filepath.Join(st+"-agents", "65533", "acme", "e2e", "claude")
 	fi, err := os.Stat(home)
 	if err != nil {
 		t.Fatalf("managed home: %v", err)

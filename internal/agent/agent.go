@@ -3,10 +3,13 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
@@ -138,6 +141,9 @@ func (p *Preset) Find(dir, path string) (*Install, error) {
 		return nil, failure.Failf(failure.KindUsage, "agent", "resolve %s: %v", pkg, err)
 	}
 	in := &Install{Modules: modulesDir(pkg, p.Package)}
+	if ExposesHome(in.Modules, hostHomes()) {
+		return nil, failure.Failf(failure.KindPolicyRejected, "agent", "%s would be bound read-only for %s, and it is or holds a home directory: install the package elsewhere (npm install -g, or npm install in a directory of its own) and name it with --agent-path DIR", in.Modules, p.Package)
+	}
 	if in.Program, err = entryPoint(pkg, p.Command); err != nil {
 		return nil, err
 	}
@@ -155,14 +161,72 @@ func (p *Preset) Find(dir, path string) (*Install, error) {
 
 // isPackage reports whether dir holds package.json naming pkg.
 func isPackage(dir, pkg string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	b, err := readPackageJSON(dir)
 	if err != nil {
 		return false
 	}
-	var m struct {
-		Name string `json:"name"`
+	name, _, err := parsePackage(b, "")
+	return err == nil && name == pkg
+}
+
+// maxPackageJSON bounds what is read of a package.json (npm's own are a
+// few KiB).
+const maxPackageJSON = 1 << 20
+
+// readPackageJSON reads dir/package.json: a regular file, not through a
+// symlink at its last component, at most maxPackageJSON bytes. It may be
+// in a directory another user owns (a shared install, any directory on
+// the way up from the command): a FIFO must not block cordon, a device
+// or a huge file must not be read whole.
+func readPackageJSON(dir string) ([]byte, error) {
+	p := filepath.Join(dir, "package.json")
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
-	return json.Unmarshal(b, &m) == nil && m.Name == pkg
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPackageJSON+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxPackageJSON {
+		return nil, fmt.Errorf("%s is larger than %d bytes", p, maxPackageJSON)
+	}
+	return b, nil
+}
+
+// parsePackage reads a package.json: the package's name, and the path
+// (relative, cleaned, never above the package) its "bin" names for
+// command ("" when command is "" or not named).
+func parsePackage(b []byte, command string) (name, rel string, err error) {
+	var m struct {
+		Name string          `json:"name"`
+		Bin  json.RawMessage `json:"bin"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", "", err
+	}
+	if command == "" || len(m.Bin) == 0 {
+		return m.Name, "", nil
+	}
+	var bins map[string]string
+	if json.Unmarshal(m.Bin, &bins) == nil {
+		rel = bins[command]
+	} else {
+		_ = json.Unmarshal(m.Bin, &rel)
+	}
+	if rel == "" {
+		return m.Name, "", nil
+	}
+	return m.Name, strings.TrimPrefix(filepath.Clean("/"+rel), "/"), nil
 }
 
 // modulesDir is the node_modules directory holding the package at dir
@@ -181,27 +245,18 @@ func modulesDir(dir, pkg string) string {
 
 // entryPoint is the file package.json's "bin" names for command.
 func entryPoint(pkg, command string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(pkg, "package.json"))
+	b, err := readPackageJSON(pkg)
 	if err != nil {
 		return "", failure.Failf(failure.KindUsage, "agent", "read %s/package.json: %v", pkg, err)
 	}
-	var m struct {
-		Bin json.RawMessage `json:"bin"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
+	_, rel, err := parsePackage(b, command)
+	if err != nil {
 		return "", failure.Failf(failure.KindUsage, "agent", "%s/package.json: %v", pkg, err)
 	}
-	var rel string
-	var bins map[string]string
-	if json.Unmarshal(m.Bin, &bins) == nil {
-		rel = bins[command]
-	} else {
-		_ = json.Unmarshal(m.Bin, &rel)
-	}
-	if rel == "" {
+	if rel == "" || rel == "." {
 		return "", failure.Failf(failure.KindUsage, "agent", "%s/package.json names no %q program in \"bin\"", pkg, command)
 	}
-	p := filepath.Join(pkg, filepath.Clean("/"+rel))
+	p := filepath.Join(pkg, rel)
 	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 		return "", failure.Failf(failure.KindUsage, "agent", "%s: the package's program %s is missing (is the install complete?)", pkg, p)
 	}
@@ -261,11 +316,14 @@ func (p *Preset) Plan(in *Install, home string, args []string) Setup {
 	bindRO(in.Modules)
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	if in.Runtime != "" {
-		// A runtime outside /usr (nvm, a tarball): its prefix, read-only,
-		// at the same path, its bin first on PATH.
+		// A runtime outside /usr (nvm, a tarball): the executable alone,
+		// read-only, at the same path, its directory first on PATH. Never
+		// its prefix: that is the host home itself when node sits in
+		// ~/bin (npm's prefix set to ~, a tarball unpacked there), and
+		// node needs nothing else from it.
 		bin := filepath.Dir(in.Runtime)
 		if !Visible(bin) {
-			bindRO(filepath.Dir(bin))
+			bindRO(in.Runtime)
 			path = bin + ":" + path
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/gateway"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // fakeInstall lays out what `npm install -g PKG` leaves under prefix:
@@ -80,10 +81,11 @@ func TestPlanBindsOnlyThePackageRuntimeAndHome(t *testing.T) {
 	if s.Argv[0] != in.Program || s.Argv[len(s.Argv)-2] != "exec" || !strings.Contains(strings.Join(s.Argv, " "), `sandbox_mode="danger-full-access"`) {
 		t.Errorf("argv = %q", s.Argv)
 	}
-	// A runtime outside /usr: its prefix read-only, its bin first on PATH.
+	// A runtime outside /usr: the executable read-only, its directory
+	// first on PATH.
 	in.Runtime = "/opt/node24/bin/node"
 	s = p.Plan(in, "/srv/home", nil)
-	if s.Binds[1].Source != "/opt/node24" || !strings.HasPrefix(s.Env[0], "PATH=/opt/node24/bin:") {
+	if s.Binds[1].Source != "/opt/node24/bin/node" || !strings.HasPrefix(s.Env[0], "PATH=/opt/node24/bin:") {
 		t.Errorf("runtime outside /usr: binds %+v env %q", s.Binds, s.Env)
 	}
 }
@@ -145,16 +147,22 @@ func TestSeedNeverFollowsSymlinksOrReplaces(t *testing.T) {
 }
 
 func TestManagedHome(t *testing.T) {
+	testkit.RequireRoot(t) // it chowns the home to its user
 	homes := filepath.Join(t.TempDir(), "state-agents")
-	h, err := ManagedHome(homes, "claude-code", "claude", os.Getuid())
-	if err != nil || h != filepath.Join(homes, "claude-code", "claude") {
+	h, err := ManagedHome(homes, "local", "claude-code", "claude", 1000)
+	if err != nil || h != filepath.Join(homes, "1000", "local", "claude-code", "claude") {
 		t.Fatalf("ManagedHome = %q, %v", h, err)
 	}
 	if fi, err := os.Stat(h); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("home %v %v, want a 0700 directory", fi, err)
 	}
-	if _, err := ManagedHome(homes, "../x", "claude", 0); err == nil {
-		t.Error("a workload naming a path was accepted")
+	for _, bad := range [][2]string{{"local", "../x"}, {"../x", "w"}, {"a/b", "w"}, {"local", ".."}, {"", "w"}} {
+		if _, err := ManagedHome(homes, bad[0], bad[1], "claude", 1000); err == nil {
+			t.Errorf("tenant %q workload %q naming a path was accepted", bad[0], bad[1])
+		}
+	}
+	if _, err := ManagedHome(homes, "local", "w", "claude", 0); err == nil {
+		t.Error("a managed home for root was accepted")
 	}
 	if HomesDir("/var/lib/cordon/") != "/var/lib/cordon-agents" {
 		t.Errorf("HomesDir = %s", HomesDir("/var/lib/cordon/"))

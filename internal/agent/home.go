@@ -39,12 +39,28 @@ func Owner(getenv func(string) string) int {
 	return ManagedUID
 }
 
-// ManagedHome returns the managed home of preset name for workload under
-// homes (HomesDir), creating it (0700, owned by uid) and its parents
-// (0711, root's) when absent. A symlink anywhere on the way is refused.
-func ManagedHome(homes, workload, name string, uid int) (string, error) {
-	if strings.ContainsAny(workload, "/\x00") || workload == "." || workload == ".." || workload == "" {
-		return "", failure.Failf(failure.KindUsage, "agent", "workload %q cannot name a directory", workload)
+// ManagedHome returns the managed home of preset name for the workload
+// of tenant, belonging to the host user uid, under homes (HomesDir):
+// homes/UID/TENANT/WORKLOAD/NAME. It is per user as well as per tenant
+// and workload: two users (or tenants) running the same workload's agent
+// never share a home, so one's agent can neither read the other's
+// sessions nor plant settings that run in the other's next sandbox.
+//
+// homes is created 0711 when absent and must be root's (cordon's euid)
+// and writable by nobody else, as the state directory must; homes/UID
+// and everything below it is created 0700 and owned by uid (only that
+// user reaches the homes on the host), and whatever is already there
+// must be a directory owned by uid that group and others cannot write
+// (the home itself: owned by uid, whatever mode its agent gave it).
+// A symlink anywhere on the way is refused.
+func ManagedHome(homes, tenant, workload, name string, uid int) (string, error) {
+	for _, c := range []struct{ what, v string }{{"tenant", tenant}, {"workload", workload}, {"agent", name}} {
+		if strings.ContainsAny(c.v, "/\x00") || c.v == "." || c.v == ".." || c.v == "" {
+			return "", failure.Failf(failure.KindUsage, "agent", "%s %q cannot name a directory", c.what, c.v)
+		}
+	}
+	if uid < 1000 || uid >= 1<<31 {
+		return "", failure.Failf(failure.KindUsage, "agent", "a managed home cannot belong to uid %d (root or a system account)", uid)
 	}
 	if err := os.MkdirAll(homes, 0o711); err != nil {
 		return "", failure.Failf(failure.KindProvision, "agent", "create %s: %v", homes, err)
@@ -53,18 +69,46 @@ func ManagedHome(homes, workload, name string, uid int) (string, error) {
 	if err != nil {
 		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%v", err)
 	}
-	defer unix.Close(fd)
-	wfd, err := mkdirOpen(fd, workload, 0o711, 0, 0)
-	if err != nil {
-		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%s/%s: %v", homes, workload, err)
+	defer func() { unix.Close(fd) }() // the last one opened
+	if err := checkOwner(fd, os.Geteuid(), true); err != nil {
+		return "", failure.Failf(failure.KindPolicyRejected, "agent", "managed homes directory %s: %v", homes, err)
 	}
-	defer unix.Close(wfd)
-	hfd, err := mkdirOpen(wfd, name, 0o700, uid, uid)
-	if err != nil {
-		return "", failure.Failf(failure.KindPolicyRejected, "agent", "%s/%s/%s: %v", homes, workload, name, err)
+	path := homes
+	parts := []string{strconv.Itoa(uid), tenant, workload, name}
+	for i, part := range parts {
+		next, err := mkdirOpen(fd, part, 0o700, uid, uid)
+		path = filepath.Join(path, part)
+		if err == nil {
+			// The home itself is the agent's: it may have made it
+			// group- or world-writable (UID/ above keeps others out);
+			// only its owner is checked.
+			if err = checkOwner(next, uid, i < len(parts)-1); err != nil {
+				unix.Close(next)
+			}
+		}
+		if err != nil {
+			return "", failure.Failf(failure.KindPolicyRejected, "agent", "%s: %v", path, err)
+		}
+		unix.Close(fd)
+		fd = next
 	}
-	unix.Close(hfd)
-	return filepath.Join(homes, workload, name), nil
+	return path, nil
+}
+
+// checkOwner refuses the directory open at fd unless uid owns it and,
+// when private, neither its group nor others may write it.
+func checkOwner(fd, uid int, private bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if int(st.Uid) != uid {
+		return fmt.Errorf("owned by uid %d, not %d", st.Uid, uid)
+	}
+	if private && st.Mode&0o022 != 0 {
+		return fmt.Errorf("writable by group or others (mode %#o)", st.Mode&0o7777)
+	}
+	return nil
 }
 
 // mkdirOpen creates name in dfd when absent (mode, owned by uid:gid) and
@@ -167,4 +211,39 @@ func seedOne(dfd int, s SeedFile, uid, gid int) (bool, error) {
 		return false, err
 	}
 	return true, file.Sync()
+}
+
+// NewHome creates the directory home (absolute), 0700 and owned by
+// uid:uid, with any missing parents (0755, root's), one component at a
+// time from / without following a symlink anywhere: a path through a
+// symlink is refused (the provider would refuse to bind it anyway), and
+// nothing is created or chowned through one, whoever swaps a component
+// meanwhile. A home already there is left as it is.
+func NewHome(home string, uid int) error {
+	if !filepath.IsAbs(home) {
+		return failure.Failf(failure.KindUsage, "agent", "%s: not an absolute path", home)
+	}
+	home = filepath.Clean(home)
+	if home == "/" {
+		return failure.Failf(failure.KindUsage, "agent", "/ cannot be an agent home")
+	}
+	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return failure.Failf(failure.KindProvision, "agent", "open /: %v", err)
+	}
+	defer func() { unix.Close(fd) }()
+	parts := strings.Split(home[1:], "/")
+	for i, part := range parts {
+		mode, owner := uint32(0o755), 0
+		if i == len(parts)-1 {
+			mode, owner = 0o700, uid
+		}
+		next, err := mkdirOpen(fd, part, mode, owner, owner)
+		if err != nil {
+			return failure.Failf(failure.KindPolicyRejected, "agent", "%s: %s: %v", home, "/"+filepath.Join(parts[:i+1]...), err)
+		}
+		unix.Close(fd)
+		fd = next
+	}
+	return nil
 }

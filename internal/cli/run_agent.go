@@ -91,11 +91,13 @@ func (r *aRun) applyAgent(spec *sandbox.Spec, plan *launch.Plan) error {
 			return err
 		}
 	} else {
-		workload := spec.Workload
-		if plan != nil {
-			workload = plan.Config().Workload
+		// The home is per user, tenant and workload (the plan's: with
+		// --agent there is always one, the preset's own or --config's).
+		if plan == nil {
+			return failure.Failf(failure.KindInternal, "agent", "--agent without a gateway plan")
 		}
-		if home, err = agent.ManagedHome(agent.HomesDir(r.g.stateDir), workload, p.Name, agent.Owner(os.Getenv)); err != nil {
+		cfg := plan.Config()
+		if home, err = agent.ManagedHome(agent.HomesDir(r.g.stateDir), cfg.Tenant, cfg.Workload, p.Name, agent.Owner(os.Getenv)); err != nil {
 			return err
 		}
 	}
@@ -111,22 +113,13 @@ func (r *aRun) applyAgent(spec *sandbox.Spec, plan *launch.Plan) error {
 
 // newAgentHome creates an --agent-home that does not exist yet, 0700 and
 // owned by the user who ran sudo (agent.Owner), as a managed home is: a
-// root-owned one would be refused as a writable bind.
+// root-owned one would be refused as a writable bind. It is created
+// without following a symlink anywhere on its path (agent.NewHome).
 func newAgentHome(home string) error {
 	if _, err := os.Lstat(home); err == nil || !os.IsNotExist(err) {
 		return nil // there: the provider checks it when it binds it
 	}
-	if err := os.MkdirAll(filepath.Dir(home), 0o755); err != nil {
-		return failure.Failf(failure.KindUsage, "run", "--agent-home %s: %v", home, err)
-	}
-	if err := os.Mkdir(home, 0o700); err != nil {
-		return failure.Failf(failure.KindUsage, "run", "--agent-home %s: %v", home, err)
-	}
-	uid := agent.Owner(os.Getenv)
-	if err := os.Lchown(home, uid, uid); err != nil {
-		return failure.Failf(failure.KindProvision, "run", "--agent-home %s: %v", home, err)
-	}
-	return nil
+	return agent.NewHome(home, agent.Owner(os.Getenv))
 }
 
 // notFound is the refusal when the program is not in the sandbox: what
@@ -134,31 +127,35 @@ func newAgentHome(home string) error {
 // it, from a host-side lookup of argv[0] on the caller's PATH.
 func notFound(spec sandbox.Spec, msg string) error {
 	prog := spec.Argv[0]
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s (not found in the sandbox).\n", msg)
+	// One line, its parts separated by "; ": cordon prints a failure as
+	// one escaped line (textsafe.Line), where a line break would show as
+	// a literal \u000a.
+	parts := []string{msg + " (not found in the sandbox)"}
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	for _, kv := range spec.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			path = v
 		}
 	}
-	fmt.Fprintf(&b, "  The sandbox shows the host's /usr, /bin, /sbin and /lib* read-only; its PATH is %s.\n", path)
+	parts = append(parts, fmt.Sprintf("the sandbox shows the host's /usr, /bin, /sbin and /lib* read-only, and its PATH is %s", path))
 	if spec.Workspace != "" {
-		fmt.Fprintf(&b, "  --workspace %s is at /workspace.\n", spec.Workspace)
+		parts = append(parts, fmt.Sprintf("--workspace %s is at /workspace", spec.Workspace))
 	}
 	for _, bd := range spec.Binds {
 		mode := "ro"
 		if bd.Writable {
 			mode = "rw"
 		}
-		fmt.Fprintf(&b, "  bind (%s) %s -> %s\n", mode, bd.Source, bd.Target)
+		parts = append(parts, fmt.Sprintf("bind (%s) %s -> %s", mode, bd.Source, bd.Target))
 	}
-	b.WriteString(fixHint(prog))
-	return failure.Failf(failure.KindExec, prog, "%s", strings.TrimRight(b.String(), "\n"))
+	parts = append(parts, strings.TrimSpace(fixHint(prog)))
+	return failure.Failf(failure.KindExec, prog, "%s", strings.Join(parts, "; "))
 }
 
 // fixHint suggests the bind (or the preset) that would make prog visible.
-func fixHint(prog string) string {
+func fixHint(prog string) string { return fixHintHomes(prog, nil) }
+
+func fixHintHomes(prog string, homes []string) string {
 	for _, n := range agent.Names() {
 		if p, _ := agent.Lookup(n); p != nil && filepath.Base(prog) == p.Command {
 			return fmt.Sprintf("  %s is a coding agent: run it with `cordon run --agent %s` (it finds and binds the install; see docs/agents.md).\n", p.Command, n)
@@ -176,9 +173,18 @@ func fixHint(prog string) string {
 	if err != nil {
 		return fmt.Sprintf("  %s does not exist on this host either: bind the directory that holds it, e.g. cordon run --ro /opt/x:/opt/x -- /opt/x/bin/%s\n", host, filepath.Base(prog))
 	}
+	// The install's prefix (the directory above bin/), else the
+	// program's own directory, else the program alone: never a home
+	// directory or what holds one (the user would paste it).
+	if homes == nil {
+		homes = agent.HostHomes()
+	}
 	dir := filepath.Dir(real)
-	if filepath.Base(dir) == "bin" {
-		dir = filepath.Dir(dir)
+	if up := filepath.Dir(dir); filepath.Base(dir) == "bin" && !agent.ExposesHome(up, homes) && filepath.Dir(up) != "/" {
+		dir = up
+	}
+	if agent.ExposesHome(dir, homes) {
+		dir = real
 	}
 	target := dir
 	for _, r := range []string{"/tmp", "/home", "/root", "/run", "/etc", "/usr", "/dev", "/proc", "/sys"} {

@@ -75,11 +75,23 @@ func LoadPlan(path, workload string, warn func(string)) (*Plan, error) {
 }
 
 // LoadBuiltinPlan is LoadPlan for a configuration built into cordon (an
-// agent preset's): b is parsed as if read from source.
+// agent preset's): b is parsed as if read from source, touching no file.
+// It must name none (no policy files, no secret files): source is a
+// relative name, and a path resolved against it would be read from
+// cordon's current directory — the user's project, the agent's
+// workspace.
 func LoadBuiltinPlan(b []byte, source, workload string, warn func(string)) (*Plan, error) {
-	cfg, err := config.Parse(b, source)
+	cfg, err := config.ParseDetached(b, source)
 	if err != nil {
 		return nil, failure.Fail(failure.KindInternal, "config", err)
+	}
+	if len(cfg.Policy) > 0 {
+		return nil, failure.Failf(failure.KindInternal, "config", "%s: a built-in configuration names policy files %q", source, cfg.Policy)
+	}
+	for n, s := range cfg.Secrets {
+		if s.File != "" {
+			return nil, failure.Failf(failure.KindInternal, "config", "%s: a built-in configuration reads secret %s from a file", source, n)
+		}
 	}
 	return planOf(cfg, workload, warn)
 }
