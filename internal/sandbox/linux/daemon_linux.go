@@ -268,7 +268,33 @@ func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir
 		return nil, failure.Fail(failure.KindExec, "exec", ErrInitGone)
 	default:
 	}
-	return asProcess(execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio))
+	p, _, err := execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio, nil)
+	return asProcess(p, err)
+}
+
+// ExecProcessTerminal is ExecProcess on a pseudo-terminal of the
+// sandbox's own (sandbox.TerminalExecer): the init opens it in the
+// sandbox's devpts, and its master comes back checked (checkMaster).
+func (sb *linuxSandbox) ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
+	if !sb.p.opts.Daemon {
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+	}
+	sb.mu.Lock()
+	running := sb.running
+	sb.mu.Unlock()
+	if !running {
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
+	}
+	return execTerminal(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio, t)
+}
+
+// execTerminal is execProcess with a terminal, as the seam's types.
+func execTerminal(ctx context.Context, sock string, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
+	p, m, err := execProcess(ctx, sock, argv, env, dir, stdio, ttyConfig(&t))
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, m, nil
 }
 
 // asProcess returns p as the seam's Process, and never a nil *Process in
@@ -377,32 +403,35 @@ func (p *Process) read() {
 	}
 }
 
-// execProcess is the client side of the exec channel at sock.
-func execProcess(ctx context.Context, sock string, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
+// execProcess is the client side of the exec channel at sock. With tty
+// the init runs the process on a pty of the sandbox's own and its
+// "started" answer must carry exactly one descriptor, a pty master
+// (checkMaster), which is returned; without, it must carry none.
+func execProcess(ctx context.Context, sock string, argv, env []string, dir string, stdio [3]*os.File, tty *sbinit.Tty) (*Process, *os.File, error) {
 	if len(argv) == 0 || argv[0] == "" {
-		return nil, failure.Failf(failure.KindUsage, "exec", "no program given")
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", "no program given")
 	}
 	for _, s := range append(append(append([]string{}, argv...), env...), dir) {
 		if strings.IndexByte(s, 0) >= 0 {
-			return nil, failure.Failf(failure.KindUsage, "exec", "NUL byte in argv, env or dir")
+			return nil, nil, failure.Failf(failure.KindUsage, "exec", "NUL byte in argv, env or dir")
 		}
 	}
 	if dir != "" && !filepath.IsAbs(dir) {
-		return nil, failure.Failf(failure.KindUsage, "exec", "%s: the working directory must be absolute", dir)
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", "%s: the working directory must be absolute", dir)
 	}
-	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir})
+	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir, Pty: tty})
 	if err != nil {
-		return nil, failure.Fail(failure.KindUsage, "exec", err)
+		return nil, nil, failure.Fail(failure.KindUsage, "exec", err)
 	}
 	if len(req) > sbinit.MaxExecMessage {
-		return nil, failure.Failf(failure.KindUsage, "exec", "argv and env take %d bytes; at most %d", len(req), sbinit.MaxExecMessage)
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", "argv and env take %d bytes; at most %d", len(req), sbinit.MaxExecMessage)
 	}
 	var fds []int
 	for _, f := range stdio {
 		if f == nil {
 			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 			if err != nil {
-				return nil, failure.Fail(failure.KindExec, "exec", err)
+				return nil, nil, failure.Fail(failure.KindExec, "exec", err)
 			}
 			defer null.Close()
 			f = null
@@ -412,7 +441,7 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unixpacket", sock)
 	if err != nil {
-		return nil, failure.Fail(failure.KindExec, "exec", fmt.Errorf("the sandbox init does not answer on its exec socket (sandbox stopped?): %w", err))
+		return nil, nil, failure.Fail(failure.KindExec, "exec", fmt.Errorf("the sandbox init does not answer on its exec socket (sandbox stopped?): %w", err))
 	}
 	conn := c.(*net.UnixConn)
 	// Until the reply: ctx's deadline, its cancellation, or readyTimeout.
@@ -431,43 +460,87 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 		}
 	})
 	defer stop()
-	fail := func(err error) (*Process, error) {
+	fail := func(err error) (*Process, *os.File, error) {
 		conn.Close()
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return nil, failure.Fail(failure.KindExec, "exec", err)
+		return nil, nil, failure.Fail(failure.KindExec, "exec", err)
 	}
 	if _, _, err := conn.WriteMsgUnix(req, unix.UnixRights(fds...), nil); err != nil {
 		return fail(fmt.Errorf("send request: %w", err))
 	}
-	buf := make([]byte, 4096)
-	n, err := conn.Read(buf)
+	m, got, err := readExecReply(conn)
 	mu.Lock()
 	replied = true
 	mu.Unlock()
 	if err != nil {
-		return fail(fmt.Errorf("no answer from the sandbox init: %w", err))
-	}
-	var m sbinit.Message
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
-		return fail(fmt.Errorf("malformed answer from the sandbox init: %w", err))
+		return fail(err)
 	}
 	switch m.Type {
 	case "started":
+		master, err := startedMaster(tty, m, got)
+		if err != nil {
+			// The process runs on, unwatched: its terminal's master
+			// is gone, so it gets SIGHUP from its line discipline.
+			return fail(err)
+		}
 		conn.SetDeadline(time.Time{})
 		p := &Process{pid: m.Pid, conn: conn, done: make(chan struct{})}
 		go p.read()
-		return p, nil
+		return p, master, nil
 	case "error":
+		closeAll(got)
 		conn.Close()
 		if m.Step == "exec" {
-			return nil, &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
+			return nil, nil, &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
 		}
-		return nil, failure.Failf(failure.KindExec, "exec", "%s: %s", m.Step, m.Error)
+		return nil, nil, failure.Failf(failure.KindExec, "exec", "%s: %s", m.Step, m.Error)
 	default:
+		closeAll(got)
 		return fail(fmt.Errorf("unexpected answer %q from the sandbox init", m.Type))
 	}
+}
+
+// readExecReply reads the init's first answer on an exec connection and
+// the descriptors that came with it (close-on-exec; at most
+// maxControlFDs, else it is an error and they are closed).
+func readExecReply(conn *net.UnixConn) (sbinit.Message, []*os.File, error) {
+	var m sbinit.Message
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(maxControlFDs*4))
+	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return m, nil, fmt.Errorf("no answer from the sandbox init: %w", err)
+	}
+	var got []*os.File
+	if oobn > 0 {
+		if got, err = parseRights(oob[:oobn]); err != nil {
+			return m, nil, err
+		}
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeAll(got)
+		return m, nil, errors.New("truncated answer from the sandbox init")
+	}
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		closeAll(got)
+		return m, nil, fmt.Errorf("malformed answer from the sandbox init: %w", err)
+	}
+	return m, got, nil
+}
+
+// startedMaster checks what came with "started": nothing without a
+// terminal request, exactly one pty master with one (checkMaster).
+func startedMaster(tty *sbinit.Tty, m sbinit.Message, fds []*os.File) (*os.File, error) {
+	if tty == nil || !m.Tty {
+		closeAll(fds)
+		if tty != nil || m.Tty || len(fds) > 0 {
+			return nil, fmt.Errorf("the sandbox init answered an exec's terminal request wrongly (requested %t, reported %t, %d descriptors)", tty != nil, m.Tty, len(fds))
+		}
+		return nil, nil
+	}
+	return checkMaster(fds)
 }
 
 // Attach returns a handle for a live daemon-mode sandbox spawned by an
@@ -701,7 +774,14 @@ func (a *attachedSandbox) WaitMain(context.Context) (sandbox.Exit, error) {
 
 // ExecProcess is linuxSandbox.ExecProcess for an attached sandbox.
 func (a *attachedSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
-	return asProcess(execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio))
+	p, _, err := execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio, nil)
+	return asProcess(p, err)
+}
+
+// ExecProcessTerminal is linuxSandbox.ExecProcessTerminal for an attached
+// sandbox.
+func (a *attachedSandbox) ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
+	return execTerminal(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio, t)
 }
 
 // Signal sends sig to the init (through its pidfd: never a reused pid),
