@@ -478,10 +478,11 @@ func TestResponseFiles(t *testing.T) {
 	}
 	c2.Close()
 	// The server's end of c2 closes when it sees the hang-up.
-	for i := 0; i < 100 && openFDs(t) != before; i++ {
+	// (The first call's pipe may close meanwhile: fewer is fine.)
+	for i := 0; i < 100 && openFDs(t) > before; i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if after := openFDs(t); after != before {
+	if after := openFDs(t); after > before {
 		t.Errorf("%d descriptors open after the refusal, %d before: the client kept some", after, before)
 	}
 	if err := c.CallFiles(context.Background(), "give", nil, nil, MaxFiles+1, nil); KindOf(err) != KindBadRequest {
