@@ -37,16 +37,23 @@ func idleSandbox(t *testing.T, d *daemon, name string) sbInfo {
 // cordon run.
 func execShellInTmux(t *testing.T, d *daemon, name string, extra ...string) *testkit.Tmux {
 	t.Helper()
-	args := append([]string{cordonBin, "--state-dir", d.state, "sandbox", "exec", name}, extra...)
+	x := execInTmux(t, d, nil, name, extra...)
+	x.WaitFor(`(?m)^bash-[0-9.]+\$ $`, 30*time.Second)
+	return x
+}
+
+// execInTmux is execShellInTmux with the client started through prefix
+// (setpriv: another user) and without waiting for the prompt.
+func execInTmux(t *testing.T, d *daemon, prefix []string, name string, extra ...string) *testkit.Tmux {
+	t.Helper()
+	args := append(append(append([]string{}, prefix...), cordonBin, "--state-dir", d.state, "sandbox", "exec", name), extra...)
 	args = append(args, "--", "/bin/bash", "--norc", "--noprofile", "-i")
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 	}
 	script := strings.Join(quoted, " ") + `; c=$?; echo "cordon-exit=$c"; stty -a; exit $c`
-	x := testkit.NewTmux(t, 100, 30, []string{"PATH=/usr/bin:/bin", "CORDON_SOCKET=" + d.socket}, "/bin/sh", "-c", script)
-	x.WaitFor(`(?m)^bash-[0-9.]+\$ $`, 30*time.Second)
-	return x
+	return testkit.NewTmux(t, 100, 30, []string{"PATH=/usr/bin:/bin", "CORDON_SOCKET=" + d.socket}, "/bin/sh", "-c", script)
 }
 
 // execTree is the client's pid in the pane and the exec'd program's host
@@ -229,5 +236,71 @@ func TestDaemonTerminalNotTheClientTerminal(t *testing.T) {
 			x.Type("exit")
 			x.WaitExit(30 * time.Second)
 		})
+	}
+}
+
+// TestDaemonTerminalGroupMembers: two non-root clients (members of the
+// daemon's socket group) each exec a shell on a terminal in their own
+// sandbox at the same time: each client holds exactly one pty master, and
+// what each types comes back on its own terminal only. A client that
+// names the other's sandbox is refused (as if it did not exist) and gets
+// no terminal.
+func TestDaemonTerminalGroupMembers(t *testing.T) {
+	testkit.RequireRoot(t)
+	d := startDaemon(t, newStateDir(t), "--group", "1000")
+	users := []struct {
+		name string
+		cred *syscall.Credential
+	}{
+		{"alice", &syscall.Credential{Uid: 1000, Gid: 1000}},
+		{"bob", &syscall.Credential{Uid: 1001, Gid: 1000}},
+	}
+	panes := make([]*testkit.Tmux, len(users))
+	for i, u := range users {
+		box := u.name + "-tty"
+		for _, op := range []string{"create", "start"} {
+			if r := cordonSocket(t, d.socket, d.state, u.cred, "sandbox", op, box); r.Code != 0 {
+				t.Fatalf("%s %s %s: %d %s", u.name, op, box, r.Code, r.Stderr)
+			}
+		}
+		as := []string{"setpriv", fmt.Sprintf("--reuid=%d", u.cred.Uid), fmt.Sprintf("--regid=%d", u.cred.Gid), "--clear-groups"}
+		panes[i] = execInTmux(t, d, as, box)
+		panes[i].WaitFor(`(?m)^bash-[0-9.]+\$ $`, 30*time.Second)
+	}
+	for i, u := range users {
+		panes[i].Type(fmt.Sprintf("echo typed-by-%s-$((40+2)); id -u", u.name))
+		panes[i].WaitFor(fmt.Sprintf(`(?m)^typed-by-%s-42`, u.name), 10*time.Second)
+	}
+	for i, u := range users {
+		s := panes[i].Screen()
+		other := users[1-i].name
+		if strings.Contains(s, "typed-by-"+other+"-42") {
+			t.Errorf("%s's terminal shows what %s typed:\n%s", u.name, other, s)
+		}
+		client := childPids(panes[i].PID())
+		if len(client) != 1 {
+			t.Fatalf("%s's pane runs %v, want one client", u.name, client)
+		}
+		masters := 0
+		for _, fd := range openFDs(t, client[0]) {
+			if isMaster(ptyFacts(t, client[0], fd)) {
+				masters++
+			}
+		}
+		if masters != 1 {
+			t.Errorf("%s's client holds %d pty masters, want exactly its own", u.name, masters)
+		}
+	}
+	// Bob names alice's sandbox: refused before anything runs.
+	x := execInTmux(t, d, []string{"setpriv", "--reuid=1001", "--regid=1000", "--clear-groups"}, "alice-tty")
+	if code := x.WaitExit(30 * time.Second); code == 0 || !strings.Contains(x.Screen(), "no sandbox named alice-tty") {
+		t.Errorf("bob's exec in alice's sandbox = %d, want refused as absent:\n%s", code, x.Screen())
+	}
+	requireRestored(t, x.Screen())
+	for i := range panes {
+		panes[i].Type("exit 5")
+		if code := panes[i].WaitExit(30 * time.Second); code != 5 {
+			t.Errorf("%s: exit 5 = %d", users[i].name, code)
+		}
 	}
 }
