@@ -385,9 +385,10 @@ With a terminal on stdin (--tty auto, the default) the program gets a
 pseudo-terminal of the sandbox's own as its controlling terminal, as with
 cordon run: job control works, ^C, ^Z and ^\ go to its foreground process
 group, and the window size follows. Your terminal is not sent to the
-daemon; its stdout or stderr is where that is not a terminal. Without a
-terminal (or --tty never) the program gets this command's stdin, stdout
-and stderr (passed as descriptors), and ^C is forwarded to it.`,
+daemon; its stdout or stderr is where that is not a terminal. If this
+command goes away the program's terminal hangs up (SIGHUP, as over ssh).
+Without a terminal (or --tty never) the program gets this command's stdin,
+stdout and stderr (passed as descriptors), and ^C is forwarded to it.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
