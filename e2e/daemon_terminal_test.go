@@ -304,3 +304,26 @@ func TestDaemonTerminalGroupMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonTerminalClientGone: when the exec's client is killed, the
+// master's last copy closes and the program's terminal hangs up: the
+// shell ends (SIGHUP) and the sandbox runs on. Control: until then the
+// shell is alive.
+func TestDaemonTerminalClientGone(t *testing.T) {
+	testkit.RequireRoot(t)
+	d := startDaemon(t, newStateDir(t))
+	info := idleSandbox(t, d, "gone")
+	x := execShellInTmux(t, d, "gone")
+	client, prog := execTree(t, x, info.InitPid)
+	time.Sleep(300 * time.Millisecond)
+	if _, state := procState(prog); state == "" || state == "Z" {
+		t.Fatalf("control: the shell %d is not alive (%q) before the client is killed", prog, state)
+	}
+	if err := syscall.Kill(client, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, state := procState(prog); return state == "" }, "the shell to end after its terminal hung up")
+	if i := d.ls()["gone"]; i.State != "running" {
+		t.Errorf("after the client was killed the sandbox is %+v, want running", i)
+	}
+}
