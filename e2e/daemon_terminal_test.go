@@ -327,3 +327,25 @@ func TestDaemonTerminalClientGone(t *testing.T) {
 		t.Errorf("after the client was killed the sandbox is %+v, want running", i)
 	}
 }
+
+// TestDaemonTerminalAlways: --tty always gives the exec a terminal
+// without one on stdin (stdin /dev/null here): stdin is the sandbox's pty
+// while stdout, a file, stays the caller's; without it (the control) stdin
+// is no terminal. A bad --tty value is a usage error before anything runs.
+func TestDaemonTerminalAlways(t *testing.T) {
+	testkit.RequireRoot(t)
+	d := startDaemon(t, newStateDir(t))
+	idleSandbox(t, d, "always")
+	const probe = `if test -t 0; then echo "stdin-tty $(tty)"; else echo stdin-not-tty; fi; test -t 1 || echo stdout-not-tty`
+	r := d.cli("sandbox", "exec", "always", "--tty", "always", "--", "/bin/sh", "-c", probe)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "stdin-tty /dev/pts/") || !strings.Contains(r.Stdout, "stdout-not-tty") {
+		t.Errorf("--tty always: %d %q %q; want stdin the sandbox's pty, stdout the caller's file", r.Code, r.Stdout, r.Stderr)
+	}
+	r = d.cli("sandbox", "exec", "always", "--", "/bin/sh", "-c", probe)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "stdin-not-tty") {
+		t.Errorf("control, --tty auto without a terminal: %d %q %q; want stdin not a terminal", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "exec", "always", "--tty", "sometimes", "--", "/bin/true"); r.Code != 125 || !strings.Contains(r.Stderr, "--tty") {
+		t.Errorf("--tty sometimes: %d %q, want a usage error (125)", r.Code, r.Stderr)
+	}
+}
