@@ -90,6 +90,13 @@ func attachTerminal(sb sandbox.Sandbox, stdout, stderr io.Writer) (*terminal, er
 	if m == nil {
 		return nil, failure.Failf(failure.KindStart, "terminal", "the sandbox gave no pseudo-terminal for the program")
 	}
+	return attachMaster(m, stdout, stderr)
+}
+
+// attachMaster connects the pty master m (checked by whoever handed it
+// over) to cordon's own descriptors; m is the terminal's from then on,
+// and closed by its stop (or here, on error).
+func attachMaster(m *os.File, stdout, stderr io.Writer) (*terminal, error) {
 	t := &terminal{master: m, out: stdout, in: 0, winch: make(chan os.Signal, 1), copied: make(chan struct{})}
 	if !isTTY(1) && isTTY(2) {
 		// The program's stdout goes elsewhere (a file): the terminal's

@@ -9,7 +9,9 @@
 // the workspace, --ro/--rw binds and --rootfs arrive as open descriptors
 // (SCM_RIGHTS) that the caller must own, a gateway configuration arrives as bytes with its
 // policy files' bytes and the secret values the caller resolved, and an
-// exec's stdio arrives as descriptors.
+// exec's stdio arrives as descriptors — with a terminal, only those not on
+// it: the exec then runs on a pty of the sandbox's own, whose master (and
+// nothing else: it checks) the daemon sends back to that caller alone.
 //
 // Lifecycle: the daemon drives package launch (the same lifecycle as
 // cordon run: one validation, one admission rule, one gateway assembly
@@ -19,7 +21,7 @@
 //
 //	create  → record (creating) → provision: lease, cgroups, binds by fd → created
 //	start   → spawn the init (no parent-death signal) → evidence → admit → gateway → running
-//	exec    → the sandbox's own init forks argv with the caller's stdio
+//	exec    → the sandbox's own init forks argv with the caller's stdio (or its own pty)
 //	stop    → stopping → kill the tree, close the gateway, revoke approvals, release the lease → stopped
 //	rm      → stop if needed → removing → delete the record and logs
 //

@@ -2,6 +2,7 @@ package hostmgr
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -10,20 +11,67 @@ import (
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
-// ExecArgs are the arguments of exec; the request carries stdin, stdout
-// and stderr as its three descriptors.
+// ExecArgs are the arguments of exec. Without Tty the request carries
+// stdin, stdout and stderr as its three descriptors. With Tty the
+// process runs on a pseudo-terminal of the sandbox's own, its stdin is
+// that terminal, and the request carries only the descriptors that are
+// not: stdout unless Tty.Stdout, then stderr unless Tty.Stderr (the
+// caller's terminal is never sent).
 type ExecArgs struct {
 	Name string   `json:"name"`
 	Argv []string `json:"argv"`
 	Env  []string `json:"env,omitempty"`
+	Tty  *ExecTty `json:"tty,omitempty"`
+}
+
+// ExecTty asks for the exec'd process's own pseudo-terminal: which of
+// stdout and stderr are the terminal too (stdin always is) and the
+// initial window size (0: unset). Later sizes are the client's to set
+// on the master it holds (TIOCSWINSZ).
+type ExecTty struct {
+	Stdout bool   `json:"stdout,omitempty"`
+	Stderr bool   `json:"stderr,omitempty"`
+	Rows   uint16 `json:"rows,omitempty"`
+	Cols   uint16 `json:"cols,omitempty"`
 }
 
 // ExecStarted is exec's first (non-final) response; ExecExit its last.
+// With Tty the response carries exactly one descriptor, the terminal's
+// master, checked by the daemon to be a pseudo-terminal master; the
+// client checks it again before it uses it.
 type ExecStarted struct {
-	Pid int `json:"pid"`
+	Pid int  `json:"pid"`
+	Tty bool `json:"tty,omitempty"`
+}
+
+// execStdio is what the request's descriptors are for: the process's
+// stdio (nil where the terminal is) and the terminal asked for.
+func execStdio(a ExecArgs, files []*os.File) ([3]*os.File, *sandbox.Terminal, error) {
+	if a.Tty == nil {
+		if len(files) != 3 {
+			return [3]*os.File{}, nil, proto.Errorf(proto.KindBadRequest, "exec needs the caller's stdin, stdout and stderr as its three descriptors")
+		}
+		return [3]*os.File{files[0], files[1], files[2]}, nil, nil
+	}
+	t := &sandbox.Terminal{Stdin: true, Stdout: a.Tty.Stdout, Stderr: a.Tty.Stderr, Rows: a.Tty.Rows, Cols: a.Tty.Cols}
+	var stdio [3]*os.File
+	want := 0
+	for i, on := range []bool{t.Stdout, t.Stderr} {
+		if !on && want < len(files) {
+			stdio[i+1] = files[want]
+		}
+		if !on {
+			want++
+		}
+	}
+	if len(files) != want {
+		return [3]*os.File{}, nil, proto.Errorf(proto.KindBadRequest, "exec with a terminal takes the caller's stdout and stderr that are not on it (%d here), never stdin: %d sent", want, len(files))
+	}
+	return stdio, t, nil
 }
 
 // ExecExit is how an exec'd process ended.
@@ -37,8 +85,12 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	if err := c.args(&a); err != nil {
 		return nil, err
 	}
-	if len(a.Argv) == 0 || len(c.files) != 3 {
-		return nil, proto.Errorf(proto.KindBadRequest, "exec needs argv and the caller's stdin, stdout and stderr as its three descriptors")
+	if len(a.Argv) == 0 {
+		return nil, proto.Errorf(proto.KindBadRequest, "exec needs argv")
+	}
+	stdio, term, err := execStdio(a, c.files)
+	if err != nil {
+		return nil, err
 	}
 	for _, s := range append(append([]string{}, a.Argv...), a.Env...) {
 		if strings.ContainsRune(s, 0) {
@@ -74,7 +126,7 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 			return nil, err
 		}
 	}
-	p, err := sb.ExecProcess(ctx, a.Argv, env, dir, [3]*os.File{c.files[0], c.files[1], c.files[2]})
+	p, master, err := execIn(ctx, sb, a.Argv, env, dir, stdio, term)
 	if err != nil {
 		var xe *sandbox.ExecError
 		if errors.As(err, &xe) {
@@ -89,7 +141,7 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 	d.crash("exec.after_start")
 	b.trackExec(p)
 	defer b.untrackExec(p)
-	if err := c.progress(ExecStarted{Pid: p.Pid()}); err != nil {
+	if err := c.started(ExecStarted{Pid: p.Pid(), Tty: master != nil}, master); err != nil {
 		d.log.Debug("exec: client gone; the process keeps running", "name", a.Name, "pid", p.Pid())
 	}
 	// The connection's context ends when the client hangs up: stop
@@ -103,6 +155,51 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	return ExecExit{Code: res.Code, Signal: res.Signal}, nil
+}
+
+// execIn starts argv in sb, on a terminal of the sandbox's own with term.
+// The master is checked here again, before it is forwarded: a pty
+// master and nothing else leaves the daemon.
+func execIn(ctx context.Context, sb sandbox.Sandbox, argv, env []string, dir string, stdio [3]*os.File, term *sandbox.Terminal) (sandbox.Process, *os.File, error) {
+	if term == nil {
+		p, err := sb.ExecProcess(ctx, argv, env, dir, stdio)
+		return p, nil, err
+	}
+	te, ok := sb.(sandbox.TerminalExecer)
+	if !ok {
+		return nil, nil, proto.Errorf(proto.KindBadRequest, "this sandbox cannot give an exec a terminal; run it without one (stdin not a terminal, or --tty never)")
+	}
+	p, m, err := te.ExecProcessTerminal(ctx, argv, env, dir, stdio, *term)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m == nil {
+		err = errors.New("the sandbox gave no terminal for the exec")
+	} else if err = linux.CheckPtyMaster(m); err != nil {
+		m.Close()
+	}
+	if err != nil {
+		// Unwatched, the process runs on; without its master it gets
+		// SIGHUP from its terminal.
+		_ = p.Close()
+		return nil, nil, proto.Errorf(proto.KindInternal, "exec: %v", err)
+	}
+	return p, m, nil
+}
+
+// started sends exec's started answer, with the terminal's master beside
+// it when there is one, and closes the daemon's copy of the master: the
+// client's is the only one outside the sandbox from then on.
+func (c *call) started(s ExecStarted, master *os.File) error {
+	if master == nil {
+		return c.progress(s)
+	}
+	defer master.Close()
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return c.reply(proto.Response{Version: proto.Version, ID: c.req.ID, Result: b, Files: []*os.File{master}})
 }
 
 // trackExec and untrackExec keep b's watched exec'd processes, by pid

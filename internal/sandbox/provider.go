@@ -104,6 +104,20 @@ type TerminalHolder interface {
 	Master() *os.File
 }
 
+// TerminalExecer is a resident sandbox whose execs can run on a
+// pseudo-terminal of the sandbox's own, as Spec.Terminal does for the
+// main program. ExecProcessTerminal is ExecProcess with t: the process's
+// descriptors that t names are the terminal (stdio's entries for them are
+// not used and may be nil) and it is the process's controlling terminal.
+// It returns the terminal's master, checked by the provider to be a
+// pseudo-terminal master and never left inside the sandbox; the caller
+// owns it and closes it. A caller that asked for a terminal and holds a
+// sandbox that is not a TerminalExecer refuses: there is no fallback to
+// the caller's terminal.
+type TerminalExecer interface {
+	ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t Terminal) (Process, *os.File, error)
+}
+
 // Admission is the outcome of evidence collection at start.
 type Admission struct {
 	Level    Level // highest level the evidence supports

@@ -58,6 +58,19 @@ func (cl *Client) Close() error {
 // Bad arguments are refused before anything is sent, with an *Error of
 // KindBadRequest or KindTooLarge.
 func (cl *Client) Call(ctx context.Context, op string, args any, files []*os.File, onResponse func(Response) error) error {
+	return cl.CallFiles(ctx, op, args, files, 0, onResponse)
+}
+
+// CallFiles is Call for an operation whose responses may carry up to
+// maxFiles descriptors each (Response.Files; more is a protocol
+// violation that ends the connection). onResponse owns the descriptors
+// it is handed; those of a response it is not handed are closed here. It
+// is for the operations that define such a response (exec with a
+// terminal); Call refuses every descriptor a response carries.
+func (cl *Client) CallFiles(ctx context.Context, op string, args any, files []*os.File, maxFiles int, onResponse func(Response) error) error {
+	if maxFiles < 0 || maxFiles > MaxFiles {
+		return Errorf(KindBadRequest, "a response may carry at most %d descriptors", MaxFiles)
+	}
 	if err := ValidOp(op); err != nil {
 		return err
 	}
@@ -92,7 +105,7 @@ func (cl *Client) Call(ctx context.Context, op string, args any, files []*os.Fil
 		cl.c.setDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { cl.c.setDeadline(time.Unix(1, 0)) })
-	err = cl.exchange(id, op, b, files, onResponse)
+	err = cl.exchange(id, op, b, files, maxFiles, onResponse)
 	fired := !stop()
 	if fired {
 		// The deadline may be in the past for good, and a read or a
@@ -129,12 +142,12 @@ func (cl *Client) Do(ctx context.Context, op string, args any, files []*os.File,
 }
 
 // exchange sends one request and reads its responses; it holds the turn.
-func (cl *Client) exchange(id uint64, op string, b []byte, files []*os.File, onResponse func(Response) error) error {
+func (cl *Client) exchange(id uint64, op string, b []byte, files []*os.File, maxFiles int, onResponse func(Response) error) error {
 	if err := cl.c.writeFrame(b, files); err != nil {
 		if errors.Is(err, errPeerGone) {
 			// A daemon that refuses a connection (too many) answers
 			// before it reads anything and closes: its answer waits.
-			if resp, rerr := cl.read(); rerr == nil && resp.ID == 0 && resp.Error != nil {
+			if resp, rerr := cl.read(0); rerr == nil && resp.ID == 0 && resp.Error != nil {
 				return cl.fail(resp.Error)
 			}
 		}
@@ -145,9 +158,13 @@ func (cl *Client) exchange(id uint64, op string, b []byte, files []*os.File, onR
 		return cl.fail(fmt.Errorf("send %s: %w", op, err))
 	}
 	for {
-		resp, err := cl.read()
+		resp, err := cl.read(maxFiles)
 		if err != nil {
 			return cl.fail(err)
+		}
+		if len(resp.Files) > 0 && (resp.ID != id || resp.Error != nil || onResponse == nil) {
+			closeFiles(resp.Files)
+			resp.Files = nil
 		}
 		if resp.ID == 0 && resp.Error != nil {
 			return cl.fail(resp.Error)
@@ -172,14 +189,15 @@ func (cl *Client) exchange(id uint64, op string, b []byte, files []*os.File, onR
 	}
 }
 
-// read reads and decodes one response.
-func (cl *Client) read() (Response, error) {
-	b, _, err := cl.c.readFrame(0)
+// read reads and decodes one response and the (at most maxFiles)
+// descriptors beside it.
+func (cl *Client) read(maxFiles int) (Response, error) {
+	b, files, err := cl.c.readFrame(maxFiles)
 	if errors.Is(err, errPeerGone) {
 		// The daemon closed with our request unread. The kernel reports
 		// that first, then still delivers what the daemon sent before:
 		// its reason, usually.
-		b, _, err = cl.c.readFrame(0)
+		b, files, err = cl.c.readFrame(0)
 	}
 	if err != nil {
 		var e *Error
@@ -188,7 +206,13 @@ func (cl *Client) read() (Response, error) {
 		}
 		return Response{}, fmt.Errorf("the daemon closed the connection: %w", err)
 	}
-	return DecodeResponse(b)
+	resp, err := DecodeResponse(b)
+	if err != nil {
+		closeFiles(files)
+		return resp, err
+	}
+	resp.Files = files
+	return resp, nil
 }
 
 // fail marks the connection unusable and closes it; it returns err.

@@ -27,7 +27,10 @@
 // socket. Each datagram is one frame; a frame is one JSON object in UTF-8
 // of at most MaxFrame (262144) bytes, with no length prefix and no
 // delimiter. A request may carry up to MaxFiles (8) descriptors as one
-// SCM_RIGHTS control message on its datagram; responses carry none. An
+// SCM_RIGHTS control message on its datagram. Responses carry none but
+// where the operation defines them (exec with a terminal: the pty master
+// beside its started response), and a client takes them only where it
+// asked for them (Client.CallFiles); anywhere else they are refused. An
 // empty datagram, like a hang-up, ends the connection.
 //
 // A request has these members:

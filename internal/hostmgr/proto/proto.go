@@ -49,6 +49,12 @@ type Response struct {
 	Final   bool            `json:"final"`
 	Error   *Error          `json:"error,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	// Files travel beside the frame (SCM_RIGHTS), not in it. Only an
+	// operation that defines them sends any (exec with a terminal: the
+	// pty master with its started answer), and a client takes them only
+	// where it asked for them (Client.CallFiles); anywhere else they
+	// are refused like a malformed frame. The receiver owns them.
+	Files []*os.File `json:"-"`
 }
 
 // Error is a refusal or failure sent on the wire. Kind is one of the Kind

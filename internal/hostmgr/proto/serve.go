@@ -204,7 +204,10 @@ func (r *replier) send(resp Response) error {
 	if err != nil {
 		return err
 	}
-	if err := r.c.writeFrame(b, nil); err != nil {
+	if len(resp.Files) > MaxFiles {
+		return Errorf(KindInternal, "%d descriptors in one response; at most %d", len(resp.Files), MaxFiles)
+	}
+	if err := r.c.writeFrame(b, resp.Files); err != nil {
 		r.broken = fmt.Errorf("proto: send the response to request %d: %w", r.id, err)
 		return r.broken
 	}

@@ -80,6 +80,20 @@ func (th *testHandler) serve(ctx context.Context, peer Peer, req Request, files 
 		return result(true, map[string]bool{"cloexec": flags&unix.FD_CLOEXEC != 0})
 	case "count":
 		return result(true, len(files))
+	case "give":
+		// A non-final response with the write end of a pipe beside it
+		// (exec's started answer with its terminal), then the final one.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		go func() { io.Copy(io.Discard, r); r.Close() }()
+		b, _ := json.Marshal("given")
+		if err := reply(Response{Result: b, Files: []*os.File{w}}); err != nil {
+			return err
+		}
+		return result(true, "done")
 	case "owns":
 		for _, f := range files {
 			if err := peer.Owns(f); err != nil {
@@ -430,6 +444,49 @@ func TestFilePassing(t *testing.T) {
 	}
 	if !got.Cloexec {
 		t.Errorf("the received descriptor is not close-on-exec")
+	}
+}
+
+// A response's descriptors reach a client that asked for them
+// (CallFiles), close-on-exec; a client that did not (Call) refuses the
+// response and keeps none of them: the control that Call is what refuses.
+func TestResponseFiles(t *testing.T) {
+	path := serve(t, newTestHandler().serve, nil)
+	c := dial(t, path)
+	var got []*os.File
+	err := c.CallFiles(context.Background(), "give", nil, nil, 1, func(r Response) error {
+		got = append(got, r.Files...)
+		return nil
+	})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("CallFiles(give) = %v with %d descriptors, want 1", err, len(got))
+	}
+	flags, err := unix.FcntlInt(got[0].Fd(), unix.F_GETFD, 0)
+	if err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("the received descriptor: flags %#x, %v; want close-on-exec", flags, err)
+	}
+	if _, err := got[0].WriteString("x"); err != nil {
+		t.Errorf("write to the received pipe: %v", err)
+	}
+	got[0].Close()
+
+	before := openFDs(t)
+	c2 := dial(t, path)
+	err = c2.Call(context.Background(), "give", nil, nil, func(Response) error { return nil })
+	if KindOf(err) != KindBadRequest || !strings.Contains(err.Error(), "descriptors where none belong") {
+		t.Errorf("Call(give) = %v, want bad_request: descriptors where none belong", err)
+	}
+	c2.Close()
+	// The server's end of c2 closes when it sees the hang-up.
+	// (The first call's pipe may close meanwhile: fewer is fine.)
+	for i := 0; i < 100 && openFDs(t) > before; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := openFDs(t); after > before {
+		t.Errorf("%d descriptors open after the refusal, %d before: the client kept some", after, before)
+	}
+	if err := c.CallFiles(context.Background(), "give", nil, nil, MaxFiles+1, nil); KindOf(err) != KindBadRequest {
+		t.Errorf("CallFiles with maxFiles %d = %v, want bad_request", MaxFiles+1, err)
 	}
 }
 

@@ -326,15 +326,15 @@ func TestExecProcessNeedsDaemonMode(t *testing.T) {
 		env  []string
 		dir  string
 	}{{nil, nil, ""}, {[]string{""}, nil, ""}, {[]string{"a\x00b"}, nil, ""}, {[]string{"a"}, []string{"K=\x00"}, ""}, {[]string{"a"}, nil, "relative"}} {
-		if _, err := execProcess(context.Background(), "/nonexistent.sock", c.argv, c.env, c.dir, [3]*os.File{}); failure.KindOf(err) != failure.KindUsage {
+		if _, _, err := execProcess(context.Background(), "/nonexistent.sock", c.argv, c.env, c.dir, [3]*os.File{}, nil); failure.KindOf(err) != failure.KindUsage {
 			t.Errorf("execProcess(%q, %q, %q) = %v, want a usage error", c.argv, c.env, c.dir, err)
 		}
 	}
 	big := []string{"/bin/true", strings.Repeat("x", sbinit.MaxExecMessage)}
-	if _, err := execProcess(context.Background(), "/nonexistent.sock", big, nil, "", [3]*os.File{}); failure.KindOf(err) != failure.KindUsage {
+	if _, _, err := execProcess(context.Background(), "/nonexistent.sock", big, nil, "", [3]*os.File{}, nil); failure.KindOf(err) != failure.KindUsage {
 		t.Errorf("oversized exec = %v, want a usage error", err)
 	}
-	if _, err := execProcess(context.Background(), "/nonexistent.sock", []string{"/bin/true"}, nil, "", [3]*os.File{}); failure.KindOf(err) != failure.KindExec {
+	if _, _, err := execProcess(context.Background(), "/nonexistent.sock", []string{"/bin/true"}, nil, "", [3]*os.File{}, nil); failure.KindOf(err) != failure.KindExec {
 		t.Errorf("exec without a listener = %v, want an exec error", err)
 	}
 }

@@ -34,15 +34,12 @@ package linux
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -244,42 +241,6 @@ func procStartTime(pid int) (uint64, error) {
 // proves later that a pid is still this init (Attach).
 func (sb *linuxSandbox) InitStartTime() uint64 { return sb.initStart }
 
-// ExecProcess starts argv in the live sandbox, under the same boundary as
-// the main program: the sandbox's own init forks it from its hardened main
-// thread in a new session, with stdio as its descriptors 0, 1 and 2 (nil
-// means /dev/null; the caller keeps and may close its files once this
-// returns). env is added to the sandbox defaults, like Spec.Env; dir is
-// the working directory inside ("" for the main program's). It works the
-// same whether this process spawned the sandbox or adopted it (Attach):
-// it connects to the sandbox's exec socket. Exec failures are *ExecError,
-// as for Exec. The sandbox must be daemon-mode and started (Exec done).
-func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
-	if !sb.p.opts.Daemon {
-		return nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
-	}
-	sb.mu.Lock()
-	running := sb.running
-	sb.mu.Unlock()
-	if !running {
-		return nil, failure.Failf(failure.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
-	}
-	select {
-	case <-sb.done:
-		return nil, failure.Fail(failure.KindExec, "exec", ErrInitGone)
-	default:
-	}
-	return asProcess(execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio))
-}
-
-// asProcess returns p as the seam's Process, and never a nil *Process in
-// a non-nil interface.
-func asProcess(p *Process, err error) (sandbox.Process, error) {
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
 // WaitMain waits until the main program has ended and reports how. In
 // daemon mode the sandbox lives on (execs still work) until Stop; with no
 // main program, or if the init ends first, it returns when the init ends.
@@ -294,180 +255,6 @@ func (sb *linuxSandbox) WaitMain(ctx context.Context) (sandbox.Exit, error) {
 		return sandbox.Exit{}, ctx.Err()
 	}
 	return sb.exitStatus(), nil
-}
-
-// Process is a process started in a live sandbox by its init
-// (ExecProcess). It holds the exec connection until the exit status
-// arrives; closing it (Close) does not kill the process.
-type Process struct {
-	pid  int
-	conn *net.UnixConn
-	wmu  sync.Mutex
-	done chan struct{} // closed once exit or err is set
-	exit sandbox.Exit
-	err  error
-}
-
-// Pid is the process's pid inside the sandbox's PID namespace.
-func (p *Process) Pid() int { return p.pid }
-
-// Wait waits for the process to end and reports how. If the sandbox is
-// stopped first (or Close was called) it returns an error matching
-// ErrNoExitStatus.
-func (p *Process) Wait(ctx context.Context) (sandbox.Exit, error) {
-	select {
-	case <-p.done:
-		return p.exit, p.err
-	case <-ctx.Done():
-		return sandbox.Exit{}, ctx.Err()
-	}
-}
-
-// Signal asks the init to send sig to the process. The process leads its
-// own session and process group, and the init signals the group, as a
-// terminal would: children that stayed in the group get it too. After
-// the exit it returns os.ErrProcessDone.
-func (p *Process) Signal(sig syscall.Signal) error {
-	select {
-	case <-p.done:
-		return os.ErrProcessDone
-	default:
-	}
-	if sig < 1 || sig > 64 {
-		return failure.Failf(failure.KindUsage, "signal", "invalid signal %d", int(sig))
-	}
-	b, _ := json.Marshal(sbinit.Message{Type: "signal", Signal: int(sig)})
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := p.conn.Write(b); err != nil {
-		select {
-		case <-p.done:
-			return os.ErrProcessDone
-		default:
-		}
-		return failure.Fail(failure.KindExec, "signal", err)
-	}
-	return nil
-}
-
-// Close gives up the process's exec connection: the process runs on
-// (until it ends or the sandbox stops) and Wait no longer learns its exit.
-func (p *Process) Close() error {
-	return p.conn.Close()
-}
-
-// read waits for the exit message; anything else on the channel is ignored.
-func (p *Process) read() {
-	defer close(p.done)
-	defer p.conn.Close()
-	buf := make([]byte, 4096)
-	for {
-		n, err := p.conn.Read(buf)
-		if err != nil {
-			p.err = failure.Fail(failure.KindExec, "wait", fmt.Errorf("%w (%v)", ErrNoExitStatus, err))
-			return
-		}
-		var m sbinit.Message
-		if json.Unmarshal(buf[:n], &m) != nil || m.Type != "exit" {
-			continue
-		}
-		p.exit = sandbox.Exit{Code: m.Code, Signal: m.Signal}
-		return
-	}
-}
-
-// execProcess is the client side of the exec channel at sock.
-func execProcess(ctx context.Context, sock string, argv, env []string, dir string, stdio [3]*os.File) (*Process, error) {
-	if len(argv) == 0 || argv[0] == "" {
-		return nil, failure.Failf(failure.KindUsage, "exec", "no program given")
-	}
-	for _, s := range append(append(append([]string{}, argv...), env...), dir) {
-		if strings.IndexByte(s, 0) >= 0 {
-			return nil, failure.Failf(failure.KindUsage, "exec", "NUL byte in argv, env or dir")
-		}
-	}
-	if dir != "" && !filepath.IsAbs(dir) {
-		return nil, failure.Failf(failure.KindUsage, "exec", "%s: the working directory must be absolute", dir)
-	}
-	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir})
-	if err != nil {
-		return nil, failure.Fail(failure.KindUsage, "exec", err)
-	}
-	if len(req) > sbinit.MaxExecMessage {
-		return nil, failure.Failf(failure.KindUsage, "exec", "argv and env take %d bytes; at most %d", len(req), sbinit.MaxExecMessage)
-	}
-	var fds []int
-	for _, f := range stdio {
-		if f == nil {
-			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-			if err != nil {
-				return nil, failure.Fail(failure.KindExec, "exec", err)
-			}
-			defer null.Close()
-			f = null
-		}
-		fds = append(fds, int(f.Fd()))
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unixpacket", sock)
-	if err != nil {
-		return nil, failure.Fail(failure.KindExec, "exec", fmt.Errorf("the sandbox init does not answer on its exec socket (sandbox stopped?): %w", err))
-	}
-	conn := c.(*net.UnixConn)
-	// Until the reply: ctx's deadline, its cancellation, or readyTimeout.
-	dl := time.Now().Add(readyTimeout)
-	if t, ok := ctx.Deadline(); ok && t.Before(dl) {
-		dl = t
-	}
-	conn.SetDeadline(dl)
-	var mu sync.Mutex
-	replied := false
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !replied {
-			conn.SetDeadline(time.Unix(1, 0))
-		}
-	})
-	defer stop()
-	fail := func(err error) (*Process, error) {
-		conn.Close()
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return nil, failure.Fail(failure.KindExec, "exec", err)
-	}
-	if _, _, err := conn.WriteMsgUnix(req, unix.UnixRights(fds...), nil); err != nil {
-		return fail(fmt.Errorf("send request: %w", err))
-	}
-	buf := make([]byte, 4096)
-	n, err := conn.Read(buf)
-	mu.Lock()
-	replied = true
-	mu.Unlock()
-	if err != nil {
-		return fail(fmt.Errorf("no answer from the sandbox init: %w", err))
-	}
-	var m sbinit.Message
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
-		return fail(fmt.Errorf("malformed answer from the sandbox init: %w", err))
-	}
-	switch m.Type {
-	case "started":
-		conn.SetDeadline(time.Time{})
-		p := &Process{pid: m.Pid, conn: conn, done: make(chan struct{})}
-		go p.read()
-		return p, nil
-	case "error":
-		conn.Close()
-		if m.Step == "exec" {
-			return nil, &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
-		}
-		return nil, failure.Failf(failure.KindExec, "exec", "%s: %s", m.Step, m.Error)
-	default:
-		return fail(fmt.Errorf("unexpected answer %q from the sandbox init", m.Type))
-	}
 }
 
 // Attach returns a handle for a live daemon-mode sandbox spawned by an
@@ -701,7 +488,14 @@ func (a *attachedSandbox) WaitMain(context.Context) (sandbox.Exit, error) {
 
 // ExecProcess is linuxSandbox.ExecProcess for an attached sandbox.
 func (a *attachedSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
-	return asProcess(execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio))
+	p, _, err := execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio, nil)
+	return asProcess(p, err)
+}
+
+// ExecProcessTerminal is linuxSandbox.ExecProcessTerminal for an attached
+// sandbox.
+func (a *attachedSandbox) ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
+	return execTerminal(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio, t)
 }
 
 // Signal sends sig to the init (through its pidfd: never a reused pid),

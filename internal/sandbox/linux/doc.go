@@ -10,6 +10,8 @@
 // anything the sandbox produces beyond the init's small control messages
 // (bounded, JSON, treated as hints) and the one descriptor the "started"
 // message may carry (a pty master, checked as one: pty_linux.go; any
-// other descriptor is closed and the sandbox ended), never follow a symlink in a
+// other descriptor is closed and the sandbox ended) — the same for a
+// daemon-mode exec's "started" on the exec channel (exec_linux.go: any
+// other descriptor is closed and the exec refused) —, never follow a symlink in a
 // user-supplied path, and never start the program before admission.
 package linux

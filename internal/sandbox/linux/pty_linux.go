@@ -108,6 +108,21 @@ func checkMaster(fds []*os.File) (*os.File, error) {
 	return f, nil
 }
 
+// CheckPtyMaster fails unless f is a pseudo-terminal master (character
+// device 5:2 that answers TIOCGPTN): for a master that crossed a socket
+// from elsewhere (the daemon's exec with a terminal, its client).
+func CheckPtyMaster(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) { cerr = isPtyMaster(int(fd)) }); err != nil {
+		return err
+	}
+	return cerr
+}
+
 func isPtyMaster(fd int) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

@@ -23,8 +23,13 @@ type execRequest struct {
 	argv, env []string
 	dir       string
 	fds       [3]int       // stdin, stdout, stderr (close-on-exec here; the init closes them)
+	tty       *Tty         // a pty of the sandbox's own for the process, or nil
 	reply     chan Message // "started" or "error", then "exit"; buffered, never blocks the loop
 	pid       int          // set by the main loop once started
+	// master is the pty master (with tty) once started: the connection's
+	// goroutine sends it with "started" and closes it, so it never stays
+	// in the sandbox.
+	master int
 }
 
 // signalRequest asks the main loop to signal a started exec.
@@ -65,7 +70,7 @@ func superviseDaemon(c ctl, cfg *Config) int {
 	}
 	d := &daemonLoop{c: c, cfg: cfg, live: map[int]*execRequest{}}
 	if len(cfg.Argv) > 0 {
-		pid, err := startProcess(cfg.Argv, cfg.Env, cfg.Dir, []uintptr{0, 1, 2})
+		pid, err := startProcess(cfg.Argv, cfg.Env, cfg.Dir, []uintptr{0, 1, 2}, -1)
 		if err != nil {
 			return c.fail("exec", err)
 		}
@@ -136,8 +141,9 @@ func (d *daemonLoop) reap() {
 }
 
 // startExec forks the program an exec request asks for, with the
-// sandbox's environment and directory unless it gives its own, and
-// answers "started" or "error".
+// sandbox's environment and directory unless it gives its own, on a pty of
+// the sandbox's own when it asks for one, and answers "started" or
+// "error".
 func (d *daemonLoop) startExec(r *execRequest) {
 	files := []uintptr{uintptr(r.fds[0]), uintptr(r.fds[1]), uintptr(r.fds[2])}
 	env, dir := r.env, r.dir
@@ -147,17 +153,40 @@ func (d *daemonLoop) startExec(r *execRequest) {
 	if dir == "" {
 		dir = d.cfg.Dir
 	}
-	pid, err := startProcess(r.argv, env, dir, files)
-	for _, fd := range r.fds {
-		unix.Close(fd)
+	defer closeFDs(r.fds[:])
+	ctty := -1
+	var p *pty
+	if r.tty != nil {
+		var err error
+		if p, err = openPty(r.tty); err != nil {
+			r.reply <- errorMessage("pty", err)
+			return
+		}
+		// The slave is the process's; the master goes to the
+		// connection's goroutine, which sends and closes it.
+		defer unix.Close(p.slave)
+		for i, on := range []bool{r.tty.Stdin, r.tty.Stdout, r.tty.Stderr} {
+			if on {
+				files[i] = uintptr(p.slave)
+			}
+		}
+		ctty = r.tty.ctty()
 	}
+	pid, err := startProcess(r.argv, env, dir, files, ctty)
 	if err != nil {
+		if p != nil {
+			unix.Close(p.master)
+		}
 		r.reply <- errorMessage("exec", err)
 		return
 	}
 	r.pid = pid
 	d.live[pid] = r
-	r.reply <- Message{Type: "started", Pid: pid}
+	m := Message{Type: "started", Pid: pid}
+	if p != nil {
+		r.master, m.Tty = p.master, true
+	}
+	r.reply <- m
 }
 
 // signalExec delivers a connection's signal to its exec.
@@ -174,10 +203,11 @@ func (d *daemonLoop) signalExec(q signalRequest) {
 	}
 }
 
-// startProcess forks and execs argv in its own session (no controlling
-// terminal) with the given descriptors as 0, 1 and 2. Call it only from
+// startProcess forks and execs argv in its own session with the given
+// descriptors as 0, 1 and 2; ctty >= 0 makes that descriptor (a pty
+// slave) its controlling terminal, else it has none. Call it only from
 // the main loop.
-func startProcess(argv, env []string, dir string, files []uintptr) (int, error) {
+func startProcess(argv, env []string, dir string, files []uintptr, ctty int) (int, error) {
 	// Fail closed should a change ever move this off the hardened thread.
 	if unix.Gettid() != unix.Getpid() {
 		return 0, fmt.Errorf("refusing to start a program from thread %d: only the init's main thread is hardened for exec", unix.Gettid())
@@ -186,11 +216,15 @@ func startProcess(argv, env []string, dir string, files []uintptr) (int, error) 
 	if err != nil {
 		return 0, err
 	}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if ctty >= 0 {
+		sys.Setctty, sys.Ctty = true, ctty
+	}
 	return syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
 		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   sys,
 	})
 }
 
@@ -302,10 +336,18 @@ func serveExec(conn *net.UnixConn, execs chan<- *execRequest, sigReqs chan<- sig
 		writeMessage(conn, Message{Type: "error", Step: "request", Error: err.Error(), Errno: int(unix.EINVAL)})
 		return
 	}
-	r := &execRequest{argv: req.Argv, env: req.Env, dir: req.Dir, fds: [3]int{fds[0], fds[1], fds[2]}, reply: make(chan Message, 2)}
+	r := &execRequest{argv: req.Argv, env: req.Env, dir: req.Dir, fds: [3]int{fds[0], fds[1], fds[2]}, tty: req.Pty, reply: make(chan Message, 2), master: -1}
 	execs <- r
 	m := <-r.reply
-	if err := writeMessage(conn, m); err != nil || m.Type != "started" {
+	if m.Tty {
+		// The master leaves the sandbox with this message and is
+		// closed here whatever happens.
+		err = writeMessageFD(conn, m, r.master)
+		unix.Close(r.master)
+	} else {
+		err = writeMessage(conn, m)
+	}
+	if err != nil || m.Type != "started" {
 		if m.Type == "started" {
 			<-r.reply // the loop's exit report; nobody to tell
 		}
@@ -375,6 +417,9 @@ func checkRequest(m *Message) error {
 	if len(m.Argv) == 0 || m.Argv[0] == "" {
 		return fmt.Errorf("no program given")
 	}
+	if m.Pty != nil && m.Pty.ctty() < 0 {
+		return fmt.Errorf("a pty for none of stdin, stdout and stderr")
+	}
 	return nil
 }
 
@@ -384,6 +429,16 @@ func writeMessage(conn *net.UnixConn, m Message) error {
 		return err
 	}
 	_, err = conn.Write(b)
+	return err
+}
+
+// writeMessageFD writes m with exactly one descriptor attached.
+func writeMessageFD(conn *net.UnixConn, m Message, fd int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, _, err = conn.WriteMsgUnix(b, unix.UnixRights(fd), nil)
 	return err
 }
 

@@ -8,7 +8,9 @@
 // tty_linux.go), reaps children and forwards signals. In daemon mode (Config.Daemon) it outlives its
 // spawner and the program, and starts further programs that the host's
 // root asks for on the exec channel — always from its main thread, the
-// one the hardening was applied to (daemon_linux.go).
+// one the hardening was applied to, on a pty of the sandbox's own when
+// the exec asks for one (its master sent back and closed, as for the
+// main program) (daemon_linux.go).
 //
 // Plane: sandbox. It is the one package whose code runs inside the
 // boundary (as PID 1 of the sandbox, before and after hardening); the

@@ -32,8 +32,9 @@ const MaxMessage = 1 << 20
 // sandbox cannot see, and hands the init the listening descriptor
 // (Config.ExecFD). Each connection carries one exec:
 //
-//	→ {"type":"exec","argv":[...],"env":[...],"dir":"..."} + exactly 3 fds (SCM_RIGHTS: stdin, stdout, stderr)
+//	→ {"type":"exec","argv":[...],"env":[...],"dir":"...","pty":{...}} + exactly 3 fds (SCM_RIGHTS: stdin, stdout, stderr)
 //	← {"type":"started","pid":N}  or  {"type":"error","step":"exec","error":"...","errno":N}
+//	  (with "pty": {"type":"started","pid":N,"tty":true} + exactly 1 fd, the pty master)
 //	→ {"type":"signal","signal":N}          (any number, while it runs)
 //	← {"type":"exit","code":C} or {"type":"exit","signal":S}  (code 0 is sent as {"type":"exit"})
 //
@@ -43,6 +44,12 @@ const MaxMessage = 1 << 20
 // no_new_privs, Landlock domain, seccomp filter, rlimits, cgroups and
 // namespaces. Closing the connection does not kill the process: it runs
 // on, unwatched, until it ends or the sandbox is stopped.
+//
+// With "pty" (a Tty) the init opens a pseudo-terminal of the sandbox's own
+// devpts for this one process, exactly as for the main program: the
+// descriptors the Tty names are the slave (the ones sent for them are
+// closed unused), the slave is the process's controlling terminal, and
+// the master goes back with "started" and is closed in the init.
 const (
 	// MaxExecs bounds the exec connections served at once; one more is
 	// answered with an EAGAIN error and closed.
@@ -116,7 +123,8 @@ type Config struct {
 	// daemon runs.
 	LeaseLockFD int `json:"lease_lock_fd,omitempty"`
 	// Tty, when set, makes the init run the program on a pseudo-terminal
-	// of the sandbox's own devpts instance (see Tty). Not in daemon mode.
+	// of the sandbox's own devpts instance (see Tty). Not in daemon mode
+	// (there an exec asks for one: Message.Pty).
 	Tty *Tty `json:"tty,omitempty"`
 }
 
@@ -172,6 +180,9 @@ type Message struct {
 	Argv []string `json:"argv,omitempty"`
 	Env  []string `json:"env,omitempty"`
 	Dir  string   `json:"dir,omitempty"`
+	// Pty (exec only) asks for a pseudo-terminal for the process; the
+	// "started" answer then carries its master and Tty is true.
+	Pty *Tty `json:"pty,omitempty"`
 
 	// error: Step names the failing step; Errno is set for exec failures.
 	Step  string `json:"step,omitempty"`
