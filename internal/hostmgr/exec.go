@@ -11,7 +11,6 @@ import (
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
 	"github.com/cordon-project/cordon/internal/store"
 )
 
@@ -173,16 +172,14 @@ func execIn(ctx context.Context, sb sandbox.Sandbox, argv, env []string, dir str
 	if err != nil {
 		return nil, nil, err
 	}
+	// The provider checked the master (TerminalExecer's contract); the
+	// client checks it again before it uses it. hostmgr reads no
+	// provider's internals.
 	if m == nil {
-		err = errors.New("the sandbox gave no terminal for the exec")
-	} else if err = linux.CheckPtyMaster(m); err != nil {
-		m.Close()
-	}
-	if err != nil {
 		// Unwatched, the process runs on; without its master it gets
 		// SIGHUP from its terminal.
 		_ = p.Close()
-		return nil, nil, proto.Errorf(proto.KindInternal, "exec: %v", err)
+		return nil, nil, proto.Errorf(proto.KindInternal, "exec: the sandbox gave no terminal for the exec")
 	}
 	return p, m, nil
 }
