@@ -60,8 +60,8 @@ outside (namespaces, credentials, capabilities, seccomp, mounts, cgroups and
 their limits, network interfaces and routes, a Landlock probe) and admits the
 highest level the evidence supports. Below --level the program does not run.
 
-With a terminal on stdin the program gets a pseudo-terminal of the sandbox's
-own (--tty): job control works and Ctrl-C reaches only its foreground job.
+With a terminal on stdin, stdout or stderr the program gets a pseudo-terminal
+of the sandbox's own (--tty): job control works and Ctrl-C reaches only its foreground job.
 Once it runs, cordon logs to <state-dir>/logs/run-<sandbox-id>.log (or
 --log-file), never to its terminal, and prints a summary when it ends.
 --json writes the outcome to descriptor 3 (3>outcome.json), never stdout.
@@ -381,7 +381,7 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 	}
 	r.tr.mark("exec")
 	if r.spec.Terminal != nil {
-		if r.term, err = attachTerminal(r.l.Sandbox(), r.g.stdout, r.g.stderr); err != nil {
+		if r.term, err = attachTerminal(r.l.Sandbox(), r.spec.Terminal, r.g.stdout, r.g.stderr); err != nil {
 			return failure.ExitRefused, err
 		}
 	}

@@ -28,24 +28,30 @@ func isTTY(fd int) bool {
 }
 
 // terminalRequest is the pseudo-terminal cordon run asks the sandbox
-// for: with --tty auto (the default) when stdin is a terminal, with
-// always in any case, never with never. Each of the program's
-// descriptors 0, 1 and 2 is the sandbox's terminal where cordon's own is
-// a terminal (stdin always, when one is asked for); the others stay
-// cordon's (cordon run -- prog > file keeps the file).
+// for: with --tty auto (the default) when any of stdin, stdout and stderr
+// is a terminal, with always in any case, never with never. Each of the
+// program's descriptors 0, 1 and 2 is the sandbox's terminal where
+// cordon's own is a terminal (stdin always with --tty always); the others
+// stay cordon's (cordon run -- prog > file keeps the file, echo x |
+// cordon run -- prog keeps the pipe). So with auto the program never
+// holds the user's terminal, whichever of its descriptors is one: what it
+// does to a terminal it holds (termios, exclusive mode, flow control)
+// stays after it ends.
 func terminalRequest(mode string) (*sandbox.Terminal, error) {
+	in, out, errOut := isTTY(0), isTTY(1), isTTY(2)
 	switch mode {
 	case ttyNever:
 		return nil, nil
 	case ttyAuto:
-		if !isTTY(0) {
+		if !in && !out && !errOut {
 			return nil, nil
 		}
 	case ttyAlways:
+		in = true
 	default:
 		return nil, failure.Failf(failure.KindUsage, "run", "--tty %q: want auto, always or never", mode)
 	}
-	t := &sandbox.Terminal{Stdin: true, Stdout: isTTY(1), Stderr: isTTY(2)}
+	t := &sandbox.Terminal{Stdin: in, Stdout: out, Stderr: errOut}
 	if ws, ok := hostWinsize(); ok {
 		t.Rows, t.Cols = ws.Row, ws.Col
 	}
@@ -81,7 +87,7 @@ type terminal struct {
 // connects it to cordon's own descriptors. It fails closed: a sandbox that
 // was asked for a terminal and has none to give is an error, never a
 // fallback to cordon's terminal.
-func attachTerminal(sb sandbox.Sandbox, stdout, stderr io.Writer) (*terminal, error) {
+func attachTerminal(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io.Writer) (*terminal, error) {
 	th, ok := sb.(sandbox.TerminalHolder)
 	var m *os.File
 	if ok {
@@ -111,6 +117,10 @@ func attachTerminal(sb sandbox.Sandbox, stdout, stderr io.Writer) (*terminal, er
 		_, _ = io.Copy(t.out, m)
 		close(t.copied)
 	}()
+	if !req.Stdin {
+		// The program reads cordon's stdin itself (a pipe, a file).
+		return t, nil
+	}
 	go func() {
 		// Blocks in read(0) until input comes; never closes the master
 		// (its end is the program's, not cordon's stdin's).
