@@ -113,8 +113,7 @@ func attachTerminal(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io
 	signal.Notify(t.winch, syscall.SIGWINCH)
 	go t.followWinch()
 	go func() {
-		// Until EIO: every process inside has closed the terminal.
-		_, _ = io.Copy(t.out, m)
+		relayOut(t.out, m)
 		close(t.copied)
 	}()
 	if !req.Stdin {
@@ -131,6 +130,40 @@ func attachTerminal(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io
 		}
 	}()
 	return t, nil
+}
+
+// relayOut copies the program's terminal output to out until the master
+// reads EIO (every process inside has closed the terminal). A write error
+// on out (the reader of a pipe gone: cordon run -- prog 2>&1 | head)
+// neither ends cordon nor stalls the program: the Go runtime kills a
+// process whose write to descriptor 1 or 2 meets a broken pipe (SIGPIPE),
+// which would leave the user's terminal raw and the sandbox to the
+// reclaimer, so out is written through a descriptor of its own; after a
+// failed write the rest is read and dropped.
+func relayOut(out io.Writer, m io.Reader) {
+	if f, ok := out.(*os.File); ok {
+		if fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 3); err == nil {
+			dup := os.NewFile(uintptr(fd), f.Name())
+			defer dup.Close()
+			out = dup
+		}
+	}
+	_, _ = io.Copy(&dropAfterError{w: out}, m)
+}
+
+// dropAfterError writes to w until a write fails, then drops everything.
+type dropAfterError struct {
+	w      io.Writer
+	failed bool
+}
+
+func (d *dropAfterError) Write(p []byte) (int, error) {
+	if !d.failed {
+		if _, err := d.w.Write(p); err != nil {
+			d.failed = true
+		}
+	}
+	return len(p), nil
 }
 
 // makeRaw puts fd in raw mode (cfmakeraw(3)) and returns its settings

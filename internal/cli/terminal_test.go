@@ -1,7 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -82,5 +88,51 @@ func TestTerminalRequestFlag(t *testing.T) {
 	}
 	if r, err := terminalRequest(ttyAlways); r == nil || !r.Stdin || err != nil {
 		t.Errorf("--tty always = %+v, %v; want a terminal on stdin", r, err)
+	}
+}
+
+// relayChild is the environment variable that makes the test binary a
+// child of TestRelayOutBrokenPipe, whose descriptor 1 is a pipe without a
+// reader: "relay" copies through relayOut, "direct" (the control) copies
+// to os.Stdout as it is.
+const relayChild = "CORDON_TEST_RELAY_CHILD"
+
+// TestRelayOutBrokenPipe: the program's terminal output relayed to
+// cordon's stdout, a pipe whose reader is gone, neither kills cordon
+// (SIGPIPE, which skips restoring the terminal and deprovisioning) nor
+// stops reading the master (the program would block). Positive control:
+// the same copy straight to os.Stdout is killed by SIGPIPE.
+func TestRelayOutBrokenPipe(t *testing.T) {
+	if mode := os.Getenv(relayChild); mode != "" {
+		src := strings.NewReader(strings.Repeat("x", 1<<20))
+		if mode == "direct" {
+			_, _ = io.Copy(os.Stdout, src)
+		} else {
+			relayOut(os.Stdout, src)
+		}
+		fmt.Fprintf(os.Stderr, "survived, %d bytes unread\n", src.Len())
+		os.Exit(0)
+	}
+	run := func(mode string) (*os.ProcessState, string) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		defer w.Close()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRelayOutBrokenPipe$")
+		cmd.Env = append(os.Environ(), relayChild+"="+mode)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = w, &stderr
+		_ = cmd.Run()
+		return cmd.ProcessState, stderr.String()
+	}
+	st, out := run("relay")
+	if !st.Success() || !strings.Contains(out, "survived, 0 bytes unread") {
+		t.Errorf("relay to a broken pipe: %v, %q; want to survive and read everything", st, out)
+	}
+	st, out = run("direct")
+	if ws, ok := st.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGPIPE {
+		t.Errorf("control: a copy straight to os.Stdout ended %v (%q), want killed by SIGPIPE", st, out)
 	}
 }
