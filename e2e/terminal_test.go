@@ -417,3 +417,26 @@ func TestTerminalRestoredAfterPanic(t *testing.T) {
 		t.Errorf("the sandbox outlived cordon's panic: live %v", rep.Live)
 	}
 }
+
+// TestTerminalCtrlCAtStart: Ctrl-C pressed while the program is starting
+// (a test build pauses cordon 3 s after the program started, before its
+// terminal is relayed) is a key for the program's terminal, never a
+// signal that ends the sandbox: the program's foreground job gets SIGINT
+// (its sleep ends, its trap runs) and the program finishes on its own.
+// Positive control: the trap's "got-int" shows the key did arrive.
+func TestTerminalCtrlCAtStart(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	prog := `trap "echo got-int" INT; sleep 6; echo survived; exit 3`
+	// The pane's shell survives a SIGINT (and says so) to print the end.
+	script := fmt.Sprintf(`trap "echo pane-got-int" INT; '%s' --state-dir '%s' --test-pause-at run.after_exec run -- /bin/sh -c '%s'; echo "cordon-exit=$?"; stty -a`, hooksBin, st, prog)
+	x := testkit.NewTmux(t, 100, 40, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
+	cordonTree(t, x) // the program runs: cordon is in its pause
+	x.Keys(false, "C-c")
+	x.WaitExit(60 * time.Second)
+	s := x.Screen()
+	if strings.Contains(s, "pane-got-int") || !strings.Contains(s, "got-int") || !strings.Contains(s, "survived") || !strings.Contains(s, "cordon-exit=3") {
+		t.Fatalf("Ctrl-C at the program's start did not reach only its foreground job (want got-int, survived, cordon-exit=3 and no SIGINT in the pane):\n%s", s)
+	}
+	requireRestored(t, s)
+}

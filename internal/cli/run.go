@@ -302,7 +302,7 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	r.spec, r.out.SandboxID = r.l.Spec(), r.l.Sandbox().ID()
 	defer r.forwardSignals()()
 	// On every path, panics too, the terminal is restored (r.term is set
-	// once the program runs: read it then, not now).
+	// just before the program starts: read it then, not now).
 	defer func() { r.term.stop() }()
 	if code, err := r.start(ctx); err != nil {
 		return code, err
@@ -368,6 +368,11 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 	if err := r.logToFile(); err != nil {
 		return failure.ExitRefused, err
 	}
+	if r.spec.Terminal != nil {
+		if r.term, err = rawTerminal(); err != nil {
+			return failure.ExitRefused, err
+		}
+	}
 	if err := r.l.Exec(ctx); err != nil {
 		r.writeEvidence()
 		var xe *sandbox.ExecError
@@ -380,8 +385,11 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 		return failure.ExitRefused, err
 	}
 	r.tr.mark("exec")
+	if r.g.pauseAt == "run.after_exec" {
+		time.Sleep(3 * time.Second) // test builds only (--test-pause-at)
+	}
 	if r.spec.Terminal != nil {
-		if r.term, err = attachTerminal(r.l.Sandbox(), r.spec.Terminal, r.g.stdout, r.g.stderr); err != nil {
+		if err := r.term.attach(r.l.Sandbox(), r.spec.Terminal, r.g.stdout, r.g.stderr); err != nil {
 			return failure.ExitRefused, err
 		}
 	}

@@ -83,32 +83,41 @@ type terminal struct {
 	once   sync.Once
 }
 
-// attachTerminal takes the program's pty master from the sandbox and
-// connects it to cordon's own descriptors. It fails closed: a sandbox that
-// was asked for a terminal and has none to give is an error, never a
-// fallback to cordon's terminal.
-func attachTerminal(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io.Writer) (*terminal, error) {
+// rawTerminal puts cordon's terminal (descriptor 0, when it is one) in
+// raw mode before the program starts: from its first instant Ctrl-C,
+// Ctrl-Z and Ctrl-\ are bytes queued for its terminal, never a signal to
+// cordon (which forwards SIGINT and ends the sandbox). The caller defers
+// stop, which restores it on every path.
+func rawTerminal() (*terminal, error) {
+	t := &terminal{in: 0}
+	if isTTY(0) {
+		saved, err := makeRaw(0)
+		if err != nil {
+			return nil, failure.Fail(failure.KindStart, "terminal raw mode", err)
+		}
+		t.saved = saved
+	}
+	return t, nil
+}
+
+// attach takes the program's pty master from the sandbox and connects it
+// to cordon's own descriptors. It fails closed: a sandbox that was asked
+// for a terminal and has none to give is an error, never a fallback to
+// cordon's terminal.
+func (t *terminal) attach(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io.Writer) error {
 	th, ok := sb.(sandbox.TerminalHolder)
 	var m *os.File
 	if ok {
 		m = th.Master()
 	}
 	if m == nil {
-		return nil, failure.Failf(failure.KindStart, "terminal", "the sandbox gave no pseudo-terminal for the program")
+		return failure.Failf(failure.KindStart, "terminal", "the sandbox gave no pseudo-terminal for the program")
 	}
-	t := &terminal{master: m, out: stdout, in: 0, winch: make(chan os.Signal, 1), copied: make(chan struct{})}
+	t.master, t.out, t.winch, t.copied = m, stdout, make(chan os.Signal, 1), make(chan struct{})
 	if !isTTY(1) && isTTY(2) {
 		// The program's stdout goes elsewhere (a file): the terminal's
 		// echo and what the program writes on it belong on the terminal.
 		t.out = stderr
-	}
-	if isTTY(0) {
-		saved, err := makeRaw(0)
-		if err != nil {
-			m.Close()
-			return nil, failure.Fail(failure.KindStart, "terminal raw mode", err)
-		}
-		t.saved = saved
 	}
 	signal.Notify(t.winch, syscall.SIGWINCH)
 	go t.followWinch()
@@ -118,7 +127,7 @@ func attachTerminal(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io
 	}()
 	if !req.Stdin {
 		// The program reads cordon's stdin itself (a pipe, a file).
-		return t, nil
+		return nil
 	}
 	go func() {
 		// Blocks in read(0) until input comes; never closes the master
@@ -129,7 +138,7 @@ func attachTerminal(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, stderr io
 			_, _ = m.Write([]byte{4})
 		}
 	}()
-	return t, nil
+	return nil
 }
 
 // relayOut copies the program's terminal output to out until the master
@@ -209,14 +218,18 @@ func (t *terminal) stop() {
 		return
 	}
 	t.once.Do(func() {
-		signal.Stop(t.winch)
-		close(t.winch)
-		select {
-		case <-t.copied:
-		case <-time.After(drainWait):
+		if t.master != nil {
+			signal.Stop(t.winch)
+			close(t.winch)
+			select {
+			case <-t.copied:
+			case <-time.After(drainWait):
+			}
 		}
 		t.restore()
-		t.master.Close()
+		if t.master != nil {
+			t.master.Close()
+		}
 	})
 }
 
