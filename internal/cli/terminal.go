@@ -80,6 +80,7 @@ type terminal struct {
 	saved  *unix.Termios // its settings before raw mode; nil if not raw
 	winch  chan os.Signal
 	copied chan struct{} // closed when the master's output is drained
+	quit   *os.File      // closed by stop: copyIn takes no more input
 	once   sync.Once
 }
 
@@ -129,16 +130,53 @@ func (t *terminal) attach(sb sandbox.Sandbox, req *sandbox.Terminal, stdout, std
 		// The program reads cordon's stdin itself (a pipe, a file).
 		return nil
 	}
-	go func() {
-		// Blocks in read(0) until input comes; never closes the master
-		// (its end is the program's, not cordon's stdin's).
-		if _, err := io.Copy(m, os.Stdin); err == nil && t.saved == nil {
-			// --tty always with stdin a pipe or a file: its end is an
-			// end-of-file character for the line discipline (^D).
-			_, _ = m.Write([]byte{4})
-		}
-	}()
+	qr, qw, err := os.Pipe()
+	if err != nil {
+		return failure.Fail(failure.KindStart, "terminal", err)
+	}
+	t.quit = qw
+	go t.copyIn(qr)
 	return nil
+}
+
+// copyIn copies cordon's input (t.in) to the master until it ends or stop
+// closes t.quit. It waits in poll(2) for either, never in a read: once
+// stop has run nothing more is taken from the user's terminal, so a
+// command typed while cordon tears down stays queued for the user's
+// shell instead of going to a master that is gone. It never closes the
+// master (its end is the program's, not cordon's stdin's).
+func (t *terminal) copyIn(quit *os.File) {
+	defer quit.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		fds := []unix.PollFd{{Fd: int32(t.in), Events: unix.POLLIN}, {Fd: int32(quit.Fd()), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return
+		}
+		if fds[1].Revents != 0 {
+			return // stop
+		}
+		n, err := unix.Read(t.in, buf)
+		switch {
+		case err == unix.EINTR || err == unix.EAGAIN:
+			continue
+		case err != nil:
+			return
+		case n == 0:
+			if t.saved == nil {
+				// --tty always with stdin a pipe or a file: its end is an
+				// end-of-file character for the line discipline (^D).
+				_, _ = t.master.Write([]byte{4})
+			}
+			return
+		}
+		if _, err := t.master.Write(buf[:n]); err != nil {
+			return
+		}
+	}
 }
 
 // relayOut copies the program's terminal output to out until the master
@@ -218,6 +256,9 @@ func (t *terminal) stop() {
 		return
 	}
 	t.once.Do(func() {
+		if t.quit != nil {
+			t.quit.Close()
+		}
 		if t.master != nil {
 			signal.Stop(t.winch)
 			close(t.winch)
