@@ -259,25 +259,35 @@ func openFDs(t *testing.T, pid int) []int {
 // TestTerminalSignalledFromOutside: kill -TERM of cordon's pid (not a
 // key in the terminal) ends the sandbox: cordon exits, the program and
 // the init are gone, and the terminal is restored.
+// SIGQUIT too: the Go runtime's default (a goroutine dump and exit 2)
+// would skip restoring the terminal and deprovisioning.
 func TestTerminalSignalledFromOutside(t *testing.T) {
 	testkit.RequireRoot(t)
-	x := shellInTmux(t, newStateDir(t))
-	cordonPid, initPid, prog := cordonTree(t, x)
-	if err := syscall.Kill(cordonPid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	code := x.WaitExit(30 * time.Second)
-	if code == 0 {
-		t.Errorf("cordon after SIGTERM = 0, want the program's end by signal")
-	}
-	for _, pid := range []int{initPid, prog} {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			if ppid, _ := procState(pid); ppid == cordonPid || ppid == initPid {
-				t.Errorf("pid %d of the sandbox is still alive after cordon exited", pid)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGQUIT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			st := newStateDir(t)
+			x := shellInTmux(t, st)
+			cordonPid, initPid, prog := cordonTree(t, x)
+			if err := syscall.Kill(cordonPid, sig); err != nil {
+				t.Fatal(err)
 			}
-		}
+			code := x.WaitExit(30 * time.Second)
+			if code == 0 || code == 2 {
+				t.Errorf("cordon after %v = %d, want the program's end by signal", sig, code)
+			}
+			for _, pid := range []int{initPid, prog} {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+					if ppid, _ := procState(pid); ppid == cordonPid || ppid == initPid {
+						t.Errorf("pid %d of the sandbox is still alive after cordon exited", pid)
+					}
+				}
+			}
+			requireRestored(t, x.Screen())
+			if rep := runGC(t, st); len(rep.Live) != 0 || len(rep.Reclaimed) != 0 {
+				t.Errorf("after %v cordon left a sandbox for gc: %+v", sig, rep)
+			}
+		})
 	}
-	requireRestored(t, x.Screen())
 }
 
 // TestTerminalRestoredAfterRefusal: a run refused before the program

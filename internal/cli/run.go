@@ -323,13 +323,15 @@ func (g *globals) runProvider(ctx context.Context, st *store.Store) (sandbox.Pro
 	return prov, nil
 }
 
-// forwardSignals forwards SIGINT/SIGTERM/SIGHUP to the program, and ends
-// the whole tree if it has not ended within the grace period. It returns
-// the function that stops forwarding.
+// forwardSignals forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the program,
+// and ends the whole tree if it has not ended within the grace period.
+// SIGQUIT is among them: the Go runtime's default for it (a goroutine
+// dump and exit 2) would leave the terminal raw and the sandbox
+// unprovisioned. It returns the function that stops forwarding.
 func (r *aRun) forwardSignals() func() {
 	sb := r.l.Sandbox()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
 		for s := range sigs {
 			sb.Signal(s.(syscall.Signal))
