@@ -78,12 +78,21 @@ func (p *pty) session() *syscall.SysProcAttr {
 // returns what it wrote to the terminal.
 func (p *pty) run(t *testing.T, cmd *exec.Cmd) string {
 	t.Helper()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.slave, p.slave, p.slave
+	return p.runOn(t, cmd, p.slave, 0)
+}
+
+// runOn is run with stdin as cmd's stdin (nil: /dev/null) and its
+// descriptor ctty the controlling terminal; stdout and stderr are the pty.
+func (p *pty) runOn(t *testing.T, cmd *exec.Cmd, stdin *os.File, ctty int) string {
+	t.Helper()
+	cmd.Stdout, cmd.Stderr = p.slave, p.slave
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = p.session()
-	} else {
-		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
 	}
+	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, ctty
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -210,4 +219,78 @@ func TestEscapeTIOCSTI(t *testing.T) {
 			}
 		}
 	})
+}
+
+// hostTerm is what the program could leave changed on the user's
+// terminal: its termios, exclusive mode and line discipline, read by the
+// test on its own descriptor of the terminal.
+type hostTerm struct {
+	lflag uint32
+	vkill uint8
+	excl  int
+	ldisc int
+}
+
+func (p *pty) state(t *testing.T) hostTerm {
+	t.Helper()
+	fd := int(p.slave.Fd())
+	tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	excl, err := unix.IoctlGetInt(fd, unix.TIOCGEXCL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, err := unix.IoctlGetInt(fd, unix.TIOCGETD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hostTerm{lflag: tio.Lflag, vkill: tio.Cc[unix.VKILL], excl: excl, ldisc: ld}
+}
+
+// TestTerminalHostTerminalNeverInside: with stdin not a terminal but
+// stdout and stderr the user's terminal (echo prompt | cordon run -- agent),
+// the program still never holds the user's terminal: it gets a pty of the
+// sandbox's own for them, so what it does to its terminal (echo off, a new
+// kill character, exclusive mode) leaves the user's terminal as it was,
+// read by the test on the host after cordon returned. Seccomp denies
+// TIOCSETD (N_NULL would swallow everything the user's terminal gets)
+// even on the program's own pty. Positive control: with --tty never and
+// without seccomp the same program changes the user's terminal, and the
+// test sees each change.
+func TestTerminalHostTerminalNeverInside(t *testing.T) {
+	testkit.RequireRoot(t)
+	t.Parallel()
+	own := map[string]string{"fd1.termios": "ok", "fd1.excl": "ok", "fd1.setd": "EPERM", "fd2.termios": "ok", "fd2.setd": "EPERM"}
+	for _, tc := range []struct {
+		name    string
+		bin     string
+		args    []string
+		want    map[string]string
+		changed bool
+	}{
+		{"stdin not a terminal", cordonBin, probeArgs(nil, "ttymodes"), own, false},
+		{"--tty never: seccomp denies TIOCSETD", cordonBin, probeArgs(ttyNever, "ttymodes"),
+			map[string]string{"fd1.setd": "EPERM", "fd2.setd": "EPERM"}, true},
+		{"control: --tty never without seccomp", hooksBin, withoutLayer("seccomp", probeArgs(append(ttyNever, lowerLevel...), "ttymodes")),
+			map[string]string{"fd1.termios": "ok", "fd1.excl": "ok", "fd1.setd": "ok"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := newPty(t)
+			before := p.state(t)
+			cmd := exec.Command(tc.bin, append([]string{"--state-dir", newStateDir(t)}, tc.args...)...)
+			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			out := p.runOn(t, cmd, nil, 1)
+			wantAttempts(t, tc.name, attempts(t, parseProbe(out)), tc.want)
+			after := p.state(t)
+			if after.ldisc != before.ldisc {
+				t.Errorf("%s: the user's terminal's line discipline is %d after the run, was %d", tc.name, after.ldisc, before.ldisc)
+			}
+			if changed := after != before; changed != tc.changed {
+				t.Errorf("%s: the user's terminal before %+v, after %+v: changed %t, want %t", tc.name, before, after, changed, tc.changed)
+			}
+		})
+	}
 }

@@ -259,25 +259,35 @@ func openFDs(t *testing.T, pid int) []int {
 // TestTerminalSignalledFromOutside: kill -TERM of cordon's pid (not a
 // key in the terminal) ends the sandbox: cordon exits, the program and
 // the init are gone, and the terminal is restored.
+// SIGQUIT too: the Go runtime's default (a goroutine dump and exit 2)
+// would skip restoring the terminal and deprovisioning.
 func TestTerminalSignalledFromOutside(t *testing.T) {
 	testkit.RequireRoot(t)
-	x := shellInTmux(t, newStateDir(t))
-	cordonPid, initPid, prog := cordonTree(t, x)
-	if err := syscall.Kill(cordonPid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	code := x.WaitExit(30 * time.Second)
-	if code == 0 {
-		t.Errorf("cordon after SIGTERM = 0, want the program's end by signal")
-	}
-	for _, pid := range []int{initPid, prog} {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-			if ppid, _ := procState(pid); ppid == cordonPid || ppid == initPid {
-				t.Errorf("pid %d of the sandbox is still alive after cordon exited", pid)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGQUIT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			st := newStateDir(t)
+			x := shellInTmux(t, st)
+			cordonPid, initPid, prog := cordonTree(t, x)
+			if err := syscall.Kill(cordonPid, sig); err != nil {
+				t.Fatal(err)
 			}
-		}
+			code := x.WaitExit(30 * time.Second)
+			if code == 0 || code == 2 {
+				t.Errorf("cordon after %v = %d, want the program's end by signal", sig, code)
+			}
+			for _, pid := range []int{initPid, prog} {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+					if ppid, _ := procState(pid); ppid == cordonPid || ppid == initPid {
+						t.Errorf("pid %d of the sandbox is still alive after cordon exited", pid)
+					}
+				}
+			}
+			requireRestored(t, x.Screen())
+			if rep := runGC(t, st); len(rep.Live) != 0 || len(rep.Reclaimed) != 0 {
+				t.Errorf("after %v cordon left a sandbox for gc: %+v", sig, rep)
+			}
+		})
 	}
-	requireRestored(t, x.Screen())
 }
 
 // TestTerminalRestoredAfterRefusal: a run refused before the program
@@ -416,4 +426,27 @@ func TestTerminalRestoredAfterPanic(t *testing.T) {
 	if rep := runGC(t, st); len(rep.Live) != 0 {
 		t.Errorf("the sandbox outlived cordon's panic: live %v", rep.Live)
 	}
+}
+
+// TestTerminalCtrlCAtStart: Ctrl-C pressed while the program is starting
+// (a test build pauses cordon 3 s after the program started, before its
+// terminal is relayed) is a key for the program's terminal, never a
+// signal that ends the sandbox: the program's foreground job gets SIGINT
+// (its sleep ends, its trap runs) and the program finishes on its own.
+// Positive control: the trap's "got-int" shows the key did arrive.
+func TestTerminalCtrlCAtStart(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	prog := `trap "echo got-int" INT; sleep 6; echo survived; exit 3`
+	// The pane's shell survives a SIGINT (and says so) to print the end.
+	script := fmt.Sprintf(`trap "echo pane-got-int" INT; '%s' --state-dir '%s' --test-pause-at run.after_exec run -- /bin/sh -c '%s'; echo "cordon-exit=$?"; stty -a`, hooksBin, st, prog)
+	x := testkit.NewTmux(t, 100, 40, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
+	cordonTree(t, x) // the program runs: cordon is in its pause
+	x.Keys(false, "C-c")
+	x.WaitExit(60 * time.Second)
+	s := x.Screen()
+	if strings.Contains(s, "pane-got-int") || !strings.Contains(s, "got-int") || !strings.Contains(s, "survived") || !strings.Contains(s, "cordon-exit=3") {
+		t.Fatalf("Ctrl-C at the program's start did not reach only its foreground job (want got-int, survived, cordon-exit=3 and no SIGINT in the pane):\n%s", s)
+	}
+	requireRestored(t, s)
 }

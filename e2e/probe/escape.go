@@ -66,6 +66,7 @@ func init() {
 	register("userns", userns)
 	register("kobj", kobj)
 	register("tiocsti", tiocsti)
+	register("ttymodes", ttymodes)
 }
 
 // attempts runs f on every argument and returns a JSON object mapping
@@ -342,6 +343,35 @@ func tiocsti([]string) (string, error) {
 		unix.Close(tty)
 	}
 	out["dev_tty"] = outcome("", err)
+	b, err := json.Marshal(out)
+	return string(b), err
+}
+
+// ttymodes tries, on each of stdin, stdout and stderr that is a terminal,
+// what leaves a terminal changed after the program ends: its termios
+// (echo off, VKILL changed), exclusive mode (TIOCEXCL: nobody else may
+// open it) and its line discipline (TIOCSETD N_NULL: every byte in or
+// out is swallowed; set back to N_TTY at once so that the result can be
+// printed). Each is reported per descriptor ("fd1.termios": "ok").
+func ttymodes([]string) (string, error) {
+	out := map[string]string{}
+	for fd := 0; fd <= 2; fd++ {
+		tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		if err != nil {
+			out[fmt.Sprintf("fd%d", fd)] = outcome("", err)
+			continue
+		}
+		tio.Lflag &^= unix.ECHO
+		tio.Cc[unix.VKILL] = 'K'
+		out[fmt.Sprintf("fd%d.termios", fd)] = outcome("", unix.IoctlSetTermios(fd, unix.TCSETS, tio))
+		out[fmt.Sprintf("fd%d.excl", fd)] = outcome("", unix.IoctlSetInt(fd, unix.TIOCEXCL, 0))
+		const nNull = 27
+		err = unix.IoctlSetPointerInt(fd, unix.TIOCSETD, nNull)
+		if err == nil {
+			_ = unix.IoctlSetPointerInt(fd, unix.TIOCSETD, 0)
+		}
+		out[fmt.Sprintf("fd%d.setd", fd)] = outcome("", err)
+	}
 	b, err := json.Marshal(out)
 	return string(b), err
 }

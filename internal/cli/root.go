@@ -32,6 +32,7 @@ type globals struct {
 	testSkip   []string
 	crashAt    string // test builds: the daemon's crash point
 	panicAt    string // test builds: where cordon run panics (terminal restore tests)
+	pauseAt    string // test builds: where cordon run pauses 3 s (terminal timing tests)
 	// daemon flags passed to hostmgr
 	daemonTenants map[uint32][]string
 	daemonPerUser int

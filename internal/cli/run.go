@@ -61,8 +61,8 @@ outside (namespaces, credentials, capabilities, seccomp, mounts, cgroups and
 their limits, network interfaces and routes, a Landlock probe) and admits the
 highest level the evidence supports. Below --level the program does not run.
 
-With a terminal on stdin the program gets a pseudo-terminal of the sandbox's
-own (--tty): job control works and Ctrl-C reaches only its foreground job.
+With a terminal on stdin, stdout or stderr the program gets a pseudo-terminal
+of the sandbox's own (--tty): job control works and Ctrl-C reaches only its foreground job.
 Once it runs, cordon logs to <state-dir>/logs/run-<sandbox-id>.log (or
 --log-file), never to its terminal, and prints a summary when it ends.
 --json writes the outcome to descriptor 3 (3>outcome.json), never stdout.
@@ -307,7 +307,7 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	r.spec, r.out.SandboxID = r.l.Spec(), r.l.Sandbox().ID()
 	defer r.forwardSignals()()
 	// On every path, panics too, the terminal is restored (r.term is set
-	// once the program runs: read it then, not now).
+	// just before the program starts: read it then, not now).
 	defer func() { r.term.stop() }()
 	if code, err := r.start(ctx); err != nil {
 		return code, err
@@ -328,13 +328,15 @@ func (g *globals) runProvider(ctx context.Context, st *store.Store) (sandbox.Pro
 	return prov, nil
 }
 
-// forwardSignals forwards SIGINT/SIGTERM/SIGHUP to the program, and ends
-// the whole tree if it has not ended within the grace period. It returns
-// the function that stops forwarding.
+// forwardSignals forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the program,
+// and ends the whole tree if it has not ended within the grace period.
+// SIGQUIT is among them: the Go runtime's default for it (a goroutine
+// dump and exit 2) would leave the terminal raw and the sandbox
+// unprovisioned. It returns the function that stops forwarding.
 func (r *aRun) forwardSignals() func() {
 	sb := r.l.Sandbox()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	go func() {
 		for s := range sigs {
 			sb.Signal(s.(syscall.Signal))
@@ -373,6 +375,11 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 	if err := r.logToFile(); err != nil {
 		return failure.ExitRefused, err
 	}
+	if r.spec.Terminal != nil {
+		if r.term, err = rawTerminal(); err != nil {
+			return failure.ExitRefused, err
+		}
+	}
 	if err := r.l.Exec(ctx); err != nil {
 		r.writeEvidence()
 		var xe *sandbox.ExecError
@@ -385,8 +392,11 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 		return failure.ExitRefused, err
 	}
 	r.tr.mark("exec")
+	if r.g.pauseAt == "run.after_exec" {
+		time.Sleep(3 * time.Second) // test builds only (--test-pause-at)
+	}
 	if r.spec.Terminal != nil {
-		if r.term, err = attachTerminal(r.l.Sandbox(), r.g.stdout, r.g.stderr); err != nil {
+		if err := r.term.attach(r.l.Sandbox(), r.spec.Terminal, r.g.stdout, r.g.stderr); err != nil {
 			return failure.ExitRefused, err
 		}
 	}

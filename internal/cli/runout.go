@@ -99,33 +99,59 @@ type runLog struct {
 	path      string
 	temporary bool // the default path: removed when nothing was logged
 	written   int64
+	partial   []byte // the file's current line, until its newline
 	dropped   int64
 	warnings  int
 	first     string
 }
 
+// Write sends p to stderr before the switch, and after it to the file a
+// line at a time (maxLogLine at most), each escaped by textsafe.Line:
+// what the gateway's broker processes write is theirs, and escapes in it
+// must not act on the terminal of whoever reads the log.
 func (l *runLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.file == nil {
 		return l.stderr.Write(p)
 	}
-	if bytes.Contains(p, []byte("level=WARN")) || bytes.Contains(p, []byte("level=ERROR")) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.line(l.partial[:i])
+		l.partial = l.partial[i+1:]
+	}
+	if len(l.partial) > maxLogLine {
+		l.line(l.partial)
+		l.partial = nil
+	}
+	l.partial = append([]byte(nil), l.partial...)
+	return len(p), nil
+}
+
+// maxLogLine is the longest line the run log holds back for its newline.
+const maxLogLine = 64 << 10
+
+// line writes one line to the file, escaped, and counts it when it is a
+// WARN or ERROR line. Called with l.mu held.
+func (l *runLog) line(b []byte) {
+	s := string(b)
+	if strings.Contains(s, "level=WARN") || strings.Contains(s, "level=ERROR") {
 		if l.warnings == 0 {
-			l.first = strings.TrimSpace(string(p))
+			l.first = strings.TrimSpace(s)
 		}
 		l.warnings++
 	}
-	if l.written+int64(len(p)) > maxRunLog {
-		l.dropped += int64(len(p))
-		return len(p), nil
+	out := textsafe.Line(s) + "\n"
+	if l.written+int64(len(out)) > maxRunLog {
+		l.dropped += int64(len(out))
+		return
 	}
-	n, err := l.file.Write(p)
+	n, _ := l.file.WriteString(out) // a log that cannot be written never fails the run
 	l.written += int64(n)
-	if err != nil {
-		return len(p), nil // a log that cannot be written never fails the run
-	}
-	return len(p), nil
 }
 
 // toFile switches the log to path: a new file, root-only (0600), created
@@ -169,6 +195,10 @@ func (l *runLog) close() string {
 	defer l.mu.Unlock()
 	if l.file == nil {
 		return ""
+	}
+	if len(l.partial) > 0 {
+		l.line(l.partial)
+		l.partial = nil
 	}
 	l.file.Close()
 	l.file = nil

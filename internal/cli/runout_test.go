@@ -83,3 +83,36 @@ func TestRunLogCap(t *testing.T) {
 		t.Errorf("summary %q does not say the log was truncated", s)
 	}
 }
+
+// What reaches the log file is escaped a line at a time, like the
+// summary: a broker process writing terminal escapes (an OSC 52 clipboard
+// write, a screen clear) cannot have them act on the terminal of whoever
+// reads the log, a character split across two writes stays whole, and
+// two WARN lines in one write count as two. Positive control: the same
+// bytes are in the file, escaped.
+func TestRunLogFileEscaped(t *testing.T) {
+	l := &runLog{stderr: &bytes.Buffer{}}
+	path := filepath.Join(t.TempDir(), "run.log")
+	if err := l.toFile(path, ""); err != nil {
+		t.Fatal(err)
+	}
+	l.Write([]byte("level=WARN msg=\x1b]52;c;ZWNobyBwd25lZA==\x07 caf\xc3"))
+	l.Write([]byte("\xa9\nlevel=WARN msg=\x1b[2J\nlevel=INFO msg=tail-without-newline"))
+	s := l.close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsAny(b, "\x1b\x07") {
+		t.Errorf("the log file carries raw escapes: %q", b)
+	}
+	if !bytes.Contains(b, []byte("café")) || !bytes.Contains(b, []byte("ZWNobyBwd25lZA==")) || !bytes.Contains(b, []byte("tail-without-newline\n")) {
+		t.Errorf("the log file lost what was written: %q", b)
+	}
+	if n := bytes.Count(b, []byte("\n")); n != 3 {
+		t.Errorf("log file has %d lines, want 3: %q", n, b)
+	}
+	if !strings.HasPrefix(s, "cordon: 2 warning(s)") {
+		t.Errorf("summary = %q, want 2 warnings", s)
+	}
+}

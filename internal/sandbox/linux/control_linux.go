@@ -70,3 +70,12 @@ func (sb *linuxSandbox) readControl() {
 		sb.events <- event{msg: m, fds: fds}
 	}
 }
+
+// drainEvents reads events until the channel ends, closing any descriptor
+// one carried: only Exec takes a descriptor (the "started" message's pty
+// master); one that arrives later is never kept open in the trusted side.
+func drainEvents(events <-chan event) {
+	for e := range events {
+		closeAll(e.fds)
+	}
+}

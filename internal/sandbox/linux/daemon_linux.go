@@ -248,9 +248,8 @@ func (sb *linuxSandbox) WaitMain(ctx context.Context) (sandbox.Exit, error) {
 	select {
 	case <-sb.mainDone:
 	case <-sb.done:
-		for range sb.events {
-			// Drain: readControl records an exit reported just before the end.
-		}
+		// Drain: readControl records an exit reported just before the end.
+		drainEvents(sb.events)
 	case <-ctx.Done():
 		return sandbox.Exit{}, ctx.Err()
 	}

@@ -88,3 +88,26 @@ func TestTakeMasterUnrequested(t *testing.T) {
 }
 
 func sbinitStarted(tty bool) sbinit.Message { return sbinit.Message{Type: "started", Pid: 2, Tty: tty} }
+
+// drainEvents closes what a message after Exec's carried: a second
+// "started" with a descriptor (the init misbehaving) leaves nothing open
+// in the trusted side. Positive control: the descriptor is open before.
+func TestDrainEventsClosesDescriptors(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fd := int(w.Fd())
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("control: the pipe's descriptor is not open: %v", err)
+	}
+	ch := make(chan event, 2)
+	ch <- event{msg: sbinitStarted(true), fds: []*os.File{w}}
+	ch <- event{msg: sbinit.Message{Type: "exit"}}
+	close(ch)
+	drainEvents(ch)
+	if _, err := w.Write([]byte("x")); err == nil {
+		t.Errorf("the descriptor a drained event carried is still open")
+	}
+}

@@ -647,9 +647,8 @@ func (sb *linuxSandbox) Wait(ctx context.Context) (sandbox.Exit, error) {
 	case <-ctx.Done():
 		return sandbox.Exit{}, ctx.Err()
 	}
-	for range sb.events {
-		// Drain: readControl records the exit message.
-	}
+	// Drain: readControl records the exit message.
+	drainEvents(sb.events)
 	return sb.exitStatus(), nil
 }
 

@@ -268,9 +268,12 @@ const cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NE
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
 // deniedIoctls are refused: TIOCSTI pushes keystrokes into a terminal's
-// input, TIOCLINUX can read a virtual console's screen. The request is an
-// unsigned int to the kernel, so only its low 32 bits are compared.
-var deniedIoctls = []uintptr{unix.TIOCSTI, unix.TIOCLINUX}
+// input, TIOCLINUX can read a virtual console's screen, TIOCSETD changes
+// a terminal's line discipline without privilege (N_NULL makes a user's
+// terminal swallow all its input and output, and stays after the program
+// ends). The request is an unsigned int to the kernel, so only its low 32
+// bits are compared.
+var deniedIoctls = []uintptr{unix.TIOCSTI, unix.TIOCLINUX, unix.TIOCSETD}
 
 // deniedSocketDomains are refused: AF_VSOCK talks to the hypervisor or host
 // outside the network namespace.
