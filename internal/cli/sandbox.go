@@ -407,7 +407,7 @@ stdout and stderr (passed as descriptors), and ^C is forwarded to it.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&env, "env", nil, "K=V added to the program's environment (repeatable)")
-	cmd.Flags().StringVar(&tty, "tty", ttyAuto, "the program's own pseudo-terminal: auto (when stdin is a terminal), always, never")
+	cmd.Flags().StringVar(&tty, "tty", ttyAuto, "the program's own pseudo-terminal: auto (when stdin, stdout or stderr is a terminal; the terminal itself is never sent into the sandbox), always, never")
 	return cmd
 }
 
