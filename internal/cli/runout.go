@@ -260,7 +260,7 @@ func (r *aRun) endLog() {
 func addRunIOFlags(fl *pflag.FlagSet, f *runFlags) {
 	fl.BoolVar(&f.json, "json", false, "write a machine-readable outcome (one JSON line) to descriptor 3: cordon run --json ... 3>outcome.json")
 	fl.StringVar(&f.jsonFile, "json-file", "", "write the machine-readable outcome (one JSON line) to this file (never through a symlink)")
-	fl.StringVar(&f.tty, "tty", ttyAuto, "give the program a pseudo-terminal of the sandbox's own: auto (when stdin is a terminal), always, never")
+	fl.StringVar(&f.tty, "tty", ttyAuto, "give the program a pseudo-terminal of the sandbox's own: auto (when stdin, stdout or stderr is a terminal; the terminal itself never enters the sandbox), always, never")
 	fl.StringVar(&f.logFile, "log-file", "", "where cordon logs once the program runs (a new file, 0600; default <state-dir>/logs/run-<sandbox-id>.log); a summary is printed when it ends")
 }
 
