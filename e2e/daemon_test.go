@@ -212,7 +212,7 @@ func cordonSocket(t *testing.T, socket, state string, cred *syscall.Credential, 
 	out, errf := tempOut(t), tempOut(t)
 	cmd.Stdout, cmd.Stderr = out, errf
 	_ = cmd.Run()
-	return parseResult(cmd.ProcessState.ExitCode(), readAll(out), readAll(errf))
+	return parseResult(cmd.ProcessState.ExitCode(), readAll(out), readAll(errf), "")
 }
 
 func tempOut(t *testing.T) *os.File {
@@ -432,11 +432,12 @@ func TestDaemonRefusals(t *testing.T) {
 	for _, name := range []string{"../x", "a/b", "a b", ".", ""} {
 		// Refused as a bad name, not merely as an absent sandbox (positive
 		// control below: a well-formed absent name is not_found).
-		if r := d.cli("sandbox", "start", name); r.Code == 0 || !strings.Contains(r.Stderr, "bad_request") {
+		if r := d.cli("sandbox", "start", name); r.Code == 0 || !strings.Contains(r.Stderr, "cordon: bad_request: ") {
 			t.Fatalf("name %q: %d %s", name, r.Code, r.Stderr)
 		}
 	}
-	if r := d.cli("sandbox", "start", "nosuch"); r.Code == 0 || !strings.Contains(r.Stderr, "not_found") {
+	// The daemon's kind is what the caller reads first, never "usage".
+	if r := d.cli("sandbox", "start", "nosuch"); r.Code == 0 || !strings.HasPrefix(r.Stderr, "cordon: not_found: ") {
 		t.Fatalf("absent well-formed name: %d %s", r.Code, r.Stderr)
 	}
 	// The socket is root-only (0600): another user cannot even connect.

@@ -76,8 +76,9 @@ func parseProbe(out string) ProbeResult {
 	var p ProbeResult
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimRight(l, "\r")
-		if strings.HasPrefix(l, `{"op"`) {
-			_ = json.Unmarshal([]byte(l), &p)
+		// On a terminal the line may follow what the terminal echoed.
+		if i := strings.Index(l, `{"op"`); i >= 0 {
+			_ = json.Unmarshal([]byte(l[i:]), &p)
 			break
 		}
 	}
@@ -116,6 +117,8 @@ type held struct {
 	errb   bytes.Buffer
 	waited chan struct{}
 	Probe  ProbeResult
+	// outcome reads descriptor 3 of a run --json (outcomeFD).
+	outcome func() string
 }
 
 // startHeld starts bin with args (which must run the probe's hold op) and
@@ -135,6 +138,7 @@ func startHeld(t *testing.T, bin, state string, args ...string) *held {
 	h.cmd = exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
 	h.cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	h.cmd.Stdin, h.cmd.Stdout, h.cmd.Stderr = inR, outW, &h.errb
+	h.outcome = outcomeFD(t, h.cmd)
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +221,8 @@ func (h *held) finish() result {
 	}
 	for range h.lines {
 	}
-	r := result{Code: h.cmd.ProcessState.ExitCode(), Stdout: h.stdout(), Stderr: h.errb.String(), Probe: h.Probe}
-	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	if last := lines[len(lines)-1]; strings.HasPrefix(last, `{"sandbox_id"`) || strings.HasPrefix(last, `{"level_requested"`) {
-		_ = json.Unmarshal([]byte(last), &r.Outcome)
-	}
+	r := parseResult(h.cmd.ProcessState.ExitCode(), h.stdout(), h.errb.String(), h.outcome())
+	r.Probe = h.Probe
 	return r
 }
 

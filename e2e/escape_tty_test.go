@@ -134,8 +134,12 @@ func (p *pty) queued(t *testing.T) string {
 	return string(buf[:r])
 }
 
+// ttyNever runs the program on cordon's own descriptors (the user's
+// terminal), as without a terminal on stdin.
+var ttyNever = []string{"--tty", "never"}
+
 // TestEscapeTIOCSTI: the program, whose stdin/stdout are the user's
-// terminal, cannot push keystrokes into it: nothing reaches the terminal's
+// terminal (--tty never), cannot push keystrokes into it: nothing reaches the terminal's
 // input queue. Two layers deny it, each shown alone: seccomp (root on the
 // host, on its own controlling terminal, with the filter: EPERM) and the
 // program's own session (without seccomp: not its controlling terminal,
@@ -155,10 +159,20 @@ func TestEscapeTIOCSTI(t *testing.T) {
 		args []string
 		want map[string]string
 	}{
-		{"production", cordonBin, probeArgs(nil, "tiocsti"),
+		// --tty never: the program holds the user's terminal itself.
+		{"production", cordonBin, probeArgs(ttyNever, "tiocsti"),
 			map[string]string{"fd0": "EPERM", "fd1": "EPERM", "fd2": "EPERM", "dev_tty": "ENXIO"}},
-		{"without seccomp", hooksBin, withoutLayer("seccomp", probeArgs(lowerLevel, "tiocsti")),
+		{"without seccomp", hooksBin, withoutLayer("seccomp", probeArgs(append(ttyNever, lowerLevel...), "tiocsti")),
 			map[string]string{"tiocsctty": "EPERM", "fd0": "EPERM", "fd1": "EPERM", "fd2": "EPERM", "dev_tty": "ENXIO"}},
+		// The default: the program's terminal is a pty of the sandbox's
+		// own (docs/terminals.md). Seccomp still denies TIOCSTI on it.
+		{"own pty", cordonBin, probeArgs(nil, "tiocsti"),
+			map[string]string{"fd0": "EPERM", "fd1": "EPERM", "fd2": "EPERM", "dev_tty": "EPERM"}},
+		// Without seccomp the injection succeeds, into the sandbox's own
+		// pty (its echo comes back as the program's output): the user's
+		// terminal's queue stays empty, checked below for every case.
+		{"own pty, without seccomp", hooksBin, withoutLayer("seccomp", probeArgs(lowerLevel, "tiocsti")),
+			map[string]string{"fd0": "ok", "dev_tty": "ok"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -87,6 +87,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd) *cordonProc {
 	}
 	t.Cleanup(func() { p.out.Close(); p.err.Close() })
 	cmd.Stdout, cmd.Stderr = p.out, p.err
+	p.outcome = outcomeFD(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %v: %v", cmd.Args, err)
 	}
@@ -116,12 +117,11 @@ type gatewayOutcome struct {
 
 func gatewayOutcomeOf(t *testing.T, r result) gatewayOutcome {
 	t.Helper()
-	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 	var o struct {
 		Gateway *gatewayOutcome `json:"gateway"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &o); err != nil || o.Gateway == nil {
-		t.Fatalf("no gateway outcome in cordon run --json (%v): %s", err, r.Stdout)
+	if err := json.Unmarshal([]byte(r.OutcomeJSON), &o); err != nil || o.Gateway == nil {
+		t.Fatalf("no gateway outcome in cordon run --json (%v): %s", err, r.OutcomeJSON)
 	}
 	return *o.Gateway
 }
@@ -198,8 +198,8 @@ func TestGatewayLostIsCharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := p.wait(t, time.Minute)
-	if !strings.Contains(r.Stderr, "ended unexpectedly") {
-		t.Errorf("cordon's stderr does not report the lost gateway:\n%s", r.Stderr)
+	if !strings.Contains(logText(r), "ended unexpectedly") {
+		t.Errorf("cordon's stderr and run log do not report the lost gateway:\n%s", logText(r))
 	}
 	if g := gatewayOutcomeOf(t, r); !g.EndedEarly || g.LostCrossings != 1 {
 		t.Errorf("gateway outcome = %+v, want ended early with 1 lost crossing", g)
@@ -308,7 +308,7 @@ func TestGatewaySurvivesSandboxOOM(t *testing.T) {
 			close(up.release)
 			r := p.wait(t, time.Minute)
 			g := gatewayOutcomeOf(t, r)
-			lost := strings.Contains(r.Stderr, "ended unexpectedly")
+			lost := strings.Contains(logText(r), "ended unexpectedly")
 			if tc.ownGroup && (lost || g.EndedEarly || g.OOMKills != 0 || g.MemoryLimitBytes != 256<<20 || g.PidsLimit != 1024) {
 				t.Errorf("gateway outcome %+v, lost %v; want it alive to the end in its own group (256MiB, 1024 tasks), no OOM kill there\nstderr: %s", g, lost, r.Stderr)
 			}

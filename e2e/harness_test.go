@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,8 +139,29 @@ type ProbeResult struct {
 type result struct {
 	Code           int
 	Stdout, Stderr string
-	Outcome        Outcome     // parsed from the last stdout line when --json was given
+	Outcome        Outcome     // parsed from descriptor 3 when run --json was given
+	OutcomeJSON    string      // what cordon wrote on descriptor 3 (run --json)
 	Probe          ProbeResult // parsed from the first stdout line starting with {"op"
+}
+
+// outcomeFD gives a cordon run --json its descriptor 3 (the outcome): a
+// file of the test's, as cmd.ExtraFiles[0]. It returns the function that
+// reads what cordon wrote there ("" when args have no run --json).
+func outcomeFD(t *testing.T, cmd *exec.Cmd) func() string {
+	t.Helper()
+	if !slices.Contains(cmd.Args, "run") || !slices.Contains(cmd.Args, "--json") {
+		return func() string { return "" }
+	}
+	f, err := os.CreateTemp(t.TempDir(), "outcome-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cmd.ExtraFiles = append([]*os.File{f}, cmd.ExtraFiles...)
+	return func() string {
+		b, _ := os.ReadFile(f.Name())
+		return string(b)
+	}
 }
 
 // cordon runs a cordon binary with args and returns what it did. The state
@@ -157,6 +180,7 @@ func cordonStdin(t *testing.T, bin, state string, stdin []byte, args ...string) 
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	outcome := outcomeFD(t, cmd)
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -169,21 +193,21 @@ func cordonStdin(t *testing.T, bin, state string, stdin []byte, args ...string) 
 		<-done
 		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
 	}
-	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String(), outcome())
 }
 
-// parseResult reads the probe line and the --json outcome as the harness does.
-func parseResult(code int, stdout, stderr string) result {
-	r := result{Code: code, Stdout: stdout, Stderr: stderr}
-	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	for _, l := range lines {
+// parseResult reads the probe line from stdout and the --json outcome
+// from what cordon wrote on descriptor 3, as the harness does.
+func parseResult(code int, stdout, stderr, outcome string) result {
+	r := result{Code: code, Stdout: stdout, Stderr: stderr, OutcomeJSON: outcome}
+	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
 		if strings.HasPrefix(l, `{"op"`) {
 			_ = json.Unmarshal([]byte(l), &r.Probe)
 			break
 		}
 	}
-	if last := lines[len(lines)-1]; strings.HasPrefix(last, `{"sandbox_id"`) || strings.HasPrefix(last, `{"level_requested"`) {
-		_ = json.Unmarshal([]byte(last), &r.Outcome)
+	if outcome != "" {
+		_ = json.Unmarshal([]byte(outcome), &r.Outcome)
 	}
 	return r
 }
@@ -193,4 +217,19 @@ func parseResult(code int, stdout, stderr string) result {
 func probeArgs(extra []string, op string, opArgs ...string) []string {
 	args := append([]string{"run", "--ro", probeDir + ":/probe"}, extra...)
 	return append(append(args, "--", "/probe/probe", op), opArgs...)
+}
+
+// runLogRe finds the run log's path in cordon run's summary on stderr.
+var runLogRe = regexp.MustCompile(`(?:full log|while the program ran): (/\S+)`)
+
+// logText is everything cordon run logged: its stderr and, once the
+// program ran, the run log its summary names (log lines never go to the
+// program's terminal).
+func logText(r result) string {
+	m := runLogRe.FindStringSubmatch(r.Stderr)
+	if m == nil {
+		return r.Stderr
+	}
+	b, _ := os.ReadFile(m[1])
+	return r.Stderr + "\n" + string(b)
 }

@@ -277,6 +277,7 @@ func runHeldProbe(t *testing.T, bin, state string, tm heldProbeTiming, poll func
 	}
 	var errb strings.Builder
 	cmd.Stdin, cmd.Stderr = inR, &errb
+	outcome := outcomeFD(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ loop:
 	inW.Close()
 	<-done
 	_ = cmd.Wait()
-	return data, parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String())
+	return data, parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String(), outcome())
 }
 
 // queuedIn is netnsQueued without failing the test: the sandbox may end

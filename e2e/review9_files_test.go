@@ -220,9 +220,8 @@ func TestWorkspaceTrapsReported(t *testing.T) {
 		var out struct {
 			Traps []trapReport `json:"workspace_traps"`
 		}
-		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil {
-			t.Fatalf("--json line: %v\n%s", err, r.Stdout)
+		if err := json.Unmarshal([]byte(r.OutcomeJSON), &out); err != nil {
+			t.Fatalf("--json outcome (descriptor 3): %v\n%s", err, r.OutcomeJSON)
 		}
 		b, err := os.ReadFile(ev)
 		if err != nil {
@@ -471,9 +470,8 @@ func TestToolServerBindTrapsReported(t *testing.T) {
 	var out struct {
 		Traps []trapReport `json:"workspace_traps"`
 	}
-	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil {
-		t.Fatalf("--json line: %v\n%s", err, r.Stdout)
+	if err := json.Unmarshal([]byte(r.OutcomeJSON), &out); err != nil {
+		t.Fatalf("--json outcome (descriptor 3): %v\n%s", err, r.OutcomeJSON)
 	}
 	b, err := os.ReadFile(ev)
 	if err != nil {

@@ -43,6 +43,7 @@ type cordonProc struct {
 	cmd      *exec.Cmd
 	out, err *os.File
 	done     chan struct{}
+	outcome  func() string // descriptor 3 of a run --json (outcomeFD)
 }
 
 func (p *cordonProc) stderr() string {
@@ -76,6 +77,7 @@ func startCordon(t *testing.T, st string, o runOpts, args ...string) *cordonProc
 	}
 	t.Cleanup(func() { p.out.Close(); p.err.Close() })
 	cmd.Stdout, cmd.Stderr = p.out, p.err
+	p.outcome = outcomeFD(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start cordon %v: %v", args, err)
 	}
@@ -106,7 +108,11 @@ func (p *cordonProc) wait(t *testing.T, within time.Duration) result {
 		t.Fatalf("cordon %v: still running after %s\nstderr: %s", p.cmd.Args[1:], within, p.stderr())
 	}
 	out, _ := os.ReadFile(p.out.Name())
-	return parseResult(p.cmd.ProcessState.ExitCode(), string(out), p.stderr())
+	outcome := ""
+	if p.outcome != nil {
+		outcome = p.outcome()
+	}
+	return parseResult(p.cmd.ProcessState.ExitCode(), string(out), p.stderr(), outcome)
 }
 
 // runCordon runs cordon to completion (up to a minute).

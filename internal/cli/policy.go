@@ -187,7 +187,7 @@ type explainRequest struct {
 	User     string          `json:"user,omitempty"`
 	Resource policy.Resource `json:"resource"`
 	Context  policy.Context  `json:"context"`
-	// API is a model call's protocol ("anthropic" or "openai"; absent:
+	// API is a model call's protocol ("anthropic", "openai" or "gemini"; absent:
 	// any configured route); Operation a state operation (get, put,
 	// delete, list, export, reset; absent: get for state.read, put for
 	// state.write). Neither is part of the Cedar request.
@@ -242,6 +242,8 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		want.Requests = 1
 	case policy.ActionEgressConnect:
 		want.Connections = 1
+	case policy.ActionIngressConnect:
+		want.IngressConnections = 1
 	}
 	if why := store.OverBudget(r.Context.Budget.Used, want, r.Context.Budget.Limits); why != "" && rep.Allow {
 		rep.Allow, rep.Budget = false, why
@@ -265,14 +267,14 @@ any evaluation error. The workload, tenant and purpose come from the
 configuration; the request gives the rest as JSON (--request '{...}',
 --request @FILE, or --request - for standard input):
 
-  {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write",
-   "resource": {"type": "Model" | "Host" | "Tool" | "State",
-                "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes",
+  {"action":   "model.invoke" | "egress.connect" | "tool.call" | "state.read" | "state.write" | "ingress.connect",
+   "resource": {"type": "Model" | "Host" | "Tool" | "State" | "Route",
+                "id":   "claude-sonnet-4-5" | "api.github.com" | "fs/read_file" | "notes" | "ui",
                 "server": "fs"},                               (Tool; default: id before "/")
    "context":  {"port": 443, "argument_digest": "sha256:…",
                 "budget": {"used": {"requests": 3}, "streams": 0}},
                                             (budget.limits are the configuration's budgets)
-   "api":       "anthropic" | "openai",     (optional, model.invoke: the route's API)
+   "api":       "anthropic" | "openai" | "gemini", (optional, model.invoke: the route's API)
    "operation": "get" | "put" | "delete" | "list" | "export" | "reset"}
                                             (optional, state: default get / put)
 

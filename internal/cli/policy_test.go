@@ -69,7 +69,7 @@ func TestPolicyCheck(t *testing.T) {
 
 	out, _, code = runPolicy(t, "", "check", "--json", examplesDefault)
 	var rep PolicyCheckReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.OK || rep.Policies != 6 || !strings.HasPrefix(rep.Digest, "sha256:") || rep.IDs[0] != "models.claude" {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.OK || rep.Policies != 7 || !strings.HasPrefix(rep.Digest, "sha256:") || rep.IDs[0] != "models.claude" {
 		t.Errorf("check --json = %d, %q (%v)", code, out, err)
 	}
 }

@@ -59,7 +59,7 @@ state, upstream status, bytes and timings. Secrets never appear in receipts.`,
 	fl.BoolVar(&asJSON, "json", false, "print one JSON receipt per line")
 	fl.StringVar(&f.Workload, "workload", "", "only this workload")
 	fl.StringVar(&f.SandboxID, "sandbox", "", "only this sandbox id")
-	fl.StringVar(&f.Broker, "broker", "", "only this broker (model, egress, tool, state)")
+	fl.StringVar(&f.Broker, "broker", "", "only this broker (model, egress, tool, state, ingress)")
 	fl.IntVar(&f.Limit, "limit", 0, "only the last N")
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 	"github.com/cordon-project/cordon/internal/store"
@@ -30,11 +31,17 @@ type globals struct {
 	leaseSlots uint32
 	testSkip   []string
 	crashAt    string // test builds: the daemon's crash point
+	panicAt    string // test builds: where cordon run panics (terminal restore tests)
 	// daemon flags passed to hostmgr
 	daemonTenants map[uint32][]string
 	daemonPerUser int
 	stdout        io.Writer
 	stderr        io.Writer
+	// logw, when set, is where log lines go instead of stderr (cordon
+	// run's log: a file once the program runs).
+	logw io.Writer
+	// fd3 is whether cordon was started with descriptor 3 open (run --json).
+	fd3 bool
 }
 
 // exitError carries an exit status out of a command.
@@ -44,7 +51,7 @@ func (e *exitError) Error() string { return "exit " + strconv.Itoa(e.code) }
 
 // Main runs the CLI and returns the process exit status.
 func Main(args []string) int {
-	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr, fd3: fd3Open()}
 	if sbinit.CgoEnabled {
 		fmt.Fprintln(g.stderr, "cordon: unsupported: this binary was built with cgo; the sandbox init cannot harden every thread under cgo. Rebuild with CGO_ENABLED=0")
 		return failure.ExitRefused
@@ -98,11 +105,22 @@ func describe(err error) string {
 	if errors.As(err, &c) && failure.Known(c.FailureKind()) {
 		return textsafe.Line(fmt.Sprintf("%s: %v", c.FailureKind(), err))
 	}
+	// A daemon refusal without a lifecycle kind keeps the protocol's own
+	// stable kind (not_found, conflict, unauthorized, …): it is not the
+	// caller's usage.
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return textsafe.Line(err.Error())
+	}
 	return textsafe.Line(fmt.Sprintf("%s: %v", failure.KindUsage, err))
 }
 
 func (g *globals) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w := g.logw
+	if w == nil {
+		w = g.stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // requireRoot fails closed with what is needed.

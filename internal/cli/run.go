@@ -39,9 +39,13 @@ type runFlags struct {
 	env          []string
 	evidenceFile string
 	json         bool
+	jsonFile     string
+	tty          string
+	logFile      string
 	unsafeRoot   bool
 	workload     string
 	config       string
+	agent        agentOpts
 }
 
 func runCmd(g *globals) *cobra.Command {
@@ -57,16 +61,26 @@ outside (namespaces, credentials, capabilities, seccomp, mounts, cgroups and
 their limits, network interfaces and routes, a Landlock probe) and admits the
 highest level the evidence supports. Below --level the program does not run.
 
+With a terminal on stdin the program gets a pseudo-terminal of the sandbox's
+own (--tty): job control works and Ctrl-C reaches only its foreground job.
+Once it runs, cordon logs to <state-dir>/logs/run-<sandbox-id>.log (or
+--log-file), never to its terminal, and prints a summary when it ends.
+--json writes the outcome to descriptor 3 (3>outcome.json), never stdout.
+See docs/terminals.md.
+
 Exit status: the program's own; 125 when cordon refuses or fails (the failure
 kind and reason are printed on stderr); 126 the program cannot be executed;
 127 it was not found; 124 timeout; 128+n killed by signal n.`,
 		Example: `  cordon run -- /bin/echo hello
   cordon run --workspace "$PWD" --memory 2G --pids 512 --timeout 10m -- make test
-  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent`,
-		Args: cobra.MinimumNArgs(1),
+  cordon run --ro /opt/tools:/tools --env FOO=bar --evidence ev.json -- /tools/agent
+  cordon run --json -- printf abc 3>outcome.json
+  cordon run --agent claude --workspace .        # Claude Code, interactive (docs/agents.md)
+  cordon run --agent codex --workspace . -- exec "fix the tests"`,
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 0 {
-				return failure.Failf(failure.KindUsage, "run", "put the program after --: cordon run [flags] -- PROGRAM [ARGS...]")
+			if err := f.agent.checkArgs(args, cmd.ArgsLenAtDash()); err != nil {
+				return err
 			}
 			return g.run(cmd.Context(), f, args)
 		},
@@ -84,9 +98,10 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the program after this long (e.g. 30s, 10m); exit 124")
 	fl.StringArrayVar(&f.env, "env", nil, "K=V for the program's environment (repeatable); the host environment is not inherited")
 	fl.StringVar(&f.evidenceFile, "evidence", "", "write the evidence record (cordon.evidence/v1 JSON) to this file")
-	fl.BoolVar(&f.json, "json", false, "print a machine-readable outcome as the last line of stdout")
+	addRunIOFlags(fl, f)
 	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE: allow a writable bind of a directory owned by root or a system account")
 	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to (the config's workload when --config is given)")
+	addAgentFlags(fl, &f.agent)
 	fl.StringVar(&f.config, "config", "", "gateway configuration (YAML, cordon/v1; see docs/config.md and examples/): model routes, egress allow-list, budgets, secrets. Without it the sandbox has no way out at all")
 	return cmd
 }
@@ -207,11 +222,18 @@ type aRun struct {
 	spec  sandbox.Spec
 	l     *launch.Launch
 	prov  sandbox.Provider
+	// outcome is descriptor 3 (--json); log is where log lines go; term
+	// is the program's pseudo-terminal (runout.go, terminal.go).
+	outcome *os.File
+	log     *runLog
+	term    *terminal
 }
 
 func (g *globals) run(ctx context.Context, f *runFlags, argv []string) error {
 	r := &aRun{g: g, f: f, began: time.Now(), out: Outcome{LevelRequested: sandbox.DedicatedContainer}}
 	r.tr = newTracer(r.began)
+	r.log = &runLog{stderr: g.stderr}
+	g.logw = r.log
 	defer r.tr.flush(g.stderr)
 	code, err := r.do(ctx, argv)
 	return r.finish(code, err)
@@ -229,9 +251,7 @@ func (r *aRun) finish(code int, err error) error {
 		fmt.Fprintf(r.g.stderr, "cordon: %s\n", describe(err))
 	}
 	r.out.ExitCode = code
-	if r.f.json {
-		_ = writeJSON(r.g.stdout, r.out)
-	}
+	r.writeOutcome()
 	return &exitError{code: code}
 }
 
@@ -239,8 +259,14 @@ func (r *aRun) finish(code int, err error) error {
 // exit status, and the error that made cordon refuse or fail.
 func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	g := r.g
+	if err := r.checkOutcome(); err != nil {
+		return failure.ExitRefused, err
+	}
 	spec, err := r.f.parseSpec(argv)
 	if err != nil {
+		return failure.ExitRefused, err
+	}
+	if err := r.checkIO(&spec); err != nil {
 		return failure.ExitRefused, err
 	}
 	if spec.UnsafeRootWorkspace {
@@ -260,23 +286,29 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 		return failure.ExitRefused, err
 	}
 	r.tr.mark("reclaim")
-	var plan *launch.Plan
-	if r.f.config != "" {
-		if plan, err = launch.LoadPlan(r.f.config, r.f.workload, func(w string) { g.logger().Warn(w) }); err != nil {
-			return failure.ExitRefused, err
-		}
+	plan, err := r.loadPlan()
+	if err != nil {
+		return failure.ExitRefused, err
 	}
-	spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := r.applyAgent(&spec, plan); err != nil {
+		return failure.ExitRefused, err
+	}
 	host := &launch.Host{Provider: r.prov, Store: st, StateDir: g.stateDir, Logger: g.logger(), Version: Version,
-		ToolStderr: g.stderr, CheckpointEvery: checkpointEvery}
+		ToolStderr: r.log, GatewayStderr: r.log, CheckpointEvery: checkpointEvery}
 	r.l, err = launch.Provision(ctx, host, spec, plan)
 	r.tr.mark("provision")
 	if err != nil {
 		return failure.ExitRefused, err
 	}
+	// The summary comes after the gateway has stopped: it logs what it
+	// decided until then.
+	defer r.endLog()
 	defer func() { r.l.Close(context.WithoutCancel(ctx)); r.tr.mark("deprovision") }()
 	r.spec, r.out.SandboxID = r.l.Spec(), r.l.Sandbox().ID()
 	defer r.forwardSignals()()
+	// On every path, panics too, the terminal is restored (r.term is set
+	// once the program runs: read it then, not now).
+	defer func() { r.term.stop() }()
 	if code, err := r.start(ctx); err != nil {
 		return code, err
 	}
@@ -338,18 +370,29 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 	if r.l.Gateway() != nil {
 		r.tr.mark("gateway")
 	}
+	if err := r.logToFile(); err != nil {
+		return failure.ExitRefused, err
+	}
 	if err := r.l.Exec(ctx); err != nil {
 		r.writeEvidence()
 		var xe *sandbox.ExecError
 		if errors.As(err, &xe) {
 			if xe.NotFound() {
-				return failure.ExitNotFound, failure.Failf(failure.KindExec, r.spec.Argv[0], "%s (not found in the sandbox)", xe.Msg)
+				return failure.ExitNotFound, notFound(r.spec, xe.Msg)
 			}
 			return failure.ExitNoExec, failure.Failf(failure.KindExec, r.spec.Argv[0], "%s (cannot be executed)", xe.Msg)
 		}
 		return failure.ExitRefused, err
 	}
 	r.tr.mark("exec")
+	if r.spec.Terminal != nil {
+		if r.term, err = attachTerminal(r.l.Sandbox(), r.g.stdout, r.g.stderr); err != nil {
+			return failure.ExitRefused, err
+		}
+	}
+	if r.g.panicAt == "run.after_attach" {
+		panic("test: run.after_attach") // test builds only (--test-panic-at)
+	}
 	return 0, nil
 }
 
@@ -371,6 +414,10 @@ func (r *aRun) writeEvidence() error {
 // reports how the program ended.
 func (r *aRun) wait(ctx context.Context) (int, error) {
 	ex, err := r.l.Wait(ctx)
+	// The program has ended: its terminal output is drained and cordon's
+	// terminal restored before anything more is printed (the log goes
+	// on to its file until the gateway has stopped: see do).
+	r.term.stop()
 	if err != nil {
 		return failure.ExitRefused, err
 	}

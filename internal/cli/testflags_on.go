@@ -12,6 +12,7 @@ import (
 // denies. The production binary has no such flag.
 func addTestFlags(root *cobra.Command, g *globals) {
 	root.PersistentFlags().StringSliceVar(&g.testSkip, "test-skip-layer", nil, "TEST BUILD ONLY: leave out a hardening layer (seccomp, landlock, masks, userns-owner, userns-limits, kmem-tcp, tcp-watch)")
+	root.PersistentFlags().StringVar(&g.panicAt, "test-panic-at", "", "TEST BUILD ONLY: panic at this point of cordon run (run.after_attach)")
 }
 
 // addDaemonTestFlags adds --test-crash-at to test builds of the daemon:

@@ -31,6 +31,7 @@ const MaxFileBytes = 1 << 20
 const (
 	APIAnthropic = "anthropic"
 	APIOpenAI    = "openai"
+	APIGemini    = "gemini"
 )
 
 // Defaults for the limits block; each applies when its key is absent.
@@ -81,6 +82,9 @@ type Config struct {
 	// Crossings bound the host work and store growth of one sandbox's
 	// crossings (crossings.go). Key: crossings.
 	Crossings Crossings
+	// Ingress are the declared inbound routes into the sandbox, in file
+	// order (ingress.go); none: nothing reaches in. Key: ingress.
+	Ingress []IngressRoute
 	// Policy lists the Cedar policy files every crossing must also
 	// satisfy, in order (package policy loads and validates them). Each is
 	// an existing regular file, listed once; relative paths in the file
@@ -152,7 +156,9 @@ type Model struct {
 	// Name identifies the upstream in receipts and logs; unique; same syntax
 	// as Config.Workload. Key: name.
 	Name string
-	// API is the wire protocol: "anthropic" or "openai". Key: api.
+	// API is the wire protocol: "anthropic", "openai" or "gemini" (the
+	// Gemini API's generateContent, streamGenerateContent and
+	// countTokens under /v1beta/models/). Key: api.
 	API string
 	// Upstream is the base URL requests are forwarded to: absolute http or
 	// https, with a host, without user information, query or fragment.
@@ -202,6 +208,12 @@ type Budgets struct {
 	ConcurrentStreams int64
 	// ToolCalls is the number of tool calls. Key: tool_calls.
 	ToolCalls int64
+	// IngressConnections is the number of connections admitted through
+	// the inbound routes. Key: ingress_connections.
+	IngressConnections int64
+	// IngressBytes is the number of bytes relayed through the inbound
+	// routes, both directions; a size. Key: ingress_bytes.
+	IngressBytes int64
 }
 
 // Limits returns the budgets as the authority's limits (zero is unlimited).
@@ -213,6 +225,9 @@ func (b Budgets) Limits() crossing.Amount {
 		OutputTokens: b.OutputTokens,
 		EgressBytes:  b.EgressBytes,
 		Connections:  b.Connections,
+
+		IngressConnections: b.IngressConnections,
+		IngressBytes:       b.IngressBytes,
 	}
 }
 
@@ -346,7 +361,7 @@ func (c *Config) Warnings() []string {
 			w = append(w, fmt.Sprintf("models %s: upstream %s is plain http; credential %s crosses the network unencrypted", m.Name, m.Upstream, m.Credential))
 		}
 	}
-	return w
+	return append(w, c.ingressWarnings()...)
 }
 
 func isLoopbackHost(h string) bool {

@@ -222,7 +222,7 @@ func TestParseBad(t *testing.T) {
 		{"resolve ip key", head + "egress:\n  resolve:\n    1.2.3.4: 1.2.3.4\n", 7, `egress.resolve["1.2.3.4"]`, "is an IP address"},
 		{"resolve wildcard", head + "egress:\n  resolve:\n    '*.a.org': 1.2.3.4\n", 7, `egress.resolve["*.a.org"]`, "wildcard"},
 		{"resolve bad addr", head + "egress:\n  resolve:\n    up.test: up.other\n", 7, `egress.resolve["up.test"]`, "not an IP address"},
-		{"model api", head + "models:\n  - name: m\n    api: gemini\n    upstream: https://x.example\n    credential: k\n    models: [a]\nsecrets:\n  k: {env: K}\n", 7, "models[0].api", `want "anthropic" or "openai"`},
+		{"model api", head + "models:\n  - name: m\n    api: cohere\n    upstream: https://x.example\n    credential: k\n    models: [a]\nsecrets:\n  k: {env: K}\n", 7, "models[0].api", `want "anthropic", "openai" or "gemini"`},
 		{"model dup", head + "models:\n  - {name: m, api: openai, upstream: https://x.example, credential: k, models: [a]}\n  - {name: m, api: openai, upstream: https://x.example, credential: k, models: [a]}\nsecrets:\n  k: {env: K}\n", 7, "models[1].name", "declared twice"},
 		{"model no name", head + "models:\n  - {api: openai, upstream: https://x.example, credential: k, models: [a]}\nsecrets:\n  k: {env: K}\n", 6, "models[0].name", "required"},
 		{"upstream scheme", head + "models:\n  - name: m\n    api: openai\n    upstream: ftp://x.example\n    credential: k\n    models: [a]\nsecrets:\n  k: {env: K}\n", 8, "models[0].upstream", "http or https"},

@@ -36,6 +36,7 @@ type rawConfig struct {
 	State     rawState             `yaml:"state"`
 	Policy    []string             `yaml:"policy"`
 	Crossings rawCrossings         `yaml:"crossings"`
+	Ingress   []rawIngress         `yaml:"ingress"`
 }
 
 type rawEgress struct {
@@ -66,6 +67,9 @@ type rawBudgets struct {
 	Connections       intValue  `yaml:"connections"`
 	ConcurrentStreams intValue  `yaml:"concurrent_streams"`
 	ToolCalls         intValue  `yaml:"tool_calls"`
+	// The ingress budgets (ingress.go).
+	IngressConnections intValue  `yaml:"ingress_connections"`
+	IngressBytes       sizeValue `yaml:"ingress_bytes"`
 }
 
 type rawLimits struct {
@@ -195,6 +199,7 @@ func build(raw *rawConfig, ix *index) *Config {
 	buildTools(c, raw, ix)
 	buildState(c, &raw.State, ix)
 	buildCrossings(c, &raw.Crossings, ix)
+	buildIngress(c, raw.Ingress, ix)
 	buildPolicy(c, raw.Policy, ix)
 	return c
 }
@@ -233,8 +238,8 @@ func buildModels(c *Config, raw *rawConfig, ix *index) {
 			}
 			seen[m.Name] = true
 		}
-		if m.API != APIAnthropic && m.API != APIOpenAI {
-			ix.errf(p+".api", "is %q; want %q or %q", m.API, APIAnthropic, APIOpenAI)
+		if m.API != APIAnthropic && m.API != APIOpenAI && m.API != APIGemini {
+			ix.errf(p+".api", "is %q; want %q, %q or %q", m.API, APIAnthropic, APIOpenAI, APIGemini)
 		}
 		u, err := checkUpstream(m.Upstream)
 		if err != nil {
@@ -280,6 +285,8 @@ func buildBudgets(c *Config, b *rawBudgets, ix *index) {
 		{"egress_bytes", b.EgressBytes.n, &c.Budgets.EgressBytes},
 		{"connections", b.Connections.n, &c.Budgets.Connections},
 		{"concurrent_streams", b.ConcurrentStreams.n, &c.Budgets.ConcurrentStreams},
+		{"ingress_connections", b.IngressConnections.n, &c.Budgets.IngressConnections},
+		{"ingress_bytes", b.IngressBytes.n, &c.Budgets.IngressBytes},
 	} {
 		if f.v < 0 {
 			ix.errf("budgets."+f.key, "is %d; want 0 (unlimited) or more", f.v)

@@ -23,12 +23,17 @@ type Amount struct {
 	Bytes        int64 `json:"bytes,omitempty"`        // model request+response bytes
 	EgressBytes  int64 `json:"egress_bytes,omitempty"` // bytes through the egress proxy
 	Connections  int64 `json:"connections,omitempty"`  // egress connections
+	// IngressConnections and IngressBytes are the connections admitted
+	// through the declared inbound routes and the bytes relayed on them.
+	IngressConnections int64 `json:"ingress_connections,omitempty"`
+	IngressBytes       int64 `json:"ingress_bytes,omitempty"`
 }
 
 // Add returns a+b.
 func (a Amount) Add(b Amount) Amount {
 	return Amount{a.Requests + b.Requests, a.InputTokens + b.InputTokens, a.OutputTokens + b.OutputTokens,
-		a.Bytes + b.Bytes, a.EgressBytes + b.EgressBytes, a.Connections + b.Connections}
+		a.Bytes + b.Bytes, a.EgressBytes + b.EgressBytes, a.Connections + b.Connections,
+		a.IngressConnections + b.IngressConnections, a.IngressBytes + b.IngressBytes}
 }
 
 // Reservation is budget held for one crossing until it is settled.
@@ -105,23 +110,26 @@ type BudgetState struct {
 
 // Receipt is the record of one crossing.
 type Receipt struct {
-	ID            int64         `json:"id,omitempty"`
-	Time          time.Time     `json:"time"`
-	Identity      Identity      `json:"identity"`
-	Broker        string        `json:"broker"` // "model", "egress"
-	Action        string        `json:"action"` // e.g. "anthropic.messages", "connect"
-	Target        string        `json:"target"` // model id, host:port — never a secret
-	RequestDigest string        `json:"request_digest"`
-	Decision      string        `json:"decision"` // "allow" or "deny"
-	Reason        string        `json:"reason"`
-	Budget        BudgetState   `json:"budget"`
-	UpstreamCode  int           `json:"upstream_status,omitempty"`
-	BytesIn       int64         `json:"bytes_in"`  // from the agent
-	BytesOut      int64         `json:"bytes_out"` // to the agent
-	Usage         Amount        `json:"usage"`
-	Untrusted     []string      `json:"untrusted,omitempty"` // e.g. tool_use blocks passed through as data
-	Duration      time.Duration `json:"duration_ns"`
-	FirstByte     time.Duration `json:"first_byte_ns,omitempty"`
+	ID            int64       `json:"id,omitempty"`
+	Time          time.Time   `json:"time"`
+	Identity      Identity    `json:"identity"`
+	Broker        string      `json:"broker"` // "model", "egress"
+	Action        string      `json:"action"` // e.g. "anthropic.messages", "connect"
+	Target        string      `json:"target"` // model id, host:port — never a secret
+	RequestDigest string      `json:"request_digest"`
+	Decision      string      `json:"decision"` // "allow" or "deny"
+	Reason        string      `json:"reason"`
+	Budget        BudgetState `json:"budget"`
+	UpstreamCode  int         `json:"upstream_status,omitempty"`
+	BytesIn       int64       `json:"bytes_in"`  // from the agent
+	BytesOut      int64       `json:"bytes_out"` // to the agent
+	// Client is the host-side peer of an ingress connection
+	// ("127.0.0.1:53122"), as the kernel gave it to the route's listener.
+	Client    string        `json:"client,omitempty"`
+	Usage     Amount        `json:"usage"`
+	Untrusted []string      `json:"untrusted,omitempty"` // e.g. tool_use blocks passed through as data
+	Duration  time.Duration `json:"duration_ns"`
+	FirstByte time.Duration `json:"first_byte_ns,omitempty"`
 	// Policy is the policy decision that let the crossing through (or
 	// refused it); set by the privileged side.
 	Policy *PolicyDecision `json:"policy,omitempty"`

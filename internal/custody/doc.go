@@ -14,11 +14,6 @@
 // calling user, who sends them to the daemon; the redactor also runs in
 // the gateway process, over the values its brokers were handed).
 //
-// Plane: root, CLI and unprivileged (the custodian resolves values on the
-// trusted side — in `cordon run`, or in `cordon sandbox create` as the
-// calling user, who sends them to the daemon; the redactor also runs in
-// the gateway process, over the values its brokers were handed).
-//
 // It must never put a value in an error, a String, GoString or Format
 // result, a log record or JSON: Value, Custodian, Redactor and Stream
 // print as "[REDACTED]", by name or by count only, and errors name the

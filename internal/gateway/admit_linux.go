@@ -19,7 +19,7 @@ import (
 type Admission struct {
 	Allow bool `json:"allow"`
 	// Check names the configuration that decided: "models", "egress",
-	// "tools" or "state".
+	// "tools", "state" or "ingress".
 	Check string `json:"check"`
 	// Rule is the allowing (or nearest) rule: a route, an egress pattern,
 	// a tool server.
@@ -88,6 +88,8 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 			}
 		}
 		return a
+	case policy.ActionIngressConnect:
+		return admitIngress(cfg, r)
 	case policy.ActionToolCall:
 		a := Admission{Check: "tools"}
 		server, name := r.Server, ""
@@ -141,4 +143,24 @@ func Admit(cfg ChildConfig, tools *ToolPolicy, sp *StatePolicy, r AdmitRequest) 
 		return a
 	}
 	return Admission{Reason: fmt.Sprintf("unknown action %q", r.Action)}
+}
+
+// admitIngress is an ingress.connect: the route must be declared (and
+// lead to the port, when one is asked about).
+func admitIngress(cfg ChildConfig, r AdmitRequest) Admission {
+	a := Admission{Check: "ingress", Rule: r.Resource}
+	for _, route := range cfg.Ingress.Routes {
+		if route.Name != r.Resource {
+			continue
+		}
+		if r.Port != 0 && r.Port != route.Port {
+			a.Reason = fmt.Sprintf("route %s leads to port %d, not %d", route.Name, route.Port, r.Port)
+			return a
+		}
+		a.Allow = true
+		a.Notes = append(a.Notes, fmt.Sprintf("each connection is also bounded by the route's max_concurrent (%d) when it is made", route.MaxConcurrent))
+		return a
+	}
+	a.Reason = fmt.Sprintf("no ingress[] route is named %q", r.Resource)
+	return a
 }

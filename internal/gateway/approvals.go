@@ -65,7 +65,7 @@ func (s *Authority) reserveApproved(req call) reply {
 	// the receipt budget (crossbudget.go) before any store work, held
 	// until it settles. A sandbox-scoped egress approval covers many
 	// connections: without this each went past both bounds.
-	if err := s.admitOpen(true); err != nil {
+	if err := s.admitOpen(true, req.Broker); err != nil {
 		return fail(err)
 	}
 	if err := s.admitCrossing(true, s.recordNow); err != nil {

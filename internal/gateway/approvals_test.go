@@ -34,6 +34,9 @@ permit(principal, action == Action::"egress.connect", resource == Host::"pkg.exa
 @id("state")
 @approval("required")
 permit(principal, action in [Action::"state.read", Action::"state.write"], resource);
+@id("ingress")
+@approval("required")
+permit(principal, action == Action::"ingress.connect", resource == Route::"ui");
 `
 
 var controlPolicy = strings.NewReplacer(`@approval("required")`, "", `@approval_scope("sandbox")`, "").Replace(approvalPolicy)
@@ -147,6 +150,23 @@ var crossers = []struct {
 	{"egress.connect", policy.ActionEgressConnect, egressCrossing("api.example.com")},
 	{"state.write", policy.ActionStateWrite, stateCrossing(state.OpPut)},
 	{"state.read", policy.ActionStateRead, stateCrossing(state.OpGet)},
+	{"ingress.connect", policy.ActionIngressConnect, ingressCrossing},
+}
+
+// ingressCrossing is one connection through the route "ui" (the variant
+// is the sandbox port the approval is bound to).
+func ingressCrossing(t *testing.T, c *testClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
+	ctx := context.Background()
+	ask := crossing.Ask{Action: "ingress.connect", Resource: "Route", Target: "ui", Port: 18789 + variant}
+	r, _, err := c.Reserve(crossing.WithAsk(ctx, ask), crossing.Identity{}, "ingress", crossing.Amount{IngressConnections: 1}, 0)
+	if err != nil {
+		return r.Approval, nil, err
+	}
+	rc := crossing.Receipt{Broker: "ingress", Action: "connect", Target: "ui", Client: "127.0.0.1:40000", Decision: crossing.Allow}
+	if _, err := c.SettleRecord(ctx, r, crossing.Amount{IngressConnections: 1}, rc); err != nil {
+		t.Fatal(err)
+	}
+	return r.Approval, lastReceipt(t, st), nil
 }
 
 func decide(t *testing.T, st *store.Store, id string, approve bool) {

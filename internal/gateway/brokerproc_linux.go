@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -30,6 +31,12 @@ type brokerSpec struct {
 	broker string // model.Name, egress.Name, tool.Name, state.Name
 	port   int
 	lfile  *os.File // its listener, opened in the sandbox's netns
+	// lfiles are the ingress broker's listeners instead (one per route,
+	// opened on the host: ingress_linux.go); port is then 0.
+	lfiles []*os.File
+	// socket, when set, makes the sockets its dialer connects (the
+	// ingress broker's: inside the sandbox's netns); else the socket source.
+	socket func(ctx context.Context, v6 bool) (int, error)
 	cfg    proc.Config
 	policy dial.Policy
 	pipes  []ToolPipe // the tool broker's stdio servers
@@ -111,12 +118,23 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 	tc := base(tool.Name, "tools")
 	tc.Tool, tc.Secrets = c.Tool, pick(c.Secrets, toolSecrets)
 	sc := base(state.Name, "state")
-	return []brokerSpec{
+	specs := []brokerSpec{
 		{broker: model.Name, port: ModelPort, cfg: mc, policy: modelPolicy},
 		{broker: egress.Name, port: EgressPort, cfg: ec, policy: dial.NewEgress(dests)},
 		{broker: tool.Name, port: ToolsPort, cfg: tc, policy: toolPolicy, pipes: o.ToolPipes},
 		{broker: state.Name, port: StatePort, cfg: sc, policy: dial.None{Broker: state.Name}},
-	}, nil
+	}
+	if rs := c.Ingress.Routes; len(rs) > 0 {
+		// Only when routes are declared: no process, no listener, nothing
+		// reaches in otherwise. No secret: it relays bytes only.
+		ic := base(ingress.Name, "")
+		ic.Ingress, ic.Listeners = c.Ingress, nil
+		for _, r := range rs {
+			ic.Listeners = append(ic.Listeners, r.Name)
+		}
+		specs = append(specs, brokerSpec{broker: ingress.Name, cfg: ic, policy: newIngressDial(rs)})
+	}
+	return specs, nil
 }
 
 // hostPort is an http(s) URL's host:port, the scheme's port when none.
@@ -186,7 +204,11 @@ func spawnBroker(ctx context.Context, o StartOptions, s *brokerSpec, src *socket
 	}
 	defer cfgR.Close()
 	bp := &brokerProc{name: s.broker, done: make(chan struct{}), channel: conns[0], dialer: conns[1], cfgW: cfgW}
-	extra := []*os.File{cfgR, childEnds[0], childEnds[1], s.lfile}
+	extra := []*os.File{cfgR, childEnds[0], childEnds[1]}
+	if s.lfile != nil {
+		extra = append(extra, s.lfile)
+	}
+	extra = append(extra, s.lfiles...)
 	for _, tp := range s.pipes {
 		extra = append(extra, tp.In, tp.Out)
 	}
@@ -194,7 +216,11 @@ func spawnBroker(ctx context.Context, o StartOptions, s *brokerSpec, src *socket
 		bp.close()
 		return nil, err
 	}
-	srv := &dial.Server{Broker: s.broker, Policy: s.policy, Logger: o.Logger, Socket: src.socket}
+	socket := src.socket
+	if s.socket != nil {
+		socket = s.socket
+	}
+	srv := &dial.Server{Broker: s.broker, Policy: s.policy, Logger: o.Logger, Socket: socket}
 	go srv.Serve(ctx, bp.dialer.(*net.UnixConn))
 	return bp, nil
 }

@@ -19,9 +19,16 @@
 // reservations a lost gateway leaves open, approvals) and the registry
 // of the halves.
 //
+// The one way in is a declared inbound route (ingress_linux.go): its
+// listener is opened on the host address the configuration declares
+// (loopback unless unsafe_listen), served by the unprivileged ingress
+// broker process, and each admitted connection reaches only the declared
+// port on the sandbox's 127.0.0.1, through a socket created inside the
+// sandbox's namespace and connected by the checked dialer.
+//
 // Plane: root. It must never accept identity from the agent or from the
 // gateway process, never open a listener outside the sandbox's
-// namespace, never parse agent bytes itself, and never fall back to a
+// namespace other than a declared route's, never parse agent bytes itself, and never fall back to a
 // direct path when the gateway, a broker, the custodian or the store is
 // unavailable.
 package gateway

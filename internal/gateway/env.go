@@ -5,7 +5,7 @@ import "fmt"
 // Ports of the gateway inside every sandbox, on 127.0.0.1. Below 1024 so
 // the agent (no CAP_NET_BIND_SERVICE) cannot squat them.
 const (
-	ModelPort  = 80 // Model Access Broker: Anthropic and OpenAI routes
+	ModelPort  = 80 // Model Access Broker: Anthropic, OpenAI and Gemini routes
 	EgressPort = 81 // HTTP/HTTPS proxy (CONNECT and absolute-form)
 	ToolsPort  = 82 // MCP (streamable HTTP) at /mcp: the tool broker
 	StatePort  = 83 // managed state (HTTP) at /v1/state: the state broker
@@ -17,6 +17,9 @@ const (
 const (
 	PlaceholderAnthropicKey = "sk-ant-api03-cordon-placeholder-not-a-key-0000000000000000000000000000000000000000000000-AA"
 	PlaceholderOpenAIKey    = "sk-cordon-placeholder-not-a-key"
+	// PlaceholderGeminiKey has the shape of a Google API key (AIza…, 39
+	// characters) so clients that check the shape accept it.
+	PlaceholderGeminiKey = "AIzaCordonPlaceholderNotAKey00000000000"
 )
 
 // Env returns the variables that point the program at the gateway.
@@ -29,6 +32,9 @@ func Env() []string {
 		"ANTHROPIC_API_KEY=" + PlaceholderAnthropicKey,
 		"OPENAI_BASE_URL=" + model + "/v1",
 		"OPENAI_API_KEY=" + PlaceholderOpenAIKey,
+		// Gemini CLI and the @google/genai SDK append /v1beta themselves.
+		"GOOGLE_GEMINI_BASE_URL=" + model,
+		"GEMINI_API_KEY=" + PlaceholderGeminiKey,
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy,
 		"http_proxy=" + proxy, "https_proxy=" + proxy,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cordon-project/cordon/internal/broker/egress"
-
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -44,13 +42,13 @@ type openCrossing struct {
 const maxOpenReservations = 4096
 
 // admitOpen refuses a reservation the sandbox may not hold now: past
-// maxOpenReservations (crossing.ErrBudgetExceeded), or an egress byte
-// chunk (!main) beyond one per open egress connection — the egress
-// broker's meter reserves a chunk only inside a connection and holds one
-// at a time (crossing.ErrPolicyDenied). Reservations served at once
+// maxOpenReservations (crossing.ErrBudgetExceeded), or a byte chunk
+// (!main) of broker beyond one per open connection of the same broker —
+// the egress and ingress brokers' meters reserve a chunk only inside a
+// connection and hold one at a time (crossing.ErrPolicyDenied). Reservations served at once
 // outside the batch (reserveApproved) may pass it together: the bound
 // is exceeded by at most maxToolOps.
-func (s *Authority) admitOpen(main bool) error {
+func (s *Authority) admitOpen(main bool, broker string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	bound := s.maxOpen
@@ -66,7 +64,7 @@ func (s *Authority) admitOpen(main bool) error {
 	conns, chunks := 0, 0
 	for _, oc := range s.open {
 		switch {
-		case oc.broker != egress.Name:
+		case oc.broker != broker:
 		case oc.main:
 			conns++
 		default:
@@ -74,7 +72,7 @@ func (s *Authority) admitOpen(main bool) error {
 		}
 	}
 	if chunks >= conns {
-		return fmt.Errorf("%w: an egress byte chunk needs an open connection to hold it (%d connections hold %d chunks)", crossing.ErrPolicyDenied, conns, chunks)
+		return fmt.Errorf("%w: an %s byte chunk needs an open connection to hold it (%d connections hold %d chunks)", crossing.ErrPolicyDenied, clipID(broker), conns, chunks)
 	}
 	return nil
 }

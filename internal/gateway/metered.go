@@ -16,7 +16,7 @@ import (
 // reserve holds budget for one crossing after policy allowed it; the
 // reservation's policy decision is set in resp also when refused.
 func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
-	if req.Broker != "model" && req.Broker != "egress" {
+	if req.Broker != "model" && req.Broker != "egress" && req.Broker != "ingress" {
 		return fmt.Errorf("unknown broker %q", req.Broker)
 	}
 	// Every reservation takes a receipt slot (crossbudget.go): a
@@ -25,8 +25,8 @@ func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
 	// tunnel's byte chunks too, or a compromised gateway could hold (and
 	// lose) unbounded many. A crossing that opens (main) also counts
 	// against the crossing rate; the byte chunks of an open tunnel do not.
-	main := req.Broker == "model" || req.Want.Connections > 0
-	if err := s.admitOpen(main); err != nil {
+	main := opensCrossing(req)
+	if err := s.admitOpen(main, req.Broker); err != nil {
 		return err
 	}
 	if err := s.admitCrossing(main, ops.Record); err != nil {
@@ -54,6 +54,13 @@ func (s *Authority) reserve(ops authorityOps, req call, resp *reply) error {
 	s.remember(resp.Res.ID, d, resp.State)
 	s.opened(resp.Res.ID, req.Broker, req.Ask, main)
 	return nil
+}
+
+// opensCrossing reports whether a reservation opens a crossing (every
+// model request, every egress or ingress connection) rather than hold
+// the bytes of one already open.
+func opensCrossing(req call) bool {
+	return req.Broker == "model" || req.Want.Connections > 0 || req.Want.IngressConnections > 0
 }
 
 // settle settles a reservation without a receipt (a byte chunk, or a

@@ -3,6 +3,8 @@ package gateway
 import (
 	"github.com/cordon-project/cordon/internal/broker/egress"
 	egressauthority "github.com/cordon-project/cordon/internal/broker/egress/authority"
+	"github.com/cordon-project/cordon/internal/broker/ingress"
+	ingressauthority "github.com/cordon-project/cordon/internal/broker/ingress/authority"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	modelauthority "github.com/cordon-project/cordon/internal/broker/model/authority"
 
@@ -25,8 +27,9 @@ type meteredHalf interface {
 
 // meteredHalves are the metered brokers' trusted halves, by broker.
 var meteredHalves = map[string]meteredHalf{
-	model.Name:  modelauthority.Half{},
-	egress.Name: egressauthority.Half{},
+	model.Name:   modelauthority.Half{},
+	egress.Name:  egressauthority.Half{},
+	ingress.Name: ingressauthority.Half{},
 }
 
 // DefaultTenant is the principal's tenant when the config names none.
@@ -116,7 +119,7 @@ func (s *Authority) askPolicy(req call) (*crossing.PolicyDecision, error) {
 }
 
 func (s *Authority) askPolicyIn(req call, read budgetReader) (*crossing.PolicyDecision, error) {
-	opens := req.Broker == "model" || req.Want.Connections > 0
+	opens := opensCrossing(req)
 	if req.Ask == nil {
 		if opens {
 			return nil, fmt.Errorf("%w: the crossing asked no policy question", crossing.ErrPolicyDenied)

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
@@ -87,6 +88,11 @@ type Process struct {
 	id      crossing.Identity
 	log     *slog.Logger
 	cancel  context.CancelFunc // ends the dialer servers
+	// netns holds the sandbox's network namespace for the ingress
+	// dialer (nil without routes); ingress are the routes' bound host
+	// addresses, by route name.
+	netns   *sandboxNetns
+	ingress map[string]string
 
 	srv      *Authority
 	served   chan struct{} // closed when every authority channel was read to its end
@@ -123,16 +129,9 @@ func Start(o StartOptions) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports := make([]int, len(specs))
-	for i, s := range specs {
-		ports[i] = s.port
-	}
-	lfiles, err := ListenInNetns(o.SandboxPid, ports)
+	lfiles, ns, ingressAddrs, err := openListeners(o, specs)
 	if err != nil {
 		return nil, err
-	}
-	for i := range specs {
-		specs[i].lfile = lfiles[i]
 	}
 	defer func() {
 		for _, f := range lfiles {
@@ -140,10 +139,12 @@ func Start(o StartOptions) (*Process, error) {
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Process{done: make(chan struct{}), anyDone: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger, cancel: cancel}
+	p := &Process{done: make(chan struct{}), anyDone: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger, cancel: cancel,
+		netns: ns, ingress: ingressAddrs}
 	sp, src, err := spawnSource(o)
 	if err != nil {
 		cancel()
+		ns.close()
 		return nil, err
 	}
 	p.procs = append(p.procs, sp)
@@ -169,6 +170,69 @@ func Start(o StartOptions) (*Process, error) {
 		return nil, err
 	}
 	return p, p.serve(o)
+}
+
+// openListeners opens each broker's listener inside the sandbox and, when
+// routes are declared, the ingress routes' listeners on the host; it sets
+// them in specs and returns every file (the caller closes them once the
+// processes hold their copies), the sandbox's netns for the ingress
+// dialer and the routes' bound addresses.
+func openListeners(o StartOptions, specs []brokerSpec) ([]*os.File, *sandboxNetns, map[string]string, error) {
+	var ports []int
+	for _, s := range specs {
+		if s.port > 0 {
+			ports = append(ports, s.port)
+		}
+	}
+	lfiles, err := ListenInNetns(o.SandboxPid, ports)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	j := 0
+	for i := range specs {
+		if specs[i].port > 0 {
+			specs[i].lfile = lfiles[j]
+			j++
+		}
+	}
+	closeAll := func() {
+		for _, f := range lfiles {
+			f.Close()
+		}
+	}
+	var ns *sandboxNetns
+	addrs := map[string]string{}
+	for i := range specs {
+		if specs[i].broker != ingress.Name {
+			continue
+		}
+		routes := specs[i].cfg.Ingress.Routes
+		files, bound, err := listenIngress(routes)
+		if err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		lfiles = append(lfiles, files...)
+		if ns, err = openSandboxNetns(o.SandboxPid); err != nil {
+			closeAll()
+			return nil, nil, nil, err
+		}
+		specs[i].lfiles, specs[i].socket = files, ns.socket
+		for k, r := range routes {
+			addrs[r.Name] = bound[k]
+		}
+	}
+	return lfiles, ns, addrs, nil
+}
+
+// IngressAddrs are the declared inbound routes' host addresses, by route
+// name, as bound (a listen port 0 resolved).
+func (p *Process) IngressAddrs() map[string]string {
+	out := make(map[string]string, len(p.ingress))
+	for k, v := range p.ingress {
+		out[k] = v
+	}
+	return out
 }
 
 // chargeEarlier charges what an earlier gateway of this sandbox left
@@ -231,7 +295,13 @@ func (p *Process) serve(o StartOptions) error {
 	if tools.ApprovalTTL <= 0 {
 		tools.ApprovalTTL = DefaultApprovalTTL
 	}
-	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: len(Brokers),
+	want := 0
+	for _, bp := range p.procs {
+		if bp.name != proc.SocketSource {
+			want++
+		}
+	}
+	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: want,
 		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
@@ -296,6 +366,7 @@ func (p *Process) abort() {
 		bp.close()
 	}
 	p.cancel()
+	p.netns.close()
 }
 
 // Kill ends every broker process at once (emergency stop): the listeners
@@ -326,6 +397,7 @@ func (p *Process) Stop() error {
 	for _, bp := range p.procs {
 		bp.close()
 	}
+	p.netns.close()
 	var err error
 	if p.store != nil {
 		if p.srv != nil {

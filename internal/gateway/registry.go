@@ -6,6 +6,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -37,11 +38,14 @@ var registry = map[string]channel{
 	egress.Name: metered,
 	tool.Name:   toolChannel,
 	state.Name:  stateChannel,
+	// ingress: metered like egress (a connection, its bytes), its process
+	// started only when the configuration declares routes.
+	ingress.Name: metered,
 }
 
 // Brokers are the brokers an Authority serves channels for, in the order
 // the gateway process gets their channels.
-var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name}
+var Brokers = []string{model.Name, egress.Name, tool.Name, state.Name, ingress.Name}
 
 // metered is the channel of a metered broker (model, egress): reserve,
 // settle and record its crossings against the workload's budgets.

@@ -8,6 +8,7 @@ package launch
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -39,6 +40,8 @@ type Plan struct {
 	// loopback, private, link-local or metadata address) when the
 	// privileged side dials them.
 	unprivileged bool
+	// stderr gets the broker processes' stderr (Host.GatewayStderr).
+	stderr io.Writer
 }
 
 // Config is the plan's configuration.
@@ -68,6 +71,21 @@ func LoadPlan(path, workload string, warn func(string)) (*Plan, error) {
 	if err != nil {
 		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}
+	return planOf(cfg, workload, warn)
+}
+
+// LoadBuiltinPlan is LoadPlan for a configuration built into cordon (an
+// agent preset's): b is parsed as if read from source.
+func LoadBuiltinPlan(b []byte, source, workload string, warn func(string)) (*Plan, error) {
+	cfg, err := config.Parse(b, source)
+	if err != nil {
+		return nil, failure.Fail(failure.KindInternal, "config", err)
+	}
+	return planOf(cfg, workload, warn)
+}
+
+func planOf(cfg *config.Config, workload string, warn func(string)) (*Plan, error) {
+	var err error
 	if workload != "default" && workload != cfg.Workload {
 		return nil, failure.Failf(failure.KindUsage, "config", "--workload %s disagrees with the config's workload %s", workload, cfg.Workload)
 	}
@@ -189,6 +207,7 @@ func (p *Plan) start(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, tool
 		Model:    c.ModelConfig(),
 		Egress:   c.EgressConfig(),
 		Tool:     c.ToolConfig(),
+		Ingress:  c.IngressConfig(),
 		Secrets:  map[string][]byte{},
 		Version:  version,
 	}
@@ -261,7 +280,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		budget, callLimit = store.Budget{Window: c.Budgets.Window}, 0 // FULL_CONTROL_LAB: counted, not limited
 	}
 	proc, err := gateway.Start(gateway.StartOptions{
-		SandboxPid: pid, Config: cc, Store: st, Logger: log, UID: uid, GID: gid, Adopt: adopt,
+		SandboxPid: pid, Config: cc, Store: st, Logger: log, Stderr: p.stderr, UID: uid, GID: gid, Adopt: adopt,
 		Budget: budget,
 		Policy: p.policy,
 		// A daemon client's own configuration may not point the
@@ -275,6 +294,9 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	})
 	if err != nil {
 		return nil, failure.Fail(failure.KindStart, "gateway", fmt.Errorf("%w", err))
+	}
+	for name, addr := range proc.IngressAddrs() {
+		log.Info("ingress route listening", "route", name, "listen", addr, "sandbox", sb.ID())
 	}
 	return proc, nil
 }
@@ -309,6 +331,13 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 		// sandbox's egress, nor for a tool server's.
 		if len(cfg.Egress.UnsafeAllowRanges) > 0 {
 			return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "egress.unsafe_allow_ranges: only root may re-allow address ranges in a daemon sandbox's configuration")
+		}
+		for _, r := range cfg.Ingress {
+			// A route reachable from the network is the host operator's
+			// decision, never a daemon client's.
+			if r.UnsafeListen || !r.Listen.Addr().IsLoopback() {
+				return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "ingress %s: unsafe_listen: only root may declare a route on a non-loopback address in a daemon sandbox's configuration", r.Name)
+			}
 		}
 		for _, t := range cfg.Tools {
 			if len(t.Egress.UnsafeAllowRanges) > 0 {
@@ -370,6 +399,6 @@ func GatewayEnv() []string { return gateway.Env() }
 // configuration's checks alone (cordon policy explain).
 func AdmitConfig(cfg *config.Config, r gateway.AdmitRequest) gateway.Admission {
 	servers, allow := toolOffer(cfg.ToolConfig().Servers)
-	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig()},
+	return gateway.Admit(gateway.ChildConfig{Model: cfg.ModelConfig(), Egress: cfg.EgressConfig(), Ingress: cfg.IngressConfig()},
 		&gateway.ToolPolicy{Servers: servers, Allow: allow}, statePolicyOf(cfg), r)
 }

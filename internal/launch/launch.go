@@ -29,6 +29,9 @@ type Host struct {
 	// ToolStderr gets the tool servers' stderr, escaped and prefixed
 	// with each server's name; nil discards it.
 	ToolStderr io.Writer
+	// GatewayStderr gets the gateway's broker processes' stderr (where
+	// they log their decisions); nil is cordon's own stderr.
+	GatewayStderr io.Writer
 	// CheckpointEvery, when > 0, runs the evidence log's checkpointer
 	// while a gateway is up (cordon run: receipts are leaves of the log).
 	CheckpointEvery time.Duration
@@ -266,6 +269,7 @@ func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) 
 	// On error, stop what started (the checkpointer, the tool servers)
 	// here: a deferred stop of a named result would see it nil.
 	var err error
+	plan.stderr = h.GatewayStderr
 	if gw.tools, err = plan.startTools(ctx, h.Provider, h.Store, h.logger(), stderr); err != nil {
 		gw.Stop()
 		return nil, err

@@ -33,7 +33,8 @@ type Request struct {
 // Resource is the resource of a crossing.
 type Resource struct {
 	// Type is "Model" (model.invoke), "Host" (egress.connect), "Tool"
-	// (tool.call) or "State" (state.read, state.write).
+	// (tool.call), "State" (state.read, state.write) or "Route"
+	// (ingress.connect: the inbound route's name).
 	Type string `json:"type"`
 	// ID is the model id, the host name (the port is in Context; the name
 	// is lower-cased and loses one trailing dot), the tool as
@@ -58,11 +59,12 @@ type Context struct {
 
 // The Cedar resource type each action applies to (see the schema).
 var resourceTypes = map[string]types.EntityType{
-	ActionModelInvoke:   "Model",
-	ActionEgressConnect: "Host",
-	ActionToolCall:      "Tool",
-	ActionStateRead:     "State",
-	ActionStateWrite:    "State",
+	ActionModelInvoke:    "Model",
+	ActionEgressConnect:  "Host",
+	ActionToolCall:       "Tool",
+	ActionStateRead:      "State",
+	ActionStateWrite:     "State",
+	ActionIngressConnect: "Route",
 }
 
 // Action entity ids, built once.
@@ -214,12 +216,14 @@ func budgetRecordOf(b crossing.BudgetState) types.Record {
 
 func amountRecord(a crossing.Amount) types.Record {
 	return types.NewRecord(types.RecordMap{
-		"requests":      types.Long(a.Requests),
-		"input_tokens":  types.Long(a.InputTokens),
-		"output_tokens": types.Long(a.OutputTokens),
-		"bytes":         types.Long(a.Bytes),
-		"egress_bytes":  types.Long(a.EgressBytes),
-		"connections":   types.Long(a.Connections),
+		"requests":            types.Long(a.Requests),
+		"input_tokens":        types.Long(a.InputTokens),
+		"output_tokens":       types.Long(a.OutputTokens),
+		"bytes":               types.Long(a.Bytes),
+		"egress_bytes":        types.Long(a.EgressBytes),
+		"connections":         types.Long(a.Connections),
+		"ingress_connections": types.Long(a.IngressConnections),
+		"ingress_bytes":       types.Long(a.IngressBytes),
 	})
 }
 

@@ -195,6 +195,43 @@ func TestEvaluationErrorIsDeny(t *testing.T) {
 	}
 }
 
+// TestIngressRoutePolicy: a forbid on one route denies it; the other
+// route, and the same route with the permit only, are allowed (positive
+// control); the ingress budget is readable as context.budget.
+func TestIngressRoutePolicy(t *testing.T) {
+	s := mustLoad(t, `@id("all")
+permit (principal, action, resource);
+@id("no-admin")
+forbid (principal, action == Action::"ingress.connect", resource == Route::"admin");
+@id("ingress-budget")
+forbid (principal, action == Action::"ingress.connect", resource)
+when { context.budget.limits.ingress_connections > 0 && context.budget.used.ingress_connections >= context.budget.limits.ingress_connections };
+`)
+	r := func(route string, used int64) Request {
+		x := req(ActionIngressConnect, "Route", route)
+		x.Context.Port = 8080
+		x.Context.Budget = crossing.BudgetState{Used: crossing.Amount{IngressConnections: used}, Limits: crossing.Amount{IngressConnections: 3}}
+		return x
+	}
+	for _, c := range []struct {
+		r     Request
+		allow bool
+		by    string
+	}{
+		{r("ui", 0), true, "all"},
+		{r("admin", 0), false, "no-admin"},
+		{r("ui", 3), false, "ingress-budget"},
+	} {
+		allow, d := s.Decide(c.r)
+		if allow != c.allow || len(d.Determining) == 0 || d.Determining[0] != c.by {
+			t.Errorf("Decide(%s on %s, used %d) = %v by %v, want %v by %s", c.r.Action, c.r.Resource.ID, c.r.Context.Budget.Used.IngressConnections, allow, d.Determining, c.allow, c.by)
+		}
+	}
+	if allow, _ := s.Decide(req(ActionIngressConnect, "Host", "ui")); allow {
+		t.Error("ingress.connect on a Host allowed; want the Route type only")
+	}
+}
+
 func TestDefaultAllowsEverything(t *testing.T) {
 	s := Default()
 	for _, r := range allActions() {
@@ -218,6 +255,8 @@ func allActions() []Request {
 		{Workload: "demo", Tenant: "acme", Action: ActionToolCall, Resource: Resource{Type: "Tool", ID: "fs/read_file", Server: "fs"}, Context: Context{ArgumentDigest: "sha256:00"}},
 		{Workload: "demo", Tenant: "acme", User: "ada", Action: ActionStateRead, Resource: Resource{Type: "State", ID: "notes"}, Context: Context{Budget: b}},
 		req(ActionStateWrite, "State", "notes"),
+		{Workload: "demo", Tenant: "acme", Action: ActionIngressConnect, Resource: Resource{Type: "Route", ID: "ui"},
+			Context: Context{Port: 18789, Budget: crossing.BudgetState{Used: crossing.Amount{IngressConnections: 2, IngressBytes: 9}, Limits: crossing.Amount{IngressConnections: 5}}}},
 	}
 	return rs
 }
@@ -281,14 +320,15 @@ func TestDefaultExampleMatchesConfigs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cfgs []*config.Config
-	for _, f := range []string{"anthropic", "openai", "egress"} {
+	for _, f := range []string{"anthropic", "openai", "gemini", "egress"} {
 		c, err := config.Load("../../examples/" + f + ".yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfgs = append(cfgs, c)
 	}
-	for _, id := range []string{"claude-sonnet-4-5", "claude-opus-4-1", "claude", "gpt-5", "gpt-5-mini", "gpt-4o", "o4-mini", "o4-mini-high", "xclaude-1"} {
+	for _, id := range []string{"claude-sonnet-4-5", "claude-opus-4-1", "claude", "gpt-5", "gpt-5-mini", "gpt-4o", "o4-mini", "o4-mini-high", "xclaude-1",
+		"gemini-2.5-flash", "gemini-3-pro-preview", "gemini-3.1-pro-preview", "gemini-1.5-pro", "gemini-2.5"} {
 		want := false
 		for _, c := range cfgs {
 			for _, m := range c.Models {

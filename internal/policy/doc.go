@@ -4,8 +4,8 @@
 //
 // A crossing is one Cedar request: the workload (principal
 // Workload::"w" in Tenant::"t") takes an action (model.invoke,
-// egress.connect, tool.call, state.read, state.write) on a resource
-// (Model, Host, Tool in Server, State) in a context (purpose, user,
+// egress.connect, tool.call, state.read, state.write, ingress.connect) on a resource
+// (Model, Host, Tool in Server, State, Route) in a context (purpose, user,
 // argument digest, port, budget state). Policy is asked in addition to the
 // configuration's allow-lists: both must allow, and a deny from either
 // wins.

@@ -32,6 +32,9 @@ const (
 	ActionToolCall      = "tool.call"
 	ActionStateRead     = "state.read"
 	ActionStateWrite    = "state.write"
+	// ActionIngressConnect is a connection from the host into the
+	// sandbox through a declared inbound route (resource Route).
+	ActionIngressConnect = "ingress.connect"
 )
 
 // The annotations cordon reads. Any other annotation is refused at load:

@@ -72,6 +72,36 @@ type Spec struct {
 	Level          Level // the claim that must be evidenced
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// Terminal, when set, runs the program on a pseudo-terminal the
+	// provider allocates inside the sandbox (see Terminal); nil runs it
+	// on Stdin, Stdout and Stderr as they are.
+	Terminal *Terminal
+}
+
+// Terminal asks for a pseudo-terminal allocated inside the sandbox, its
+// own (never one of the host's), as the program's controlling terminal.
+// Stdin, Stdout and Stderr say which of the program's descriptors 0, 1
+// and 2 are the terminal; the others stay Spec.Stdin, Spec.Stdout and
+// Spec.Stderr. Rows and Cols are the initial window size (0: unset).
+type Terminal struct {
+	Stdin, Stdout, Stderr bool
+	Rows, Cols            uint16
+}
+
+// TerminalHolder is a sandbox that can run its program on a terminal
+// (Spec.Terminal). A caller that asked for a terminal type-asserts it and
+// refuses when the sandbox is not one: there is no fallback to the host's
+// terminal.
+//
+// Contract: after Exec returned nil for a Spec with Terminal set, Master
+// returns the terminal's master side, checked by the provider to be a
+// pseudo-terminal master and nothing else, and never left inside the
+// sandbox. The caller owns it (reads the program's output, writes its
+// input, sets its window size) and closes it; a second call returns nil.
+// Reads fail with EIO once every process inside has closed the terminal.
+// Before Exec, or without Terminal, Master returns nil.
+type TerminalHolder interface {
+	Master() *os.File
 }
 
 // Admission is the outcome of evidence collection at start.

@@ -31,22 +31,24 @@ func (b Budget) windowStart(now time.Time) int64 {
 type amountCols struct{ a crossing.Amount }
 
 func (c *amountCols) scan(row interface{ Scan(...any) error }) error {
-	return row.Scan(&c.a.Requests, &c.a.InputTokens, &c.a.OutputTokens, &c.a.Bytes, &c.a.EgressBytes, &c.a.Connections)
+	return row.Scan(&c.a.Requests, &c.a.InputTokens, &c.a.OutputTokens, &c.a.Bytes, &c.a.EgressBytes, &c.a.Connections,
+		&c.a.IngressConnections, &c.a.IngressBytes)
 }
 
 // used returns settled usage in the window plus every held reservation.
 func used(ctx context.Context, tx querier, workload string, win int64) (crossing.Amount, int64, error) {
 	var settled, held amountCols
-	err := settled.scan(tx.QueryRowContext(ctx, `SELECT requests, input_tokens, output_tokens, bytes, egress_bytes, connections
-		FROM budget_usage WHERE workload = ? AND window_start = ?`, workload, win))
+	err := settled.scan(tx.QueryRowContext(ctx, `SELECT requests, input_tokens, output_tokens, bytes, egress_bytes, connections,
+		ingress_connections, ingress_bytes FROM budget_usage WHERE workload = ? AND window_start = ?`, workload, win))
 	if err != nil && err != sql.ErrNoRows {
 		return crossing.Amount{}, 0, err
 	}
 	var streams int64
 	err = tx.QueryRowContext(ctx, `SELECT coalesce(sum(requests),0), coalesce(sum(input_tokens),0), coalesce(sum(output_tokens),0),
-		coalesce(sum(bytes),0), coalesce(sum(egress_bytes),0), coalesce(sum(connections),0), coalesce(sum(streams),0)
-		FROM reservations WHERE workload = ? AND window_start = ?`, workload, win).
-		Scan(&held.a.Requests, &held.a.InputTokens, &held.a.OutputTokens, &held.a.Bytes, &held.a.EgressBytes, &held.a.Connections, &streams)
+		coalesce(sum(bytes),0), coalesce(sum(egress_bytes),0), coalesce(sum(connections),0), coalesce(sum(streams),0),
+		coalesce(sum(ingress_connections),0), coalesce(sum(ingress_bytes),0) FROM reservations WHERE workload = ? AND window_start = ?`, workload, win).
+		Scan(&held.a.Requests, &held.a.InputTokens, &held.a.OutputTokens, &held.a.Bytes, &held.a.EgressBytes, &held.a.Connections, &streams,
+			&held.a.IngressConnections, &held.a.IngressBytes)
 	if err != nil {
 		return crossing.Amount{}, 0, err
 	}
@@ -69,6 +71,8 @@ func over(used, want, lim crossing.Amount) string {
 		{"bytes", used.Bytes, want.Bytes, lim.Bytes},
 		{"egress_bytes", used.EgressBytes, want.EgressBytes, lim.EgressBytes},
 		{"connections", used.Connections, want.Connections, lim.Connections},
+		{"ingress_connections", used.IngressConnections, want.IngressConnections, lim.IngressConnections},
+		{"ingress_bytes", used.IngressBytes, want.IngressBytes, lim.IngressBytes},
 	}
 	for _, c := range check {
 		if c.l > 0 && c.w > 0 && c.w > c.l-c.u { // u+w > l, without overflow
@@ -107,9 +111,10 @@ func reserveIn(ctx context.Context, tx *sql.Tx, id crossing.Identity, broker str
 		return crossing.Reservation{}, st, fmt.Errorf("%w: concurrent streams: %d of %d in use", crossing.ErrBudgetExceeded, held, b.Streams)
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO reservations (workload, sandbox_id, broker, window_start, requests, input_tokens,
-		output_tokens, bytes, egress_bytes, connections, streams, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		output_tokens, bytes, egress_bytes, connections, streams, created, ingress_connections, ingress_bytes)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		id.Workload, id.SandboxID, broker, win, want.Requests, want.InputTokens, want.OutputTokens, want.Bytes,
-		want.EgressBytes, want.Connections, streams, now.UnixNano())
+		want.EgressBytes, want.Connections, streams, now.UnixNano(), want.IngressConnections, want.IngressBytes)
 	if err != nil {
 		return crossing.Reservation{}, st, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
@@ -179,7 +184,8 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Re
 		return crossing.BudgetState{}, fmt.Errorf("settle reservation %d: %w", r.ID, err)
 	}
 	_, err := tx.ExecContext(ctx, addUsage,
-		r.Identity.Workload, win, usage.Requests, usage.InputTokens, usage.OutputTokens, usage.Bytes, usage.EgressBytes, usage.Connections)
+		r.Identity.Workload, win, usage.Requests, usage.InputTokens, usage.OutputTokens, usage.Bytes, usage.EgressBytes, usage.Connections,
+		usage.IngressConnections, usage.IngressBytes)
 	if err != nil {
 		return crossing.BudgetState{}, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
@@ -350,7 +356,7 @@ func (s *Store) Receipts(ctx context.Context, f ReceiptFilter) ([]crossing.Recei
 // nonNegative refuses negative amounts (a negative hold or settlement
 // would hand budget back) and amounts over MaxAmount.
 func nonNegative(a crossing.Amount) error {
-	for _, v := range []int64{a.Requests, a.InputTokens, a.OutputTokens, a.Bytes, a.EgressBytes, a.Connections} {
+	for _, v := range []int64{a.Requests, a.InputTokens, a.OutputTokens, a.Bytes, a.EgressBytes, a.Connections, a.IngressConnections, a.IngressBytes} {
 		if v < 0 {
 			return fmt.Errorf("negative amount %d", v)
 		}
@@ -375,8 +381,10 @@ const MaxAmount = 1 << 50
 const maxUsage = 1 << 61
 
 // addUsage adds a settlement to its window's usage, saturating at maxUsage.
-var addUsage = fmt.Sprintf(`INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections)
-		VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (workload, window_start) DO UPDATE SET
+var addUsage = fmt.Sprintf(`INSERT INTO budget_usage (workload, window_start, requests, input_tokens, output_tokens, bytes, egress_bytes, connections, ingress_connections, ingress_bytes)
+		VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (workload, window_start) DO UPDATE SET
 		requests = min(requests + excluded.requests, %[1]d), input_tokens = min(input_tokens + excluded.input_tokens, %[1]d),
 		output_tokens = min(output_tokens + excluded.output_tokens, %[1]d), bytes = min(bytes + excluded.bytes, %[1]d),
-		egress_bytes = min(egress_bytes + excluded.egress_bytes, %[1]d), connections = min(connections + excluded.connections, %[1]d)`, int64(maxUsage))
+		egress_bytes = min(egress_bytes + excluded.egress_bytes, %[1]d), connections = min(connections + excluded.connections, %[1]d),
+		ingress_connections = min(ingress_connections + excluded.ingress_connections, %[1]d),
+		ingress_bytes = min(ingress_bytes + excluded.ingress_bytes, %[1]d)`, int64(maxUsage))

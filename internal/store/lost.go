@@ -40,7 +40,7 @@ func (s *Store) ChargeReservations(ctx context.Context, sandboxID string, b Budg
 
 func chargeIn(ctx context.Context, tx *sql.Tx, sandboxID string, b Budget, annotate func(*crossing.Receipt, crossing.Reservation)) ([]LostCrossing, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, workload, broker, window_start, requests, input_tokens, output_tokens, bytes,
-		egress_bytes, connections, created FROM reservations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
+		egress_bytes, connections, created, ingress_connections, ingress_bytes FROM reservations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
@@ -54,7 +54,7 @@ func chargeIn(ctx context.Context, tx *sql.Tx, sandboxID string, b Budget, annot
 		var created int64
 		a := &h.r.Held
 		if err := rows.Scan(&h.r.ID, &h.r.Identity.Workload, &h.r.Broker, &h.win, &a.Requests, &a.InputTokens, &a.OutputTokens,
-			&a.Bytes, &a.EgressBytes, &a.Connections, &created); err != nil {
+			&a.Bytes, &a.EgressBytes, &a.Connections, &created, &a.IngressConnections, &a.IngressBytes); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 		}

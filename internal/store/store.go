@@ -119,7 +119,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 6
+	schemaVersion = 7
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -159,6 +159,8 @@ CREATE TABLE IF NOT EXISTS budget_usage (
 	bytes         INTEGER NOT NULL DEFAULT 0,
 	egress_bytes  INTEGER NOT NULL DEFAULT 0,
 	connections   INTEGER NOT NULL DEFAULT 0,
+	ingress_connections INTEGER NOT NULL DEFAULT 0, -- version 7
+	ingress_bytes       INTEGER NOT NULL DEFAULT 0, -- version 7
 	PRIMARY KEY (workload, window_start)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS reservations (
@@ -174,7 +176,9 @@ CREATE TABLE IF NOT EXISTS reservations (
 	egress_bytes  INTEGER NOT NULL,
 	connections   INTEGER NOT NULL,
 	streams       INTEGER NOT NULL,
-	created       INTEGER NOT NULL
+	created       INTEGER NOT NULL,
+	ingress_connections INTEGER NOT NULL DEFAULT 0, -- version 7
+	ingress_bytes       INTEGER NOT NULL DEFAULT 0  -- version 7
 ) STRICT;
 CREATE INDEX IF NOT EXISTS reservations_workload ON reservations (workload);
 CREATE TABLE IF NOT EXISTS receipts (
@@ -312,7 +316,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1, 2, 3, 4, 5: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes
+	case 0, 1, 2, 3, 4, 5, 6: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes; 7 the ingress budget columns
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
@@ -345,11 +349,42 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, schema+logSchema+approvalSchema+toolCallSchema+daemonSchema+stateSchema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
+	if err := addColumns(ctx, tx, version7Columns); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
 		return fmt.Errorf("set schema version: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("create schema: %w", err)
+	}
+	return nil
+}
+
+// version7Columns are the columns version 7 adds to tables an older
+// database already has (the ingress budgets): table, column, definition.
+var version7Columns = [][3]string{
+	{"budget_usage", "ingress_connections", "INTEGER NOT NULL DEFAULT 0"},
+	{"budget_usage", "ingress_bytes", "INTEGER NOT NULL DEFAULT 0"},
+	{"reservations", "ingress_connections", "INTEGER NOT NULL DEFAULT 0"},
+	{"reservations", "ingress_bytes", "INTEGER NOT NULL DEFAULT 0"},
+}
+
+// addColumns adds each column its table does not have yet (ALTER TABLE
+// ADD COLUMN is not idempotent; CREATE TABLE IF NOT EXISTS leaves an
+// older table as it was).
+func addColumns(ctx context.Context, tx *sql.Tx, cols [][3]string) error {
+	for _, c := range cols {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, c[0], c[1]).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", c[0], c[1], c[2])); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -13,11 +13,13 @@ import (
 )
 
 // ModelUpstream is a loopback stand-in for the model providers. It speaks
-// real Anthropic Messages (JSON and SSE, count_tokens) and OpenAI Chat
-// Completions (JSON and SSE) and Responses, answers only requests that
-// carry Key the way the provider expects it (x-api-key, or a Bearer
-// Authorization), and records what each request carried, so tests can
-// check that the custodied key arrived and the agent's placeholder did not.
+// real Anthropic Messages (JSON and SSE, count_tokens), OpenAI Chat
+// Completions (JSON and SSE) and Responses, and the Gemini API
+// (generateContent, streamGenerateContent?alt=sse, countTokens); answers
+// only requests that carry Key the way the provider expects it (x-api-key,
+// a Bearer Authorization, or x-goog-api-key), and records what each
+// request carried, so tests can check that the custodied key arrived and
+// the agent's placeholder did not.
 type ModelUpstream struct {
 	srv    *httptest.Server
 	key    string
@@ -25,8 +27,9 @@ type ModelUpstream struct {
 
 	// ToolName and ToolInput, when set before the first request, make the
 	// upstream act as a model that calls that tool once (when a streamed
-	// Messages request offers it) and then answers with the tool result's
-	// text.
+	// Messages request, or a Gemini request declaring that function,
+	// offers it) and then answers with the tool result's text. For Gemini
+	// ToolInput is the functionCall's args, a JSON object.
 	ToolName, ToolInput string
 
 	mu          sync.Mutex
@@ -37,12 +40,18 @@ type ModelUpstream struct {
 // SeenRequest is what one request to a ModelUpstream carried.
 type SeenRequest struct {
 	Path      string
+	Query     string // the raw query
 	APIKey    string // x-api-key
 	Auth      string // Authorization
+	GoogKey   string // x-goog-api-key
 	Model     string
 	Stream    bool
 	UserAgent string
 	Tools     []string
+	// Messages is how many messages (Anthropic, Chat) or input items
+	// (Responses) the request carried: a continued session sends the
+	// earlier turns again.
+	Messages int
 }
 
 // NewModelUpstream starts a ModelUpstream that accepts key and answers
@@ -80,6 +89,10 @@ type toolDecl struct {
 
 func (f *ModelUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	if strings.HasPrefix(r.URL.Path, "/v1beta/models/") {
+		f.serveGemini(w, r, body)
+		return
+	}
 	var req struct {
 		Model    string     `json:"model"`
 		Stream   bool       `json:"stream"`
@@ -91,8 +104,9 @@ func (f *ModelUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &req)
 	f.mu.Lock()
-	f.requests = append(f.requests, SeenRequest{Path: r.URL.Path, APIKey: r.Header.Get("x-api-key"), Auth: r.Header.Get("Authorization"),
-		Model: req.Model, Stream: req.Stream, UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(req.Tools)})
+	f.requests = append(f.requests, SeenRequest{Path: r.URL.Path, Query: r.URL.RawQuery, GoogKey: r.Header.Get("x-goog-api-key"), APIKey: r.Header.Get("x-api-key"), Auth: r.Header.Get("Authorization"),
+		Model: req.Model, Stream: req.Stream, UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(req.Tools),
+		Messages: len(req.Messages) + inputItems(body)})
 	f.mu.Unlock()
 	anthropicKey := r.Header.Get("x-api-key") == f.key
 	openaiKey := r.Header.Get("Authorization") == "Bearer "+f.key
@@ -128,6 +142,7 @@ func (f *ModelUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		WriteJSON(w, map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
 			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": f.answer}}},
 			"usage":   map[string]any{"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}})
+	case r.URL.Path == "/v1/responses" && openaiKey && f.serveResponsesStream(w, body):
 	case r.URL.Path == "/v1/responses" && openaiKey:
 		WriteJSON(w, map[string]any{"id": "resp_fake", "object": "response", "created_at": time.Now().Unix(), "status": "completed", "model": req.Model,
 			"output": []any{map[string]any{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
@@ -285,4 +300,102 @@ func (g *Target) Hits() int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return int64(g.hits)
+}
+
+// serveGemini answers the Gemini API: the model is the path's, the key is
+// x-goog-api-key. A stream is data-only server-sent events whose chunks
+// carry candidates[].content.parts[] and usageMetadata, the totals and
+// finishReason on the last.
+func (f *ModelUpstream) serveGemini(w http.ResponseWriter, r *http.Request, body []byte) {
+	rest := strings.TrimPrefix(r.URL.Path, "/v1beta/models/")
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		i = len(rest)
+	}
+	model, method := rest[:i], strings.TrimPrefix(rest[i:], ":")
+	var req struct {
+		Contents []struct {
+			Role  string           `json:"role"`
+			Parts []map[string]any `json:"parts"`
+		} `json:"contents"`
+		Tools []struct {
+			FunctionDeclarations []toolDecl `json:"functionDeclarations"`
+		} `json:"tools"`
+	}
+	_ = json.Unmarshal(body, &req)
+	var tools []toolDecl
+	for _, t := range req.Tools {
+		tools = append(tools, t.FunctionDeclarations...)
+	}
+	stream := method == "streamGenerateContent"
+	f.mu.Lock()
+	f.requests = append(f.requests, SeenRequest{Path: r.URL.Path, Query: r.URL.RawQuery, APIKey: r.Header.Get("x-api-key"),
+		Auth: r.Header.Get("Authorization"), GoogKey: r.Header.Get("x-goog-api-key"), Model: model, Stream: stream,
+		UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(tools)})
+	f.mu.Unlock()
+	if r.Header.Get("x-goog-api-key") != f.key || r.URL.Query().Has("key") || r.Header.Get("Authorization") != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"error":{"code":403,"message":"fake upstream: API key not valid","status":"PERMISSION_DENIED"}}`)
+		return
+	}
+	if method == "countTokens" {
+		WriteJSON(w, map[string]any{"totalTokens": 12})
+		return
+	}
+	var parts []any
+	answer := f.answer
+	var last []map[string]any
+	if n := len(req.Contents); n > 0 && req.Contents[n-1].Role == "user" {
+		last = req.Contents[n-1].Parts
+	}
+	if res, ok := geminiToolResult(last); ok && f.ToolName != "" {
+		f.mu.Lock()
+		f.toolResults = append(f.toolResults, res)
+		f.mu.Unlock()
+		answer = "the tool said: " + res
+	} else if f.ToolName != "" && offers(tools, f.ToolName) {
+		var args map[string]any
+		_ = json.Unmarshal([]byte(f.ToolInput), &args)
+		parts = append(parts, map[string]any{"functionCall": map[string]any{"name": f.ToolName, "args": args}})
+	}
+	if parts == nil {
+		parts = append(parts, map[string]any{"text": answer})
+	}
+	usage := map[string]any{"promptTokenCount": 12, "candidatesTokenCount": 7, "thoughtsTokenCount": 2, "totalTokenCount": 21}
+	if !stream {
+		WriteJSON(w, map[string]any{"candidates": []any{map[string]any{"content": map[string]any{"role": "model", "parts": parts},
+			"finishReason": "STOP", "index": 0}}, "usageMetadata": usage, "modelVersion": model})
+		return
+	}
+	if r.URL.Query().Get("alt") != "sse" {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":{"code":400,"message":"fake upstream: alt=sse only","status":"INVALID_ARGUMENT"}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	if parts[0].(map[string]any)["text"] != nil {
+		for _, wd := range strings.SplitAfter(answer, " ")[:max(0, len(strings.SplitAfter(answer, " "))-1)] {
+			SSE(w, "", map[string]any{"candidates": []any{map[string]any{"content": map[string]any{"role": "model",
+				"parts": []any{map[string]any{"text": wd}}}, "index": 0}},
+				"usageMetadata": map[string]any{"promptTokenCount": 12, "totalTokenCount": 12}, "modelVersion": model})
+		}
+		words := strings.SplitAfter(answer, " ")
+		parts = []any{map[string]any{"text": words[len(words)-1]}}
+	}
+	SSE(w, "", map[string]any{"candidates": []any{map[string]any{"content": map[string]any{"role": "model", "parts": parts},
+		"finishReason": "STOP", "index": 0}}, "usageMetadata": usage, "modelVersion": model})
+}
+
+// geminiToolResult returns the output of the first functionResponse part.
+func geminiToolResult(parts []map[string]any) (string, bool) {
+	for _, p := range parts {
+		fr, ok := p["functionResponse"].(map[string]any)
+		if !ok {
+			continue
+		}
+		b, _ := json.Marshal(fr["response"])
+		return string(b), true
+	}
+	return "", false
 }

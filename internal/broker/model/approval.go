@@ -24,16 +24,22 @@ const approvalType = "approval_pending"
 //
 //	{"type":"error","error":{"type":"approval_pending","message":…,"approval_id":"apr_…","expires":"…"}}
 //	{"error":{"message":…,"type":"approval_pending","param":null,"code":"approval_pending","approval_id":"apr_…","expires":"…"}}
+//	{"error":{"code":409,"message":…,"status":"ABORTED","reason":"approval_pending","approval_id":"apr_…","expires":"…"}}
 func (b *Broker) denyApproval(ctx context.Context, w http.ResponseWriter, x *exchange, a *crossing.ApprovalRef) {
 	exp := a.Expires.UTC().Format(time.RFC3339)
 	msg := "approval pending: this exact request needs an operator's approval (id " + a.ID + ", expires " + exp +
 		"). Nothing was forwarded. Retry the same request once it is approved."
 	body := make([]byte, 0, 320)
-	if x.api == apiOpenAI {
+	switch x.api {
+	case apiGemini:
+		body = append(body, `{"error":{"code":409,"message":`...)
+		body = textsafe.AppendJSONString(body, msg)
+		body = append(body, `,"status":"ABORTED","reason":"`+approvalType+`","approval_id":`...)
+	case apiOpenAI:
 		body = append(body, `{"error":{"message":`...)
 		body = textsafe.AppendJSONString(body, msg)
 		body = append(body, `,"type":"`+approvalType+`","param":null,"code":"`+approvalType+`","approval_id":`...)
-	} else {
+	default:
 		body = append(body, `{"type":"error","error":{"type":"`+approvalType+`","message":`...)
 		body = textsafe.AppendJSONString(body, msg)
 		body = append(body, `,"approval_id":`...)

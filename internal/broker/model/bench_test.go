@@ -129,11 +129,18 @@ func (t memTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func benchHandler(b *testing.B, body string, tr memTransport) {
+	benchHandlerAt(b, "/v1/messages", body, tr)
+}
+
+func benchHandlerAt(b *testing.B, path, body string, tr memTransport) {
 	bk, err := New(Options{
-		Routes:    []Route{{Name: "claude", API: APIAnthropic, Upstream: mustURL("https://api.anthropic.com"), Credential: "anthropic", Models: []string{"claude-*"}}},
+		Routes: []Route{
+			{Name: "claude", API: APIAnthropic, Upstream: mustURL("https://api.anthropic.com"), Credential: "anthropic", Models: []string{"claude-*"}},
+			{Name: "gemini", API: APIGemini, Upstream: mustURL("https://generativelanguage.googleapis.com"), Credential: "gemini", Models: []string{"gemini-2.5-*"}},
+		},
 		Limits:    testLimits(),
 		Authority: &benchAuthority{newFakeAuthority()},
-		Secrets:   fakeSecrets{"anthropic": anthropicKey},
+		Secrets:   fakeSecrets{"anthropic": anthropicKey, "gemini": geminiKey},
 		Transport: tr,
 	})
 	if err != nil {
@@ -142,7 +149,7 @@ func benchHandler(b *testing.B, body string, tr memTransport) {
 	ctx := crossing.WithIdentity(context.Background(), testID)
 	b.ReportAllocs()
 	for b.Loop() {
-		req := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(body)).WithContext(ctx)
+		req := httptest.NewRequest("POST", path, strings.NewReader(body)).WithContext(ctx)
 		rec := httptest.NewRecorder()
 		bk.ServeHTTP(rec, req)
 		if rec.Code != 200 {
@@ -158,6 +165,17 @@ func BenchmarkHandlerNonStreaming(b *testing.B) {
 func BenchmarkHandlerStreaming(b *testing.B) {
 	body := strings.Replace(benchBody, `"max_tokens"`, `"stream":true,"max_tokens"`, 1)
 	benchHandler(b, body, memTransport{"text/event-stream", strings.Join(anthropicStream, "")})
+}
+
+const benchGeminiBody = `{"contents":[{"role":"user","parts":[{"text":"Write a haiku about sandboxes."}]}],"generationConfig":{"maxOutputTokens":1024}}`
+
+func BenchmarkHandlerGeminiNonStreaming(b *testing.B) {
+	benchHandlerAt(b, "/v1beta/models/gemini-2.5-flash:generateContent", benchGeminiBody, memTransport{"application/json", geminiReply})
+}
+
+func BenchmarkHandlerGeminiStreaming(b *testing.B) {
+	benchHandlerAt(b, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", benchGeminiBody,
+		memTransport{"text/event-stream", strings.Join(geminiStream, "")})
 }
 
 // The Parallel benchmarks run 64 concurrent agents against an upstream

@@ -26,8 +26,8 @@ const Name = "model"
 // Route is one declared model destination.
 type Route struct {
 	Name       string   // config name
-	API        string   // "anthropic" | "openai"
-	Upstream   *url.URL // the provider's origin (optionally with a path prefix); the request path, /v1/…, is appended
+	API        string   // "anthropic" | "openai" | "gemini"
+	Upstream   *url.URL // the provider's origin (optionally with a path prefix); the request path, /v1/… or /v1beta/…, is appended
 	Credential string   // secret name for crossing.Secrets
 	Models     []string // allowed model ids, as path.Match globs
 }
@@ -62,6 +62,7 @@ type Options struct {
 const (
 	APIAnthropic = "anthropic"
 	APIOpenAI    = "openai"
+	APIGemini    = "gemini"
 )
 
 // defaultAnthropicVersion is sent when the agent names none.
@@ -84,8 +85,10 @@ type endpoint struct {
 	api    api
 	action string // receipt action
 	path   string
-	resp   bool // OpenAI Responses API (its stream events are typed)
-	count  bool // Anthropic count_tokens: generates nothing
+	resp   bool   // OpenAI Responses API (its stream events are typed)
+	count  bool   // Anthropic count_tokens, Gemini countTokens: generates nothing
+	method string // Gemini: the method after the model in the path
+	stream bool   // Gemini streamGenerateContent (the body has no "stream")
 }
 
 var endpoints = [...]endpoint{
@@ -93,6 +96,9 @@ var endpoints = [...]endpoint{
 	{idx: 1, api: apiAnthropic, action: "anthropic.count_tokens", path: "/v1/messages/count_tokens", count: true},
 	{idx: 2, api: apiOpenAI, action: "openai.chat", path: "/v1/chat/completions"},
 	{idx: 3, api: apiOpenAI, action: "openai.responses", path: "/v1/responses", resp: true},
+	{idx: 4, api: apiGemini, action: "gemini.generate", path: geminiPrefix + "{model}:generateContent", method: "generateContent"},
+	{idx: 5, api: apiGemini, action: "gemini.stream", path: geminiPrefix + "{model}:streamGenerateContent", method: "streamGenerateContent", stream: true},
+	{idx: 6, api: apiGemini, action: "gemini.count_tokens", path: geminiPrefix + "{model}:countTokens", method: "countTokens", count: true},
 }
 
 // endpointFor returns the operation of a request; nil when the broker does
@@ -100,6 +106,9 @@ var endpoints = [...]endpoint{
 func endpointFor(r *http.Request) *endpoint {
 	if r.Method != http.MethodPost {
 		return nil
+	}
+	if strings.HasPrefix(r.URL.Path, geminiPrefix) {
+		return geminiOp(r.URL.EscapedPath())
 	}
 	for i := range endpoints {
 		if endpoints[i].path == r.URL.Path {
@@ -114,6 +123,9 @@ func guessAPI(r *http.Request) api {
 	if r.Header.Get("Anthropic-Version") != "" || strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		return apiAnthropic
 	}
+	if strings.HasPrefix(r.URL.Path, "/v1beta/") || r.Header.Get("X-Goog-Api-Key") != "" {
+		return apiGemini
+	}
 	return apiOpenAI
 }
 
@@ -122,6 +134,7 @@ type route struct {
 	Route
 	api  api
 	urls [len(endpoints)]string // by endpoint index; "" for the other API's
+	base string                 // the upstream origin and path prefix (Gemini URLs are built per model)
 	cred *atomic.Pointer[credHeader]
 }
 
@@ -206,8 +219,10 @@ func compileRoute(r Route) (route, error) {
 		rt.api = apiAnthropic
 	case APIOpenAI:
 		rt.api = apiOpenAI
+	case APIGemini:
+		rt.api = apiGemini
 	default:
-		return rt, fmt.Errorf("unknown API %q (want %q or %q)", r.API, APIAnthropic, APIOpenAI)
+		return rt, fmt.Errorf("unknown API %q (want %q, %q or %q)", r.API, APIAnthropic, APIOpenAI, APIGemini)
 	}
 	if r.Name == "" {
 		return rt, errors.New("no name")
@@ -241,8 +256,9 @@ func compileRoute(r Route) (route, error) {
 		return rt, fmt.Errorf("upstream scheme %q not supported", u.Scheme)
 	}
 	base := strings.TrimSuffix((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String(), "/")
+	rt.base = base
 	for i, ep := range endpoints {
-		if ep.api == rt.api {
+		if ep.api == rt.api && ep.api != apiGemini {
 			rt.urls[i] = base + ep.path
 		}
 	}
@@ -338,9 +354,20 @@ func (b *Broker) admit(r *http.Request, x *exchange) *refusal {
 	if x.ep == nil {
 		x.rc.Action = "unknown"
 		x.rc.Target = quoteForMessage([]byte(r.Method + " " + r.URL.Path))
-		return refuse(kindNotFound, "the model broker carries POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions and /v1/responses only")
+		return refuse(kindNotFound, "the model broker carries POST /v1/messages, /v1/messages/count_tokens, /v1/chat/completions, /v1/responses and /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens only")
 	}
 	x.rc.Action = x.ep.action
+	var pathModel []byte
+	if x.api == apiGemini {
+		m, ref := geminiModel(r.URL.EscapedPath())
+		if ref == nil {
+			ref = geminiQuery(r, x.ep)
+		}
+		if ref != nil {
+			return ref
+		}
+		pathModel = m
+	}
 	if ref := checkHeaders(r.Header); ref != nil {
 		return ref
 	}
@@ -348,7 +375,13 @@ func (b *Broker) admit(r *http.Request, x *exchange) *refusal {
 		return ref
 	}
 	x.rc.RequestDigest = digest(x.body.b)
-	info, ref := guardRequest(x.body.b, &b.lim, x.ep)
+	var info reqInfo
+	var ref *refusal
+	if x.api == apiGemini {
+		info, ref = guardGemini(x.body.b, &b.lim, x.ep, pathModel)
+	} else {
+		info, ref = guardRequest(x.body.b, &b.lim, x.ep)
+	}
 	x.info = info
 	if info.model != nil && utf8ValidCapped(info.model) {
 		x.rc.Target = string(info.model)
@@ -636,10 +669,10 @@ func (b *Broker) used(x *exchange) crossing.Amount {
 	}
 	a.InputTokens, a.OutputTokens = x.want.InputTokens, x.want.OutputTokens
 	if x.usage.inKnown {
-		a.InputTokens = x.usage.in
+		a.InputTokens = min(x.usage.in, maxSettle)
 	}
 	if x.usage.outKnown {
-		a.OutputTokens = x.usage.out
+		a.OutputTokens = min(x.usage.out, maxSettle)
 	}
 	return a
 }

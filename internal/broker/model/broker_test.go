@@ -144,6 +144,7 @@ func (s fakeSecrets) Values() [][]byte {
 const (
 	anthropicKey = "sk-ant-api03-REALSECRETanthropic0123456789"
 	openaiKey    = "sk-proj-REALSECRETopenai0123456789abcdef"
+	geminiKey    = "AIzaSyREALSECRETgemini0123456789abcdefgh"
 	agentKey     = "sk-ant-placeholder-agent"
 )
 
@@ -181,6 +182,12 @@ func fakeProvider(t *testing.T, fn func(w http.ResponseWriter, r *http.Request, 
 		body, _ := io.ReadAll(r.Body)
 		log.add(r.Clone(context.Background()), body)
 		switch {
+		case strings.HasPrefix(r.URL.Path, "/v1beta/"):
+			if r.Header.Get("X-Goog-Api-Key") != geminiKey || r.Header.Get("Authorization") != "" || r.Header.Get("X-Api-Key") != "" || r.URL.Query().Has("key") {
+				w.WriteHeader(403)
+				io.WriteString(w, `{"error":{"code":403,"message":"API key not valid","status":"PERMISSION_DENIED"}}`)
+				return
+			}
 		case strings.HasPrefix(r.URL.Path, "/v1/messages"):
 			if r.Header.Get("X-Api-Key") != anthropicKey || r.Header.Get("Authorization") != "" {
 				w.WriteHeader(401)
@@ -225,10 +232,11 @@ func newSetup(t *testing.T, upstream string, mod func(*Options)) *setup {
 		Routes: []Route{
 			{Name: "claude", API: APIAnthropic, Upstream: u, Credential: "anthropic", Models: []string{"claude-*"}},
 			{Name: "gpt", API: APIOpenAI, Upstream: u, Credential: "openai", Models: []string{"gpt-*", "o3*"}},
+			{Name: "gemini", API: APIGemini, Upstream: u, Credential: "gemini", Models: []string{"gemini-2.5-*"}},
 		},
 		Limits:    testLimits(),
 		Authority: led,
-		Secrets:   fakeSecrets{"anthropic": anthropicKey, "openai": openaiKey},
+		Secrets:   fakeSecrets{"anthropic": anthropicKey, "openai": openaiKey, "gemini": geminiKey},
 	}
 	if mod != nil {
 		mod(&o)

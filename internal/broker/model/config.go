@@ -17,7 +17,7 @@ type Config struct {
 // parses it into a Route.
 type RouteConfig struct {
 	Name       string   `json:"name"`
-	API        string   `json:"api"`        // "anthropic" | "openai"
+	API        string   `json:"api"`        // "anthropic" | "openai" | "gemini"
 	Upstream   string   `json:"upstream"`   // absolute http(s) URL of the provider's origin
 	Credential string   `json:"credential"` // secret name for crossing.Secrets
 	Models     []string `json:"models"`     // allowed model ids, as path.Match globs

@@ -1,5 +1,6 @@
 // Package model is the Model Access Broker: the http.Handler behind the
-// gateway's model listener (ANTHROPIC_BASE_URL, OPENAI_BASE_URL), and the
+// gateway's model listener (ANTHROPIC_BASE_URL, OPENAI_BASE_URL,
+// GOOGLE_GEMINI_BASE_URL), and the
 // only component that reaches a model provider or holds a model route's
 // credential.
 //
@@ -25,9 +26,11 @@
 //
 // It must never:
 //   - forward an agent's credential: Authorization, x-api-key,
-//     Proxy-Authorization and Cookie are dropped with every header not on a
-//     short allowlist; the route's credential is added toward the route's
-//     upstream only (no redirect is followed);
+//     x-goog-api-key, Proxy-Authorization and Cookie are dropped with every
+//     header not on a short allowlist, and every query parameter but
+//     Anthropic's beta and Gemini's alt=sse (Gemini's ?key=); the route's
+//     credential is added toward the route's upstream only (no redirect is
+//     followed);
 //   - forward a request it has not validated, or different bytes from the
 //     ones it validated (the body is never re-serialized; the one edit is
 //     the output cap below), or a body whose members it might read
@@ -76,7 +79,14 @@
 //     previous_response_id, conversation, a stored prompt ({"id": …}),
 //     item_reference input items, background responses (generated after
 //     the call, unseen), and the Responses shell tool in a hosted
-//     environment. docs/model-broker.md lists every member and why.
+//     environment; Gemini fileData/fileUri parts, cachedContent, and every
+//     tool but functionDeclarations (googleSearch, codeExecution,
+//     urlContext, …). docs/model-broker.md lists every member and why.
+//
+// Gemini (gemini.go) names the model in the path,
+// /v1beta/models/{model}:{method}: it must be one plain segment, decoded
+// once, from which the upstream URL is built; streams are carried as SSE
+// (alt=sse) only; the output cap is generationConfig.maxOutputTokens.
 //
 // Budgets bound what the provider may generate, not what it was asked to:
 // an OpenAI request without max_completion_tokens / max_tokens (chat) or

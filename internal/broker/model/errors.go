@@ -14,11 +14,15 @@ type api uint8
 const (
 	apiAnthropic api = iota + 1
 	apiOpenAI
+	apiGemini
 )
 
 func (a api) String() string {
-	if a == apiOpenAI {
+	switch a {
+	case apiOpenAI:
 		return "openai"
+	case apiGemini:
+		return "gemini"
 	}
 	return "anthropic"
 }
@@ -38,20 +42,21 @@ const (
 	kindUnavailable             // authority or custodian unavailable
 )
 
-// kinds maps each refusal to its status and the two providers' error types.
+// kinds maps each refusal to its status and the providers' error types
+// (Gemini's is a google.rpc status name).
 var kinds = [...]struct {
-	status                            int
-	anthropic, openaiType, openaiCode string
+	status                                    int
+	anthropic, openaiType, openaiCode, gemini string
 }{
-	kindInvalid:     {400, "invalid_request_error", "invalid_request_error", "invalid_request"},
-	kindForbidden:   {403, "permission_error", "permission_error", "permission_denied"},
-	kindNotFound:    {404, "not_found_error", "invalid_request_error", "unknown_url"},
-	kindTooLarge:    {413, "request_too_large", "invalid_request_error", "request_too_large"},
-	kindBudget:      {429, "rate_limit_error", "insufficient_quota", "insufficient_quota"},
-	kindBusy:        {429, "rate_limit_error", "requests", "rate_limit_exceeded"},
-	kindInternal:    {500, "api_error", "server_error", "internal_error"},
-	kindUpstream:    {502, "api_error", "server_error", "upstream_error"},
-	kindUnavailable: {503, "overloaded_error", "server_error", "service_unavailable"},
+	kindInvalid:     {400, "invalid_request_error", "invalid_request_error", "invalid_request", "INVALID_ARGUMENT"},
+	kindForbidden:   {403, "permission_error", "permission_error", "permission_denied", "PERMISSION_DENIED"},
+	kindNotFound:    {404, "not_found_error", "invalid_request_error", "unknown_url", "NOT_FOUND"},
+	kindTooLarge:    {413, "request_too_large", "invalid_request_error", "request_too_large", "INVALID_ARGUMENT"},
+	kindBudget:      {429, "rate_limit_error", "insufficient_quota", "insufficient_quota", "RESOURCE_EXHAUSTED"},
+	kindBusy:        {429, "rate_limit_error", "requests", "rate_limit_exceeded", "RESOURCE_EXHAUSTED"},
+	kindInternal:    {500, "api_error", "server_error", "internal_error", "INTERNAL"},
+	kindUpstream:    {502, "api_error", "server_error", "upstream_error", "UNAVAILABLE"},
+	kindUnavailable: {503, "overloaded_error", "server_error", "service_unavailable", "UNAVAILABLE"},
 }
 
 // refusal is a denial with the message shown to the agent. Messages are
@@ -68,6 +73,15 @@ func refuse(k kind, msg string) *refusal { return &refusal{kind: k, msg: msg} }
 // errorBody renders the provider-shaped JSON error body.
 func errorBody(dst []byte, a api, k kind, msg string) []byte {
 	t := kinds[k]
+	if a == apiGemini {
+		dst = append(dst, `{"error":{"code":`...)
+		dst = strconv.AppendInt(dst, int64(t.status), 10)
+		dst = append(dst, `,"message":`...)
+		dst = textsafe.AppendJSONString(dst, msg)
+		dst = append(dst, `,"status":`...)
+		dst = textsafe.AppendJSONString(dst, t.gemini)
+		return append(dst, "}}"...)
+	}
 	if a == apiOpenAI {
 		dst = append(dst, `{"error":{"message":`...)
 		dst = textsafe.AppendJSONString(dst, msg)
@@ -103,6 +117,9 @@ func writeError(w http.ResponseWriter, a api, k kind, msg string) int {
 func errorEvent(dst []byte, a api, resp bool, k kind, msg string) []byte {
 	t := kinds[k]
 	switch {
+	case a == apiGemini:
+		dst = append(dst, "data: "...)
+		dst = errorBody(dst, a, k, msg)
 	case a == apiAnthropic:
 		dst = append(dst, "event: error\ndata: "...)
 		dst = errorBody(dst, a, k, msg)

@@ -22,6 +22,10 @@ type reqInfo struct {
 	// Offsets of a null value of the members the broker may set; 0 when
 	// the member is absent or not null.
 	nullCompletion, nullOutput, nullStreamOptions int
+	// Gemini: offset just past generationConfig's '{' and whether it has
+	// members; offset of a null generationConfig.
+	genOpen, genNull int
+	genMembers       bool
 }
 
 // maxOutputCap bounds an output limit: the reservation is the limit times
@@ -134,6 +138,9 @@ type guard struct {
 // returns what the broker needs to route and budget it. Refusals are
 // kindInvalid, kindForbidden or kindTooLarge.
 func guardRequest(body []byte, lim *Limits, ep *endpoint) (reqInfo, *refusal) {
+	if ep != nil && ep.api == apiGemini {
+		return guardGemini(body, lim, ep, nil)
+	}
 	g := guard{lim: lim, ep: ep, info: reqInfo{maxOut: -1, choices: 1}}
 	s := jscan{b: body}
 	if s.peek() != '{' {

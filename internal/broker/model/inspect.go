@@ -21,6 +21,7 @@ const maxToolName = 128
 // fields are the top-level members of a response or event the guard reads.
 type fields struct {
 	typ, message, usage, block, content, choices, errv, response, item, output []byte
+	candidates, usageMeta, feedback                                            []byte // Gemini
 }
 
 // scanFields validates that b is one JSON object and captures its members of
@@ -54,6 +55,12 @@ func scanFields(b []byte) (fields, error) {
 			dst = &f.item
 		case "output":
 			dst = &f.output
+		case "candidates":
+			dst = &f.candidates
+		case "usageMetadata":
+			dst = &f.usageMeta
+		case "promptFeedback":
+			dst = &f.feedback
 		default:
 			return s.skip()
 		}
@@ -74,6 +81,8 @@ func (x *exchange) inspectBody(data []byte) error {
 		return err
 	}
 	switch {
+	case x.api == apiGemini:
+		x.geminiChunk(&f, true)
 	case x.api == apiAnthropic:
 		x.tokens(f.usage, anthropicIn, "output_tokens", true)
 		each(f.content, x.anthropicBlock)
@@ -104,6 +113,8 @@ func (x *exchange) inspectEvent(ev *sseEvent) error {
 	}
 	typ, _ := strValue(f.typ)
 	switch {
+	case x.api == apiGemini:
+		x.geminiChunk(&f, false)
 	case x.api == apiAnthropic:
 		switch string(typ) {
 		case "message_start":
@@ -166,9 +177,9 @@ func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) 
 		v, err := s.value()
 		if n, ok := uintValue(v); ok {
 			if isIn {
-				in, hasIn = in+n, true
+				in, hasIn = addUsage(in, n), true
 			} else {
-				out, hasOut = n, true
+				out, hasOut = min(n, maxSettle), true
 			}
 		}
 		return err
@@ -179,6 +190,20 @@ func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) 
 	if hasOut && final {
 		x.usage.out, x.usage.outKnown = out, true
 	}
+}
+
+// maxSettle bounds a token count the broker settles: the store refuses a
+// settlement above it (store.MaxAmount), and with it the crossing's
+// receipt. A provider's usage is untrusted text: counts repeated until
+// their sum wraps int64, or one count past the bound, settle the bound.
+const maxSettle = 1 << 50
+
+// addUsage adds two non-negative counts, saturating at maxSettle.
+func addUsage(a, b int64) int64 {
+	if b >= maxSettle-a {
+		return maxSettle
+	}
+	return a + b
 }
 
 // anthropicBlock lists a tool-use content block (client or server tool).

@@ -40,6 +40,9 @@ const includeUsage = `{"include_usage":true}`
 // changed (the Messages API requires max_tokens and always reports usage).
 func capEdits(info *reqInfo, ep *endpoint, max int64) capPlan {
 	var p capPlan
+	if ep.api == apiGemini {
+		return geminiCapEdits(info, ep, max)
+	}
 	if ep.api != apiOpenAI {
 		return p
 	}

@@ -54,12 +54,17 @@ type exchange struct {
 	usage      usage
 	untrusted  []string
 	done       bool // the stream's final event was seen
-	deadline   bool // a write deadline was set on the agent's connection
-	upBytes    int64
-	out        int64
-	status     int
-	outcome    string
-	m          *custody.Redactor
+	// Gemini: the candidates that finished (by index, maxChoices of
+	// them), how many, and whether the output usage is final.
+	gDone     [2]uint64
+	gFinished int64
+	gFinal    bool
+	deadline  bool // a write deadline was set on the agent's connection
+	upBytes   int64
+	out       int64
+	status    int
+	outcome   string
+	m         *custody.Redactor
 
 	// Response buffers, kept across calls.
 	read   []byte
@@ -173,11 +178,12 @@ func (b *Broker) readBody(r *http.Request, x *exchange) *refusal {
 }
 
 // Request headers forwarded to the provider. Everything else the agent
-// sends is dropped: credentials (Authorization, x-api-key,
+// sends is dropped: credentials (Authorization, x-api-key, x-goog-api-key,
 // Proxy-Authorization, Cookie), hop-by-hop headers, organisation or project
-// selectors, Accept-Encoding (bodies stay identity for redaction).
+// selectors, Accept-Encoding (bodies stay identity for redaction), and
+// Content-Type: the body forwarded is the JSON the guard read, and the
+// broker says so itself (see upstreamRequest).
 var forwardRequest = map[string]bool{
-	"Content-Type":      true,
 	"Accept":            true,
 	"Anthropic-Version": true,
 	"Anthropic-Beta":    true,
@@ -223,7 +229,14 @@ var forwardQuery = map[string]bool{"beta": true}
 // only.
 func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchange, secret []byte) (*http.Request, error) {
 	target := x.route.urls[x.ep.idx]
-	if r.URL.RawQuery != "" {
+	if x.ep.api == apiGemini {
+		// The model was checked to be one plain segment (geminiModel);
+		// the agent's query, with its "key", is dropped.
+		target = x.route.base + geminiPrefix + string(x.info.model) + ":" + x.ep.method
+		if x.ep.stream {
+			target += "?alt=sse"
+		}
+	} else if r.URL.RawQuery != "" {
 		q := url.Values{}
 		for k, v := range r.URL.Query() {
 			if forwardQuery[k] {
@@ -248,9 +261,11 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 			h[k] = vs
 		}
 	}
-	if h.Get("Content-Type") == "" {
-		h["Content-Type"] = []string{"application/json"}
-	}
+	// The agent's Content-Type is never forwarded: a provider that also
+	// reads other encodings (Google's front end takes binary protobuf,
+	// application/x-protobuf) would read the very bytes the guard checked
+	// as JSON as another request — one naming what the guard refuses.
+	h["Content-Type"] = jsonContentType
 	// Bodies must arrive as identity so the response guard and the
 	// redactor see the bytes the agent gets; a response in any other
 	// encoding is refused (see contentEncoded).
@@ -263,6 +278,8 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 		}
 	case apiOpenAI:
 		h["Authorization"] = x.route.credential(secret)
+	case apiGemini:
+		h["X-Goog-Api-Key"] = x.route.credential(secret)
 	}
 	return req, nil
 }
@@ -270,6 +287,7 @@ func (b *Broker) upstreamRequest(ctx context.Context, r *http.Request, x *exchan
 var (
 	defaultVersionHeader = []string{defaultAnthropicVersion}
 	identityEncoding     = []string{"identity"}
+	jsonContentType      = []string{"application/json"}
 )
 
 // contentEncoded reports whether a response body is in an encoding other

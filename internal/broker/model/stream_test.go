@@ -332,7 +332,7 @@ func TestNewValidates(t *testing.T) {
 		{"no authority", func(o *Options) { o.Authority = nil }},
 		{"no secrets", func(o *Options) { o.Secrets = nil }},
 		{"no routes", func(o *Options) { o.Routes = nil }},
-		{"unknown api", func(o *Options) { o.Routes[0].API = "gemini" }},
+		{"unknown api", func(o *Options) { o.Routes[0].API = "cohere" }},
 		{"bad glob", func(o *Options) { o.Routes[0].Models = []string{"claude-["} }},
 		{"no models", func(o *Options) { o.Routes[0].Models = nil }},
 		{"no credential", func(o *Options) { o.Routes[0].Credential = "" }},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -21,7 +22,7 @@ const (
 	ConfigFD       = 3 // pipe: one JSON Config, then EOF
 	FirstChannelFD = 4 // SOCK_SEQPACKET authority channels, in Config.Channels order (one: its broker's)
 	DialFD         = 5 // SOCK_SEQPACKET channel to the privileged side's checked dialer (internal/gateway/dial)
-	ListenFD       = 6 // the listener, Config.Listeners[0]
+	ListenFD       = 6 // the listener, Config.Listeners[0] (the ingress broker: one per route, from here on)
 )
 
 // ReadyTimeout bounds the gateway's start, including listing every tool
@@ -44,12 +45,14 @@ type Config struct {
 	Model   model.Config      `json:"model"`
 	Egress  egress.Config     `json:"egress"`
 	Tool    tool.Config       `json:"tool"`
+	Ingress ingress.Config    `json:"ingress"`
 	Secrets map[string][]byte `json:"secrets"`
 	// Channels are the brokers whose authority channels the process
 	// gets, from FirstChannelFD in this order.
 	Channels []string `json:"channels"`
 	// Listeners are the listeners it gets after the channels, in this
-	// order: "model", "egress", "tools", "state".
+	// order: "model", "egress", "tools", "state"; the ingress broker's
+	// are its routes' names, in Ingress.Routes order.
 	Listeners []string `json:"listeners"`
 	Version   string   `json:"version,omitempty"`
 	// Test carries the compromised-gateway hook's instructions in test

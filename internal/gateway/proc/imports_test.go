@@ -20,6 +20,7 @@ var rootOnly = []string{module + "internal/store", module + "internal/policy"}
 var unprivileged = []string{
 	"internal/gateway/proc", "internal/gateway/wire", "internal/crossing",
 	"internal/broker/model", "internal/broker/egress", "internal/broker/tool", "internal/broker/state",
+	"internal/broker/ingress",
 }
 
 // deps lists pkg's dependencies, transitively, as `go list -deps` does.

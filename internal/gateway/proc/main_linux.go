@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/broker/egress"
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/model"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
@@ -54,7 +55,11 @@ func ChildMain() int {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fail("parse config", err)
 	}
-	if cfg.Broker != broker || len(cfg.Channels) != 1 || cfg.Channels[0] != broker || len(cfg.Listeners) != 1 {
+	listeners := 1
+	if broker == ingress.Name {
+		listeners = len(cfg.Ingress.Routes) // one per route, at least one
+	}
+	if cfg.Broker != broker || len(cfg.Channels) != 1 || cfg.Channels[0] != broker || len(cfg.Listeners) != listeners || listeners == 0 {
 		return fail("config", fmt.Errorf("configuration for broker %q, channels %v, listeners %v", cfg.Broker, cfg.Channels, cfg.Listeners))
 	}
 	// Read-only everywhere: the process writes nothing to any filesystem.
@@ -75,6 +80,9 @@ func ChildMain() int {
 		return fail("dialer channel", errors.New("not a Unix socket"))
 	}
 	dc := dial.NewClient(broker, uc)
+	if broker == ingress.Name {
+		return ingressMain(cfg, channel, dc, log, fail)
+	}
 	handler, err := buildBroker(cfg, channel, dc, log)
 	if err != nil {
 		return fail("broker", err)

@@ -8,6 +8,8 @@
 // the daemon. It writes the write-ahead record and the lease through the
 // store before any host resource exists. It must never parse
 // anything the sandbox produces beyond the init's small control messages
-// (bounded, JSON, treated as hints), never follow a symlink in a
+// (bounded, JSON, treated as hints) and the one descriptor the "started"
+// message may carry (a pty master, checked as one: pty_linux.go; any
+// other descriptor is closed and the sandbox ended), never follow a symlink in a
 // user-supplied path, and never start the program before admission.
 package linux

@@ -38,6 +38,7 @@ type tree struct {
 // event is a control message from the init, or the end of the channel.
 type event struct {
 	msg sbinit.Message
+	fds []*os.File // descriptors sent with msg (only "started" with a terminal)
 	err error
 }
 
@@ -80,6 +81,7 @@ type linuxSandbox struct {
 	running  bool // the init said "started": it serves execs (daemon mode)
 	timedOut bool
 	exit     *sbinit.Message
+	master   *os.File // the program's pty master (Spec.Terminal), until Master
 	deprov   bool
 	created  time.Time
 }
@@ -157,7 +159,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		MountDir: mountDir, Hostname: sb.hostname(), UID: sandboxUID, GID: sandboxGID,
 		TmpBytes: sb.spec.Limits.TmpBytes, NoFile: nofile, FSize: fsize,
 		Seccomp: prog.Raw, Argv: sb.spec.Argv, Env: mergeEnv(sb.spec.Env), Dir: sandboxHome,
-		TestSkip: sb.p.opts.TestSkip, UserLimits: presentUserLimits(),
+		TestSkip: sb.p.opts.TestSkip, UserLimits: presentUserLimits(), Tty: ttyConfig(sb.spec.Terminal),
 	}
 	mounts := []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
 	var masks []evidence.MaskedPath
@@ -293,23 +295,6 @@ func initFailure(m sbinit.Message) error {
 	}
 }
 
-// next returns the init's next control message.
-func (sb *linuxSandbox) next(ctx context.Context, timeout time.Duration) (sbinit.Message, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case e, ok := <-sb.events:
-		if !ok {
-			return sbinit.Message{}, fmt.Errorf("the sandbox init exited (%v)", sb.exitText())
-		}
-		return e.msg, e.err
-	case <-t.C:
-		return sbinit.Message{}, fmt.Errorf("no answer from the sandbox init within %s", timeout)
-	case <-ctx.Done():
-		return sbinit.Message{}, ctx.Err()
-	}
-}
-
 func (sb *linuxSandbox) exitText() string {
 	select {
 	case <-sb.done:
@@ -360,13 +345,7 @@ func (sb *linuxSandbox) spawn() error {
 		attr.CgroupFD = fd
 		defer unix.Close(fd)
 	}
-	stdin, stdout, stderr := sb.spec.Stdin, sb.spec.Stdout, sb.spec.Stderr
-	if stdout == nil {
-		stdout = os.Stdout
-	}
-	if stderr == nil {
-		stderr = os.Stderr
-	}
+	stdin, stdout, stderr := initStdio(sb.spec)
 	sb.cmd = &exec.Cmd{
 		Path: "/proc/self/exe", Args: []string{sbinit.Argv0}, Env: sbinit.Env,
 		Stdin: stdin, Stdout: stdout, Stderr: stderr, ExtraFiles: extra, SysProcAttr: attr,
@@ -571,31 +550,6 @@ func rejoin(files []string) error {
 	return errors.Join(errs...)
 }
 
-// readControl turns the init's messages into events. Messages are small
-// JSON packets; anything else ends the channel.
-func (sb *linuxSandbox) readControl() {
-	defer close(sb.events)
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := sb.ctl.Read(buf)
-		if err != nil || n == 0 {
-			return
-		}
-		var m sbinit.Message
-		if err := json.Unmarshal(buf[:n], &m); err != nil {
-			sb.events <- event{err: fmt.Errorf("malformed control message: %w", err)}
-			return
-		}
-		if m.Type == "exit" {
-			sb.mu.Lock()
-			sb.exit = &m
-			sb.mu.Unlock()
-			sb.mainOnce.Do(func() { close(sb.mainDone) })
-		}
-		sb.events <- event{msg: m}
-	}
-}
-
 // Exec starts the program: the init forks it in its own session. Exec
 // failures come back as KindExec errors carrying the errno.
 func (sb *linuxSandbox) Exec(ctx context.Context) error {
@@ -603,8 +557,14 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 	if _, err := sb.ctl.Write(b); err != nil {
 		return failure.Fail(failure.KindStart, "start program", err)
 	}
-	m, err := sb.next(ctx, readyTimeout)
+	m, fds, err := sb.nextFDs(ctx, readyTimeout)
 	if err != nil {
+		return failure.Fail(failure.KindStart, "start program", err)
+	}
+	if m.Type != "started" {
+		closeAll(fds) // none: readControl passes descriptors only with started
+	} else if err := sb.takeMaster(m, fds); err != nil {
+		sb.kill()
 		return failure.Fail(failure.KindStart, "start program", err)
 	}
 	switch m.Type {
@@ -618,6 +578,11 @@ func (sb *linuxSandbox) Exec(ctx context.Context) error {
 		}
 		return nil
 	case "error":
+		if m.Step == "pty" {
+			// No terminal for the program: cordon failing, not the program.
+			sb.kill()
+			return failure.Failf(failure.KindStart, "terminal", "the sandbox could not give the program a pseudo-terminal: %s", m.Error)
+		}
 		return &ExecError{Errno: syscall.Errno(m.Errno), Msg: m.Error}
 	default:
 		return initFailure(m)

@@ -2,8 +2,10 @@
 // inside a new sandbox, builds the boundary from the inside (mounts,
 // pivot_root, hostname, loopback, /proc masks, rlimits, capabilities, securebits,
 // no_new_privs, Landlock, seccomp), waits until the trusted side has read
-// its evidence, then starts the program in its own session, reaps children
-// and forwards signals. In daemon mode (Config.Daemon) it outlives its
+// its evidence, then starts the program in its own session (with
+// Config.Tty, on a pty of the sandbox's own devpts as its controlling
+// terminal, whose master it hands to the trusted side and closes:
+// tty_linux.go), reaps children and forwards signals. In daemon mode (Config.Daemon) it outlives its
 // spawner and the program, and starts further programs that the host's
 // root asks for on the exec channel — always from its main thread, the
 // one the hardening was applied to (daemon_linux.go).

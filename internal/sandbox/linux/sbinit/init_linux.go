@@ -109,6 +109,9 @@ func Main() int {
 	if err := c.recv(&cfg); err != nil {
 		return c.fail("read config", err)
 	}
+	if cfg.Daemon && cfg.Tty != nil {
+		return c.fail("read config", fmt.Errorf("a pseudo-terminal is for the main program of a standalone sandbox only"))
+	}
 	tm := timings{last: time.Now(), m: map[string]int64{}}
 	if err := buildRoot(&cfg); err != nil {
 		return c.fail("build root", err)

@@ -115,6 +115,26 @@ type Config struct {
 	// claimed for as long as the sandbox lives, whether or not its
 	// daemon runs.
 	LeaseLockFD int `json:"lease_lock_fd,omitempty"`
+	// Tty, when set, makes the init run the program on a pseudo-terminal
+	// of the sandbox's own devpts instance (see Tty). Not in daemon mode.
+	Tty *Tty `json:"tty,omitempty"`
+}
+
+// Tty asks the init for a pseudo-terminal. The init opens the sandbox's
+// /dev/ptmx (its private devpts, bounded by MaxPtys: never the host's
+// pty pool), unlocks it, sets the window size, opens the slave with
+// TIOCGPTPEER and starts the program in a new session with the slave as
+// its controlling terminal. Each of the program's descriptors 0, 1 and 2
+// is the slave when the matching field is true, else the init's own
+// descriptor as without a terminal. The master goes to the trusted side
+// with the "started" message (SCM_RIGHTS, exactly one descriptor) and is
+// closed in the init: it never stays in the sandbox.
+type Tty struct {
+	Stdin  bool   `json:"stdin,omitempty"`
+	Stdout bool   `json:"stdout,omitempty"`
+	Stderr bool   `json:"stderr,omitempty"`
+	Rows   uint16 `json:"rows,omitempty"`
+	Cols   uint16 `json:"cols,omitempty"`
 }
 
 // ProbeDir is where the init runs the Landlock probe: a tiny tmpfs writable
@@ -137,8 +157,11 @@ type Message struct {
 	// benchmark's per-phase breakdown; not evidence).
 	Timings map[string]int64 `json:"timings,omitempty"`
 
-	// started (0 in daemon mode when there is no main program)
-	Pid int `json:"pid,omitempty"`
+	// started (0 in daemon mode when there is no main program). With
+	// Config.Tty the message carries the pty master (SCM_RIGHTS) and Tty
+	// is true; no other message carries a descriptor.
+	Pid int  `json:"pid,omitempty"`
+	Tty bool `json:"tty,omitempty"`
 
 	// exit; signal: Signal is the signal to send
 	Code   int `json:"code,omitempty"`

@@ -14,7 +14,8 @@ import (
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT}
 
 // supervise starts the program in its own session (no controlling
-// terminal: it cannot push keystrokes into the user's terminal), forwards
+// terminal but, with Config.Tty, a pty of the sandbox's own: never the
+// user's terminal, so it cannot push keystrokes into it), forwards
 // signals to it, reaps every child, and reports how the program ended.
 // When the program ends the init exits, which ends every other process in
 // the PID namespace.
@@ -26,17 +27,8 @@ func supervise(c ctl, cfg *Config) int {
 	if err != nil {
 		return c.fail("exec", err)
 	}
-	pid, err := syscall.ForkExec(path, cfg.Argv, &syscall.ProcAttr{
-		Dir:   cfg.Dir,
-		Env:   cfg.Env,
-		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
+	pid, err := startMain(c, cfg, path)
 	if err != nil {
-		return c.fail("exec", err)
-	}
-	if err := c.send(Message{Type: "started", Pid: pid}); err != nil {
-		unix.Kill(pid, unix.SIGKILL)
 		return 125
 	}
 	for sig := range sigs {
@@ -67,6 +59,46 @@ func supervise(c ctl, cfg *Config) int {
 		}
 	}
 	return 0
+}
+
+// startMain starts the program, on a pseudo-terminal of the sandbox's
+// own when Config.Tty asks for one, and reports "started". On error it has
+// reported the failure (or the channel is gone) and the program is not
+// running.
+func startMain(c ctl, cfg *Config, path string) (int, error) {
+	attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: cfg.Env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	var p *pty
+	if t := cfg.Tty; t != nil {
+		var err error
+		if p, err = openPty(t); err != nil {
+			c.fail("pty", err)
+			return 0, err
+		}
+		// The master never stays in the sandbox: closed here whatever
+		// happens (after it was sent, the trusted side holds its own).
+		defer p.close()
+		attr.Files = p.files(t)
+		if n := t.ctty(); n >= 0 {
+			attr.Sys.Setctty, attr.Sys.Ctty = true, n
+		}
+	}
+	pid, err := syscall.ForkExec(path, cfg.Argv, attr)
+	if err != nil {
+		c.fail("exec", err)
+		return 0, err
+	}
+	m := Message{Type: "started", Pid: pid}
+	if p != nil {
+		m.Tty = true
+		err = c.sendFD(m, p.master)
+	} else {
+		err = c.send(m)
+	}
+	if err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		return 0, err
+	}
+	return pid, nil
 }
 
 // lookPath resolves a bare program name on the sandbox's PATH.

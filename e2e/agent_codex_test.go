@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+)
+
+// codexDir is where scripts/test.sh installs the pinned Codex CLI (npm
+// @openai/codex@0.169.0); CORDON_TEST_CODEX_DIR overrides.
+func codexDir(t *testing.T) string {
+	d := os.Getenv("CORDON_TEST_CODEX_DIR")
+	if d == "" {
+		d = "/opt/cordon-test/codex"
+	}
+	testkit.RequireFile(t, filepath.Join(d, "node_modules/@openai/codex/bin/codex.js"), "Codex CLI is not installed (scripts/test.sh installs it)")
+	return d
+}
+
+// codexUpstream is a fake OpenAI that makes Codex run one shell command
+// (its exec_command tool) writing a file in the workspace.
+func codexUpstream(t *testing.T, answer, file string) *testkit.ModelUpstream {
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	up.ToolName = "exec_command"
+	up.ToolInput = `{"cmd":"echo written-by-codex > /workspace/` + file + `"}`
+	return up
+}
+
+// One-shot: `cordon run --agent codex -- exec …` points Codex at the
+// broker with -c overrides (it ignores OPENAI_BASE_URL), its own sandbox
+// off; its shell tool writes a file in the workspace (checked on the
+// host) and the key stays outside. A second run sees the first run's
+// sessions in --agent-home.
+func TestAgentCodexOneShot(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := codexDir(t)
+	st := newStateDir(t)
+	up := codexUpstream(t, "unused", "one-shot.txt")
+	cfg := gatewayConfig(t, up.URL(), "")
+	home, ws := agentHome(t), workspace(t)
+	r := cordon(t, cordonBin, st, "run", "--agent", "codex", "--agent-path", dir, "--agent-home", home, "--workspace", ws,
+		"--config", cfg, "--timeout", "120s", "--", "exec", "--skip-git-repo-check", "-m", "gpt-5", "write the file")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "the tool said") {
+		t.Fatalf("cordon run --agent codex -- exec = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v", r.Code, r.Stdout, r.Stderr, up.Seen())
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "one-shot.txt"))
+	if err != nil || strings.TrimSpace(string(b)) != "written-by-codex" {
+		t.Fatalf("the file Codex's shell tool wrote, read on the host: %q %v", b, err)
+	}
+	checkUpstreamKey(t, up, "/v1/responses")
+	checkNoKey(t, home)
+	sessions, _ := filepath.Glob(filepath.Join(home, "sessions", "*", "*", "*", "*.jsonl"))
+	if len(sessions) == 0 {
+		t.Fatalf("no Codex session under %s/sessions after the first run", home)
+	}
+	// State survives: `exec resume --last` continues the first session.
+	up.ToolName = "" // the first run has ended: no request is in flight
+	before := len(up.Seen())
+	r = cordon(t, cordonBin, st, "run", "--agent", "codex", "--agent-path", dir, "--agent-home", home, "--workspace", ws,
+		"--config", cfg, "--timeout", "120s", "--", "exec", "--skip-git-repo-check", "-m", "gpt-5", "resume", "--last", "again")
+	if r.Code != 0 {
+		t.Fatalf("second run: %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	most := 0
+	for _, s := range up.Seen()[before:] {
+		if s.Path == "/v1/responses" {
+			most = max(most, s.Messages)
+		}
+	}
+	if most < 4 {
+		t.Fatalf("the resumed session's request carried %d input items, want the first run's too (>= 4)", most)
+	}
+}
+
+// Interactive: Codex's UI comes up in a real terminal with no login or
+// trust screen, and a typed prompt goes to the model broker. Codex's TUI
+// declares its own tools as an OpenAI "namespace" tool (mcp__codex_tui),
+// which the model broker refuses today (it allows only plain client
+// tools; a namespace of client functions is one, see the report on issue
+// 11): until the broker accepts it, the turn ends in the broker's refusal
+// on screen — the request went through cordon, nowhere else. When it is
+// answered, the shell tool's file is checked on the host.
+func TestAgentCodexInteractive(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := codexDir(t)
+	st := newStateDir(t)
+	up := codexUpstream(t, "unused", "interactive.txt")
+	cfg := gatewayConfig(t, up.URL(), "")
+	home, ws := agentHome(t), workspace(t)
+	x := testkit.NewTmux(t, 120, 40, nil, cordonBin, "--state-dir", st, "run", "--agent", "codex", "--agent-path", dir,
+		"--agent-home", home, "--workspace", ws, "--config", cfg, "--timeout", "120s", "--", "-m", "gpt-5")
+	screen := x.WaitFor(`Ask Codex to do anything|for shortcuts`, 60*time.Second)
+	for _, bad := range []string{"Sign in", "Do you trust", "allow Codex to work", "Welcome to Codex"} {
+		if strings.Contains(screen, bad) {
+			t.Fatalf("first screen shows %q:\n%s", bad, screen)
+		}
+	}
+	pid := descendantRunning(x.PID(), filepath.Join(dir, "node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"))
+	if pid == 0 {
+		t.Fatal("no Codex process below the terminal")
+	}
+	checkAgentEnv(t, pid, "OPENAI_API_KEY")
+	x.Type("write the file please")
+	time.Sleep(500 * time.Millisecond)
+	x.Keys(false, "Enter")
+	screen = x.WaitFor(`the tool said|not allowed through cordon`, 60*time.Second)
+	checkNoKey(t, home)
+	if !strings.Contains(screen, "the tool said") {
+		t.Logf("the model broker refused Codex's TUI tools (a namespace tool); the turn went through the broker:\n%s", screen)
+	} else {
+		b, err := os.ReadFile(filepath.Join(ws, "interactive.txt"))
+		if err != nil || strings.TrimSpace(string(b)) != "written-by-codex" {
+			t.Fatalf("the file Codex wrote, read on the host: %q %v\nscreen:\n%s", b, err, screen)
+		}
+		checkUpstreamKey(t, up, "/v1/responses")
+	}
+	x.Type("/quit")
+	time.Sleep(300 * time.Millisecond)
+	x.Keys(false, "Enter")
+	x.WaitExit(30 * time.Second)
+}

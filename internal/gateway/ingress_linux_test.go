@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/broker/ingress"
+	"github.com/cordon-project/cordon/internal/gateway/dial"
+)
+
+// The dial policy of the ingress broker: 127.0.0.1 at a declared port,
+// nothing else (no other port, no other address, no name, no resolution).
+func TestIngressDialPolicy(t *testing.T) {
+	d := newIngressDial([]ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}})
+	ctx := context.Background()
+	for _, c := range []struct {
+		host string
+		port int
+		ok   bool
+	}{
+		{"127.0.0.1", 18789, true},
+		{"127.0.0.1", 8080, true},
+		{"::ffff:127.0.0.1", 8080, true},
+		{"127.0.0.1", 18790, false},
+		{"127.0.0.2", 18789, false},
+		{"::1", 18789, false},
+		{"0.0.0.0", 18789, false},
+		{"10.0.0.1", 18789, false},
+		{"localhost", 18789, false},
+	} {
+		plan, err := d.Plan(ctx, c.host, c.port)
+		var r *dial.Refused
+		switch {
+		case c.ok && (err != nil || len(plan) != 1 || plan[0].String() != "127.0.0.1:"+strconv.Itoa(c.port)):
+			t.Errorf("Plan(%s, %d) = %v, %v; want 127.0.0.1:%d", c.host, c.port, plan, err, c.port)
+		case !c.ok && (err == nil || !errors.As(err, &r) || r.Why != dial.ReasonNotDeclared):
+			t.Errorf("Plan(%s, %d) = %v, %v; want refused as not declared", c.host, c.port, plan, err)
+		}
+	}
+	if _, err := d.Resolve(ctx, "localhost"); err == nil {
+		t.Error("Resolve(localhost) succeeded; the ingress broker resolves nothing")
+	}
+}
+
+// A route's host listener: port 0 is bound to a free port and reported;
+// an address in use fails with ErrIngressListen naming the route, the
+// address and the cause, and leaves nothing open.
+func TestListenIngress(t *testing.T) {
+	files, addrs, err := listenIngress([]ingress.Route{{Name: "ui", Port: 1, Listen: "127.0.0.1:0"}})
+	if err != nil || len(files) != 1 || len(addrs) != 1 || strings.HasSuffix(addrs[0], ":0") {
+		t.Fatalf("listenIngress(port 0) = %v, %v, %v", files, addrs, err)
+	}
+	defer files[0].Close()
+	// The bound address is taken now: a second route on it fails.
+	_, _, err = listenIngress([]ingress.Route{{Name: "a", Port: 1, Listen: "127.0.0.1:0"}, {Name: "b", Port: 2, Listen: addrs[0]}})
+	if !errors.Is(err, ErrIngressListen) || !strings.Contains(err.Error(), "route b on "+addrs[0]) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("listenIngress(taken) = %v", err)
+	}
+	if _, _, err := listenIngress([]ingress.Route{{Name: "x", Port: 1, Listen: "not an address"}}); !errors.Is(err, ErrIngressListen) {
+		t.Errorf("listenIngress(bad) = %v", err)
+	}
+}

@@ -1,0 +1,90 @@
+package linux
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"golang.org/x/sys/unix"
+)
+
+// openPair opens a pty pair of the host's devpts for the test.
+func openPair(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no /dev/ptmx: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		t.Fatalf("TIOCGPTPEER: %v", errno)
+	}
+	return m, os.NewFile(s, "slave")
+}
+
+// checkMaster keeps exactly one pty master and refuses anything else,
+// closing what it refuses. The master itself is the positive control.
+func TestCheckMaster(t *testing.T) {
+	m, s := openPair(t)
+	defer s.Close()
+	if got, err := checkMaster([]*os.File{m}); err != nil || got != m {
+		t.Fatalf("checkMaster(pty master) = %v, %v; want it kept", got, err)
+	}
+	m.Close()
+
+	null, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, s2 := openPair(t)
+	defer m2.Close()
+	reg, err := os.CreateTemp(t.TempDir(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m3, s3 := openPair(t)
+	defer s3.Close()
+	m4, s4 := openPair(t)
+	defer s4.Close()
+	for _, tc := range []struct {
+		name string
+		fds  []*os.File
+	}{
+		{"none", nil},
+		{"a character device that is not a pty", []*os.File{null}},
+		{"a pty slave", []*os.File{s2}},
+		{"a regular file", []*os.File{reg}},
+		{"two masters", []*os.File{m3, m4}},
+	} {
+		if got, err := checkMaster(tc.fds); err == nil || got != nil {
+			t.Errorf("checkMaster(%s) = %v, %v; want refused", tc.name, got, err)
+		}
+		for _, f := range tc.fds {
+			var st unix.Stat_t
+			if unix.Fstat(int(f.Fd()), &st) == nil {
+				t.Errorf("checkMaster(%s) left %s open", tc.name, f.Name())
+			}
+		}
+	}
+}
+
+// takeMaster accepts descriptors only with a terminal the spec asked for.
+func TestTakeMasterUnrequested(t *testing.T) {
+	m, s := openPair(t)
+	defer s.Close()
+	sb := &linuxSandbox{}
+	if err := sb.takeMaster(sbinitStarted(true), []*os.File{m}); err == nil {
+		t.Errorf("a pty master no terminal was asked for was accepted")
+	}
+	if sb.Master() != nil {
+		t.Errorf("the sandbox kept an unrequested master")
+	}
+	if err := sb.takeMaster(sbinitStarted(false), nil); err != nil {
+		t.Errorf("started without a terminal, none asked for: %v", err)
+	}
+}
+
+func sbinitStarted(tty bool) sbinit.Message { return sbinit.Message{Type: "started", Pid: 2, Tty: tty} }
