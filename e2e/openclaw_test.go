@@ -4,11 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/testkit"
 )
@@ -294,4 +301,158 @@ ln /tmp/a/f "$HOME/cross-mount" 2>/dev/null || echo "cross-mount refused"
 	if errA != nil || errB != nil || !os.SameFile(a, b) {
 		t.Errorf("workspace a/f and b/g are not one file on the host: %v %v", errA, errB)
 	}
+}
+
+// openclawIngress is the cordon config's inbound route to OpenClaw's
+// gateway port, on a free host port (other tests on this host may hold
+// 18789).
+func openclawIngress(hostPort int) string {
+	return fmt.Sprintf("ingress:\n  - name: openclaw\n    port: %d\n    listen: 127.0.0.1:%d\n", openclawPort, hostPort)
+}
+
+// waitHTTP waits until url answers HTTP at all (any status), or a ends.
+func waitHTTP(t *testing.T, a *cordonProc, url string, within time.Duration) {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		select {
+		case <-a.done:
+			t.Fatalf("cordon ended before %s answered\nstderr: %s", url, a.stderr())
+		default:
+		}
+		if resp, err := c.Get(url); err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer in %s\nstderr: %s", url, within, a.stderr())
+}
+
+// chatTurn posts one chat turn to OpenClaw's OpenAI-compatible endpoint
+// at base with token and returns the status and body.
+func chatTurn(t *testing.T, base, token string) (int, string) {
+	t.Helper()
+	body := `{"model":"openclaw","messages":[{"role":"user","content":"say the magic words"}]}`
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 90 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("POST %s/v1/chat/completions: %v", base, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(b)
+}
+
+// The contract's reference fixture, end to end: OpenClaw's gateway runs
+// contained, and from the host, through the declared inbound route, an
+// agent turn completes — answered by the fake upstream through the model
+// broker with the custodied key. Its receipts exist (model and ingress),
+// and a second sandbox cannot reach the route's target: not at
+// 127.0.0.1:18789 (its own loopback) nor at the route's host address,
+// while the host reaches the route (the positive control).
+func TestOpenClawIngress(t *testing.T) {
+	testkit.RequireRoot(t)
+	in := needOpenClaw(t)
+	st := newStateDir(t)
+	up := testkit.NewModelUpstream(t, fakeKey, openclawAnswer)
+	hostPort := freeHostPort(t)
+	cfg := gatewayConfig(t, up.URL(), openclawIngress(hostPort))
+	home := userWorkspace(t)
+	// The documented command: the preset finds OpenClaw (--agent-path) and
+	// Node 24 (first on the caller's PATH), seeds OpenClaw's config into
+	// the agent home and runs its gateway.
+	a := startCordon(t, st, runOpts{env: []string{"PATH=" + in.nodeBin + ":/usr/bin:/bin"}},
+		"run", "--json", "--config", cfg, "--timeout", "180s",
+		"--agent", "openclaw", "--agent-path", in.root, "--agent-home", home, "--", "gateway", "run")
+	route := fmt.Sprintf("http://127.0.0.1:%d", hostPort)
+	t0 := time.Now()
+	waitHTTP(t, a, route+"/", 120*time.Second)
+	t.Logf("the gateway answered through the route after %s", time.Since(t0).Round(time.Second))
+
+	// OpenClaw's own auth still applies through the route.
+	token := seededToken(t, home)
+	if code, body := chatTurn(t, route, ""); code != http.StatusUnauthorized {
+		t.Errorf("a turn without the gateway token through the route = %d %s, want 401", code, body)
+	}
+	code, body := chatTurn(t, route, token)
+	if code != http.StatusOK || !strings.Contains(body, openclawAnswer) {
+		t.Fatalf("turn through the route = %d %s\nupstream saw: %+v\nstderr: %s", code, body, up.Seen(), a.stderr())
+	}
+
+	t.Logf("the turn completed after %s", time.Since(t0).Round(time.Second))
+	// A second sandbox, while the first runs: nothing of the first is
+	// reachable from it, neither the program's port nor the route. Its
+	// own model broker (127.0.0.1:80) is the probe's positive control:
+	// the probe connects where something listens.
+	own := "tcp:127.0.0.1:80"
+	targets := []string{"tcp:127.0.0.1:" + strconv.Itoa(openclawPort), "tcp:127.0.0.1:" + strconv.Itoa(hostPort)}
+	b := cordon(t, cordonBin, newStateDir(t), probeArgs([]string{"--config", gatewayConfig(t, up.URL(), "")}, "connects", append(targets, own)...)...)
+	var reached map[string]string
+	if err := json.Unmarshal([]byte(b.Probe.Data), &reached); err != nil || len(reached) != len(targets)+1 {
+		t.Fatalf("sandbox B's probe: %v %+v\nstderr: %s", err, b.Probe, b.Stderr)
+	}
+	if !strings.HasPrefix(reached[own], "ok") {
+		t.Fatalf("sandbox B's probe could not reach its own gateway at %s (%s): the control failed", own, reached[own])
+	}
+	for _, tg := range targets {
+		if strings.HasPrefix(reached[tg], "ok") {
+			t.Errorf("sandbox B reached %s (%s)", tg, reached[tg])
+		}
+	}
+	// Positive control: the same address from the host is the route.
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), 3*time.Second); err != nil {
+		t.Errorf("the host cannot reach the route it just used: %v", err)
+	} else {
+		c.Close()
+	}
+
+	// End A as a user would (SIGTERM to cordon) and check what it left.
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	res := a.wait(t, time.Minute)
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hostPort), time.Second); err == nil {
+		c.Close()
+		t.Errorf("the route's host address still accepts after the sandbox ended")
+	}
+	checkOpenClawUpstream(t, up)
+	rcs := checkOpenClawReceipts(t, st, res.Outcome.SandboxID)
+	var ingressOK int
+	for _, rc := range rcs {
+		if rc.Broker == "ingress" && rc.Target == "openclaw" && rc.Decision == "allow" {
+			ingressOK++
+		}
+	}
+	if ingressOK < 2 { // the readiness probes, the refused turn and the turn each came in through the route
+		t.Errorf("%d allowed ingress receipts for route openclaw, want one per connection: %+v", ingressOK, rcs)
+	}
+	checkOpenClawState(t, home)
+	if rep := runGC(t, st); len(rep.Reclaimed)+len(rep.Live) != 0 {
+		t.Errorf("after the run, gc found %+v", rep)
+	}
+}
+
+// seededToken is the gateway token the preset seeded into OpenClaw's
+// config in the agent home.
+func seededToken(t *testing.T, home string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(home, ".openclaw/openclaw.json"))
+	if err != nil {
+		t.Fatalf("the preset's seed: %v", err)
+	}
+	var c struct {
+		Gateway struct {
+			Auth struct {
+				Token string `json:"token"`
+			} `json:"auth"`
+		} `json:"gateway"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil || len(c.Gateway.Auth.Token) < 32 {
+		t.Fatalf("the seeded config has no usable gateway token (%v): %s", err, b)
+	}
+	return c.Gateway.Auth.Token
 }
