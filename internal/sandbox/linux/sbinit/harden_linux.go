@@ -165,7 +165,7 @@ func harden(cfg *Config, tm *timings) (int, error) {
 		}
 	}
 	if !skip(cfg, "landlock") && abi > 0 {
-		if err := restrictLandlock(cfg); err != nil {
+		if err := restrictLandlock(cfg, abi); err != nil {
 			return 0, fmt.Errorf("landlock: %w", err)
 		}
 	}
@@ -204,12 +204,26 @@ func dropAllCaps() error {
 // restrictLandlock allows writes only under the writable paths and the
 // few device nodes a program needs; everything else is read-only. It also
 // scopes signals and abstract Unix sockets to the sandbox's own domain.
-func restrictLandlock(cfg *Config) error {
+//
+// The writable paths also get "refer" (ABI 2+): without it a ruleset that
+// handles refer refuses every hard link and rename between two
+// directories with EXDEV, even inside one writable tree, and programs
+// that publish files by linking from a staging directory (OpenClaw's
+// workspace bootstrap) cannot run. Refer never lets a file gain rights: a
+// link or rename is allowed only when the destination grants no more
+// than the source, and every writable path grants the same. Below ABI 2
+// the library would drop Landlock entirely for a rule asking for refer,
+// so the rule asks only where the kernel knows the right.
+func restrictLandlock(cfg *Config, abi int) error {
 	c := landlock.V6.BestEffort()
 	c = landlock.Config{HandledAccessFS: c.HandledAccessFS, Scoped: c.Scoped}.BestEffort()
+	writable := landlock.RWDirs(cfg.WritablePaths...)
+	if abi >= 2 {
+		writable = writable.WithRefer()
+	}
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
-		landlock.RWDirs(cfg.WritablePaths...).IgnoreIfMissing(),
+		writable.IgnoreIfMissing(),
 		landlock.RWDirs("/dev/shm", "/dev/pts").WithIoctlDev().IgnoreIfMissing(),
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty").WithIoctlDev().IgnoreIfMissing(),
 	}
