@@ -26,11 +26,12 @@ const GeminiDefaultModel = "gemini-2.5-pro"
 // but the CLI skips one not owned by uid 0 as it sees it, and host root
 // is not mapped into the sandbox's user namespace. The gateway already
 // sets GOOGLE_GEMINI_BASE_URL and the placeholder GEMINI_API_KEY. The
-// model is GEMINI_MODEL (-m wins over it). The workspace is trusted (GEMINI_CLI_TRUST_WORKSPACE,
-// the env form of --skip-trust), it does not relaunch itself, and its
-// own sandbox (docker, podman or sandbox-exec, which cordon's sandbox
-// could not run) is off: GEMINI_SANDBOX=false, which wins over the
-// tools.sandbox setting; cordon is the boundary.
+// model is GEMINI_MODEL (-m wins over it). The workspace is trusted
+// (GEMINI_CLI_TRUST_WORKSPACE, the variable form of --skip-trust), the
+// CLI does not relaunch itself, and its own sandbox (docker, podman,
+// runsc, lxc or sandbox-exec, which cordon's sandbox could not start) is
+// off: GEMINI_SANDBOX=false, which wins over the tools.sandbox setting;
+// cordon is the boundary.
 func init() {
 	register(&Preset{
 		Name:       "gemini",
