@@ -420,6 +420,10 @@ func TestAgentGeminiInteractive(t *testing.T) {
 	}
 	checkGeminiEnv(t, pid)
 	x.Keys(true, "write the file please")
+	// An Enter within 30 ms of typed text is a newline to the CLI (its
+	// paste guard), and a loaded relay may deliver both at once: press it
+	// only once the text is on screen.
+	x.WaitFor(`> write the file please`, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	x.Keys(false, "Enter")
 	// The CLI asks before it runs a shell command: answer as a person
