@@ -345,6 +345,9 @@ func TestAgentGeminiPresetOneShot(t *testing.T) {
 	checkGeminiUpstream(t, up, 0, agent.GeminiDefaultModel)
 	checkNoKey(t, home)
 	checkNoKey(t, ws)
+	if strings.Contains(r.Stderr, "can trap a host user") {
+		t.Errorf("the trap scan reported what the CLI left in its home or the workspace:\n%s", r.Stderr)
+	}
 	settings := filepath.Join(home, ".gemini", "settings.json")
 	b, err := os.ReadFile(settings)
 	if err != nil || !strings.Contains(string(b), `"gemini-api-key"`) || !strings.Contains(string(b), `"usageStatisticsEnabled": false`) {
@@ -373,8 +376,8 @@ func TestAgentGeminiPresetOneShot(t *testing.T) {
 	}
 	before = len(up.Seen())
 	r = run("-p", "say the magic words")
-	if r.Code == 0 || strings.Contains(r.Stdout, answer) {
-		t.Fatalf("with the auth setting removed the CLI answered (%d): %s", r.Code, r.Stdout)
+	if r.Code != 41 || strings.Contains(r.Stdout, answer) {
+		t.Fatalf("with the auth setting removed = %d (want 41, the CLI's \"Invalid auth method\"): %s %s", r.Code, r.Stdout, r.Stderr)
 	}
 	if b, _ := os.ReadFile(settings); string(b) != "{}" {
 		t.Errorf("cordon replaced the agent's settings.json: %q", b)
