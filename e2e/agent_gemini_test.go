@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/agent"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/testkit"
 )
@@ -259,4 +263,225 @@ func cordonGemini(t *testing.T, state string, args ...string) result {
 		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
 	}
 	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String(), "")
+}
+
+// checkGeminiEnv reads the running CLI's environment from the host: the
+// placeholder key, never the custodied one, HOME and GEMINI_CLI_HOME at
+// the agent home, and the CLI's own sandbox off.
+func checkGeminiEnv(t *testing.T, pid int) {
+	t.Helper()
+	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		t.Fatalf("read the agent's environment: %v", err)
+	}
+	if strings.Contains(string(env), fakeKey) {
+		t.Errorf("the custodied key is in the agent's environment")
+	}
+	vars := strings.Split(string(env), "\x00")
+	for _, want := range []string{"GEMINI_API_KEY=" + gateway.PlaceholderGeminiKey, "HOME=/agent-home", "GEMINI_CLI_HOME=/agent-home", "GEMINI_SANDBOX=false"} {
+		if !slices.Contains(vars, want) {
+			t.Errorf("the agent's environment lacks %s: %q", want, vars)
+		}
+	}
+}
+
+// checkGeminiUpstream: every request the upstream saw carried the
+// custodied key as x-goog-api-key (never the placeholder, never ?key=),
+// for model; at least one generateContent.
+func checkGeminiUpstream(t *testing.T, up *testkit.ModelUpstream, from int, model string) {
+	t.Helper()
+	n := 0
+	for _, s := range up.Seen()[from:] {
+		if strings.Contains(s.Path, "enerateContent") {
+			n++
+		}
+		if s.GoogKey != fakeKey || strings.Contains(s.Query, "key=") || s.Auth != "" {
+			t.Errorf("upstream request %s carried x-goog-api-key %q, query %q: want the custodied key only", s.Path, s.GoogKey, s.Query)
+		}
+		if s.Model != model {
+			t.Errorf("upstream request %s for model %q, want %q", s.Path, s.Model, model)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the upstream saw no generateContent request: %+v", up.Seen()[from:])
+	}
+}
+
+// geminiSessions are the session files the CLI keeps in home.
+func geminiSessions(home string) []string {
+	var out []string
+	_ = filepath.WalkDir(filepath.Join(home, ".gemini", "tmp"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.Contains(p, "/chats/") {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// One command: `cordon run --agent gemini -- -p …` finds the install,
+// seeds the settings the CLI needs (API-key auth) in the agent home, and
+// its request reaches the fake upstream through the broker for the
+// preset's default model with the custodied key; the user's -m wins.
+// Positive control: with the seeded settings replaced by an empty file
+// (the agent's own, left alone by the seed), the CLI refuses to start
+// for want of an auth method, so the seed is what makes it work.
+func TestAgentGeminiPresetOneShot(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := geminiDir(t)
+	st := newStateDir(t)
+	const answer = "gemini-preset-answer-31"
+	up := testkit.NewModelUpstream(t, fakeKey, answer)
+	cfg := geminiConfig(t, up.URL())
+	home, ws := agentHome(t), workspace(t)
+	run := func(args ...string) result {
+		return cordonGemini(t, st, append([]string{"run", "--agent", "gemini", "--agent-path", dir, "--agent-home", home,
+			"--workspace", ws, "--config", cfg, "--timeout", "120s", "--"}, args...)...)
+	}
+	r := run("-p", "say the magic words")
+	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
+		t.Fatalf("cordon run --agent gemini -- -p = %d\nstdout: %s\nstderr: %s\nupstream saw: %+v", r.Code, r.Stdout, r.Stderr, up.Seen())
+	}
+	checkGeminiUpstream(t, up, 0, agent.GeminiDefaultModel)
+	checkNoKey(t, home)
+	checkNoKey(t, ws)
+	if strings.Contains(r.Stderr, "can trap a host user") {
+		t.Errorf("the trap scan reported what the CLI left in its home or the workspace:\n%s", r.Stderr)
+	}
+	settings := filepath.Join(home, ".gemini", "settings.json")
+	b, err := os.ReadFile(settings)
+	if err != nil || !strings.Contains(string(b), `"gemini-api-key"`) || !strings.Contains(string(b), `"usageStatisticsEnabled": false`) {
+		t.Fatalf("seeded settings.json = %q, %v", b, err)
+	}
+	if fi, err := os.Lstat(settings); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(wsOwner) {
+		t.Errorf("settings.json %v %v: want it owned by the home's owner %d", fi, err, wsOwner)
+	}
+	rc := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "model")
+	if geminiReceipts(t, rc.Stdout, "allow") == 0 || strings.Contains(rc.Stdout, fakeKey) {
+		t.Errorf("receipts: want allowed gemini receipts without the key:\n%s", rc.Stdout)
+	}
+
+	// The user's -m wins over the preset's default.
+	before := len(up.Seen())
+	r = run("-m", "gemini-2.5-flash", "-p", "say the magic words")
+	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
+		t.Fatalf("with -m: %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	checkGeminiUpstream(t, up, before, "gemini-2.5-flash")
+
+	// Control: the agent's own settings.json (here empty) is never
+	// replaced, and without the auth setting the CLI does not start.
+	if err := os.WriteFile(settings, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before = len(up.Seen())
+	r = run("-p", "say the magic words")
+	if r.Code != 41 || strings.Contains(r.Stdout, answer) {
+		t.Fatalf("with the auth setting removed = %d (want 41, the CLI's \"Invalid auth method\"): %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if b, _ := os.ReadFile(settings); string(b) != "{}" {
+		t.Errorf("cordon replaced the agent's settings.json: %q", b)
+	}
+	if n := len(up.Seen()) - before; n != 0 {
+		t.Errorf("the upstream saw %d requests from a CLI without auth", n)
+	}
+	t.Logf("without the auth setting: %d %s", r.Code, strings.TrimSpace(r.Stderr))
+}
+
+// Interactive, in a real terminal: the UI comes up with no auth, theme
+// or trust dialog; a typed prompt makes the fake model call
+// run_shell_command; the CLI asks before running it and the test answers
+// the dialog with Enter ("Allow once"), as a person would; the command
+// writes a file in the workspace, read on the host; the tool's output
+// goes back through the broker and the answer shows on screen. The key
+// is in neither the CLI's environment (/proc/PID/environ, read from the
+// host) nor any file of its home or the workspace. A second run resumes
+// the session from the agent home: its request carries the first turns.
+func TestAgentGeminiInteractive(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := geminiDir(t)
+	st := newStateDir(t)
+	up := testkit.NewModelUpstream(t, fakeKey, "unused")
+	up.ToolName = "run_shell_command"
+	up.ToolInput = `{"command":"echo written-by-gemini > /workspace/made-by-gemini.txt && echo wrote-it"}`
+	cfg := geminiConfig(t, up.URL())
+	home, ws := agentHome(t), workspace(t)
+	x := testkit.NewTmux(t, 120, 40, []string{"GEMINI_API_KEY=" + fakeKey}, cordonBin, "--state-dir", st, "run", "--agent", "gemini",
+		"--agent-path", dir, "--agent-home", home, "--workspace", ws, "--config", cfg, "--timeout", "180s")
+	screen := x.WaitFor(`Type your message`, 90*time.Second)
+	for _, bad := range []string{"authenticate", "Select Theme", "Do you trust", "Invalid auth", "Sign in"} {
+		if strings.Contains(screen, bad) {
+			t.Fatalf("first screen shows %q:\n%s", bad, screen)
+		}
+	}
+	pid := descendantRunning(x.PID(), "node")
+	if pid == 0 {
+		t.Fatal("no Gemini CLI (node) process below the terminal")
+	}
+	if cl, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); !strings.Contains(string(cl), geminiEntry) {
+		t.Fatalf("the node below the terminal runs %q, not the CLI", cl)
+	}
+	checkGeminiEnv(t, pid)
+	x.Keys(true, "write the file please")
+	// An Enter within 30 ms of typed text is a newline to the CLI (its
+	// paste guard), and a loaded relay may deliver both at once: press it
+	// only once the text is on screen.
+	x.WaitFor(`> write the file please`, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	x.Keys(false, "Enter")
+	// The CLI asks before it runs a shell command: answer as a person
+	// would (Enter takes the first choice, "Allow once").
+	screen = x.WaitFor(`(?i)allow once|the tool said`, 90*time.Second)
+	asked := false
+	for i := 0; i < 10 && !strings.Contains(screen, "the tool said"); i++ {
+		time.Sleep(time.Second) // the dialog takes keys once drawn
+		if strings.Contains(strings.ToLower(x.Screen()), "allow once") {
+			asked = true
+			x.Keys(false, "Enter")
+		}
+		screen = x.Screen()
+	}
+	screen = x.WaitFor(`the tool said:`, 60*time.Second)
+	if !asked {
+		t.Errorf("the CLI ran the shell command without asking (its approval mode is the user's, default: ask):\n%s", screen)
+	}
+	if !strings.Contains(screen, "Output: wrote-it") {
+		t.Errorf("the answer on screen does not carry the tool's output:\n%s", screen)
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "made-by-gemini.txt"))
+	if err != nil || strings.TrimSpace(string(b)) != "written-by-gemini" {
+		t.Fatalf("the file the CLI's shell tool wrote, read on the host: %q %v\nscreen:\n%s", b, err, screen)
+	}
+	if res := up.ToolResults(); len(res) == 0 || !strings.Contains(strings.Join(res, ""), "wrote-it") {
+		t.Errorf("tool results the model got: %q", res)
+	}
+	checkGeminiUpstream(t, up, 0, agent.GeminiDefaultModel)
+	checkNoKey(t, home)
+	checkNoKey(t, ws)
+	x.Type("/quit")
+	time.Sleep(300 * time.Millisecond)
+	x.Keys(false, "Enter")
+	x.WaitExit(30 * time.Second)
+
+	// State survives: the session is in the agent home, and a second
+	// (one-shot) run resumes it, so its request carries the first turns.
+	if s := geminiSessions(home); len(s) == 0 {
+		t.Fatalf("no session under %s/.gemini/tmp after the first run", home)
+	}
+	up.ToolName = "" // the first run has ended: no request is in flight
+	before := len(up.Seen())
+	r := cordonGemini(t, st, "run", "--agent", "gemini", "--agent-path", dir, "--agent-home", home, "--workspace", ws,
+		"--config", cfg, "--timeout", "120s", "--", "--resume", "latest", "-p", "again")
+	if r.Code != 0 {
+		t.Fatalf("second run: %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	most := 0
+	for _, s := range up.Seen()[before:] {
+		if strings.Contains(s.Path, "enerateContent") {
+			most = max(most, s.Messages)
+		}
+	}
+	if most < 4 {
+		t.Fatalf("the resumed session's request carried %d contents, want the first run's turns too (>= 4)", most)
+	}
 }

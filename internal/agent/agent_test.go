@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,5 +188,40 @@ func TestBuiltinConfigsMatchExamples(t *testing.T) {
 func TestLookupUnknown(t *testing.T) {
 	if _, err := Lookup("nope"); err == nil || !strings.Contains(err.Error(), "claude") {
 		t.Errorf("Lookup(nope) = %v, want the known presets listed", err)
+	}
+}
+
+// The Gemini preset: its own sandbox off, its home at the agent home, a
+// default model, and the settings seed (API-key auth, no usage reports,
+// no update checks) in .gemini/, created with the directory.
+func TestGeminiPreset(t *testing.T) {
+	p, err := Lookup("gemini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.Plan(&Install{Program: "/opt/g/node_modules/@google/gemini-cli/bundle/gemini.js", Modules: "/opt/g/node_modules", Runtime: "/usr/bin/node"}, "/srv/home", []string{"-p", "hi"})
+	for _, want := range []string{"GEMINI_CLI_HOME=" + HomeTarget, "GEMINI_SANDBOX=false", "GEMINI_CLI_TRUST_WORKSPACE=true", "GEMINI_MODEL=" + GeminiDefaultModel} {
+		if !slices.Contains(s.Env, want) {
+			t.Errorf("env %q lacks %s", s.Env, want)
+		}
+	}
+	if strings.Join(s.Argv, " ") != "/opt/g/node_modules/@google/gemini-cli/bundle/gemini.js -p hi" {
+		t.Errorf("argv = %q", s.Argv)
+	}
+	home := t.TempDir()
+	if wrote, err := p.Seed(home); err != nil || len(wrote) != 1 {
+		t.Fatalf("Seed = %v, %v", wrote, err)
+	}
+	var m struct {
+		Security struct {
+			Auth struct{ SelectedType string } `json:"auth"`
+		} `json:"security"`
+		Privacy struct{ UsageStatisticsEnabled *bool } `json:"privacy"`
+		General struct{ EnableAutoUpdate *bool }       `json:"general"`
+	}
+	b, _ := os.ReadFile(filepath.Join(home, ".gemini", "settings.json"))
+	if err := json.Unmarshal(b, &m); err != nil || m.Security.Auth.SelectedType != "gemini-api-key" ||
+		m.Privacy.UsageStatisticsEnabled == nil || *m.Privacy.UsageStatisticsEnabled || m.General.EnableAutoUpdate == nil || *m.General.EnableAutoUpdate {
+		t.Errorf("settings.json = %s (%v)", b, err)
 	}
 }

@@ -48,8 +48,8 @@ type SeenRequest struct {
 	Stream    bool
 	UserAgent string
 	Tools     []string
-	// Messages is how many messages (Anthropic, Chat) or input items
-	// (Responses) the request carried: a continued session sends the
+	// Messages is how many messages (Anthropic, Chat), input items
+	// (Responses) or contents (Gemini) the request carried: a continued session sends the
 	// earlier turns again.
 	Messages int
 }
@@ -331,7 +331,7 @@ func (f *ModelUpstream) serveGemini(w http.ResponseWriter, r *http.Request, body
 	f.mu.Lock()
 	f.requests = append(f.requests, SeenRequest{Path: r.URL.Path, Query: r.URL.RawQuery, APIKey: r.Header.Get("x-api-key"),
 		Auth: r.Header.Get("Authorization"), GoogKey: r.Header.Get("x-goog-api-key"), Model: model, Stream: stream,
-		UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(tools)})
+		UserAgent: r.Header.Get("User-Agent"), Tools: toolNames(tools), Messages: len(req.Contents)})
 	f.mu.Unlock()
 	if r.Header.Get("x-goog-api-key") != f.key || r.URL.Query().Has("key") || r.Header.Get("Authorization") != "" {
 		w.Header().Set("Content-Type", "application/json")

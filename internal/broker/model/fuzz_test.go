@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,6 +88,8 @@ func FuzzRequestGuard(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"type":"image_generation","input_image_mask":{"image_url":"https://x/m.png"}}]}`))
 	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"type":"shell","environment":{"type":"container_auto"}}],"background":true}`))
 	f.Add([]byte(`{"model":"m","messages":[{"content":[{"type":"tool_use","input":{"image_url":"https://x/"}},{"type":"text","input":{"file_url":"https://x/"}}]}]}`))
+	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"f"},{"type":"custom","name":"c"}]}]}`))
+	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"f"}],"t\u006fols":[{"type":"web_search"}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		lim := testLimits()
 		for i := range endpoints {
@@ -120,9 +123,45 @@ func FuzzRequestGuard(f *testing.F) {
 			if ref := providerReference(m, false); ref != "" {
 				t.Fatalf("%s: guard accepted %q, which holds %s", ep.path, body, ref)
 			}
+			if tool := hostedTool(m, ep); tool != "" {
+				t.Fatalf("%s: guard accepted %q, which declares %s", ep.path, body, tool)
+			}
 			checkCapEdits(t, body, m, &info, ep)
 		}
 	})
+}
+
+// hostedTool is the fuzz oracle for the tool rule on the OpenAI
+// endpoints, over encoding/json's reading: it names a declared tool whose
+// type the endpoint does not admit, or a Responses namespace that holds
+// anything but function and custom tools, or returns "".
+func hostedTool(m map[string]any, ep *endpoint) string {
+	if ep.api != apiOpenAI {
+		return ""
+	}
+	allowed := chatTools
+	if ep.resp {
+		allowed = responsesTools
+	}
+	tools, _ := m["tools"].([]any)
+	for _, t := range tools {
+		o, _ := t.(map[string]any)
+		typ, _ := o["type"].(string)
+		if ep.resp && typ == "namespace" {
+			nested, _ := o["tools"].([]any)
+			for _, n := range nested {
+				no, _ := n.(map[string]any)
+				if nt, _ := no["type"].(string); nt != "function" && nt != "custom" {
+					return fmt.Sprintf("a namespace holding a tool of type %q", nt)
+				}
+			}
+			continue
+		}
+		if !slices.Contains(allowed, typ) {
+			return fmt.Sprintf("a tool of type %q", typ)
+		}
+	}
+	return ""
 }
 
 // providerReference is the fuzz oracle for the fetch rule, written

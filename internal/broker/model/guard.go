@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path"
+	"slices"
 )
 
 // reqInfo is what the request guard learned from a body. The guard reads,
@@ -224,12 +225,69 @@ func (g *guard) tools(s *jscan) error {
 		if s.peek() != '{' {
 			return refuse(kindInvalid, `every member of "tools" must be an object`)
 		}
+		start := s.i
 		l, err := g.object(s)
 		if err != nil {
 			return err
 		}
+		if g.ep != nil && g.ep.resp && !l.typNull && string(l.typ) == "namespace" && l.envType == nil {
+			return g.namespace(s.b[start:s.i])
+		}
 		return g.toolAllowed(l)
 	})
+}
+
+// namespaceTools are the tool types a Responses "namespace" may group:
+// client tools the agent runs itself. Nothing else nests, not even the
+// client built-ins allowed at the top level (the API groups functions).
+var namespaceTools = []string{"function", "custom"}
+
+// namespace checks a Responses "namespace" tool, obj (already walked by
+// object, which counted its references): a named group of tools, as
+// Codex CLI declares its own (mcp__codex_tui). It is a client tool only
+// when every tool in its one "tools" array is a function or custom tool;
+// a hosted tool nested in it (web_search, file_search, mcp,
+// code_interpreter, computer use, image generation), another namespace
+// or a type not known refuses it, as at the top level.
+func (g *guard) namespace(obj []byte) error {
+	s := jscan{b: obj}
+	n := 0
+	err := s.object(func(k []byte, esc bool) error {
+		if string(text(k, esc)) != "tools" {
+			return s.skip()
+		}
+		if n++; n > 1 {
+			return refuse(kindInvalid, `duplicate member "tools" in a namespace tool`)
+		}
+		if s.peek() != '[' {
+			return refuse(kindInvalid, `a namespace tool's "tools" must be an array`)
+		}
+		return s.array(func() error {
+			if s.peek() != '{' {
+				return refuse(kindInvalid, `every member of a namespace tool's "tools" must be an object`)
+			}
+			sub := guard{lim: g.lim, ep: g.ep} // its references were counted by the first walk
+			l, err := sub.object(&s)
+			if err != nil {
+				return err
+			}
+			if l.seen&mType != 0 && !l.typNull && l.typ != nil && l.envType == nil && slices.Contains(namespaceTools, string(l.typ)) {
+				return nil
+			}
+			name := "(none)"
+			if l.typ != nil {
+				name = quoteForMessage(l.typ)
+			}
+			return refuse(kindForbidden, "tool type "+name+" in a namespace is not allowed: "+serverSideRule)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return refuse(kindInvalid, `a namespace tool needs a "tools" array`)
+	}
+	return nil
 }
 
 // toolChoice checks an OpenAI tool_choice object: a hosted tool it forces

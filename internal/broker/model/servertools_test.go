@@ -28,6 +28,10 @@ func TestServerSideToolsRefused(t *testing.T) {
 	rtool := func(t string) string {
 		return `{"model":"gpt-5","input":"hi","tools":[{"type":"function","name":"ok","parameters":{}},` + t + `]}`
 	}
+	// ns is a namespace tool holding a client function and t.
+	ns := func(t string) string {
+		return `{"type":"namespace","name":"mcp__x","description":"d","tools":[{"type":"function","name":"f","parameters":{"type":"object"}},` + t + `]}`
+	}
 	tests := []struct {
 		name, path, body string
 		status           int
@@ -78,6 +82,28 @@ func TestServerSideToolsRefused(t *testing.T) {
 		{"responses screenshot by file", resp, `{"model":"gpt-5","input":[{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","file_id":"file-1"}}]}`, 403, "file"},
 		{"responses screenshot by url", resp, `{"model":"gpt-5","input":[{"type":"computer_call_output","call_id":"c","output":{"type":"computer_screenshot","image_url":"https://evil.example/?d=secret"}}]}`, 403, "remote URL"},
 		{"responses file_ids", resp, `{"model":"gpt-5","input":"hi","text":{"file_ids":["file-1"]}}`, 403, "file_id"},
+
+		// A Responses namespace groups client functions; a server-side
+		// tool may not hide in one.
+		{"namespace web_search", resp, rtool(ns(`{"type":"web_search"}`)), 403, `"web_search"`},
+		{"namespace file_search", resp, rtool(ns(`{"type":"file_search","vector_store_ids":["vs_1"]}`)), 403, `"file_search"`},
+		{"namespace mcp", resp, rtool(ns(`{"type":"mcp","server_label":"gmail","connector_id":"connector_gmail"}`)), 403, `"mcp"`},
+		{"namespace code_interpreter", resp, rtool(ns(`{"type":"code_interpreter","container":{"type":"auto"}}`)), 403, `"code_interpreter"`},
+		{"namespace computer_use", resp, rtool(ns(`{"type":"computer_use_preview","display_width":1024,"display_height":768,"environment":"linux"}`)), 403, `"computer_use_preview"`},
+		{"namespace image_generation", resp, rtool(ns(`{"type":"image_generation"}`)), 403, `"image_generation"`},
+		{"namespace shell with a hosted environment", resp, rtool(ns(`{"type":"function","name":"g","environment":{"type":"container_auto"}}`)), 403, "namespace"},
+		{"namespace escaped type", resp, rtool(ns(`{"type":"web_\u0073earch"}`)), 403, `"web_search"`},
+		{"namespace in a namespace", resp, rtool(ns(ns(`{"type":"function","name":"g"}`))), 403, `"namespace"`},
+		{"namespace unknown type", resp, rtool(ns(`{"type":"browse_2027","name":"b"}`)), 403, `"browse_2027"`},
+		{"namespace tool without type", resp, rtool(ns(`{"name":"g"}`)), 403, "(none)"},
+		{"namespace tool with null type", resp, rtool(ns(`{"type":null,"name":"g"}`)), 403, "(none)"},
+		{"namespace duplicate tools", resp, rtool(`{"type":"namespace","name":"n","tools":[{"type":"function","name":"f"}],"tools":[{"type":"web_search"}]}`), 400, "duplicate"},
+		{"namespace escaped duplicate tools", resp, rtool(`{"type":"namespace","name":"n","tools":[{"type":"function","name":"f"}],"t\u006fols":[{"type":"web_search"}]}`), 400, "duplicate"},
+		{"namespace tools not an array", resp, rtool(`{"type":"namespace","name":"n","tools":{"type":"web_search"}}`), 400, "array"},
+		{"namespace tool not an object", resp, rtool(`{"type":"namespace","name":"n","tools":["web_search"]}`), 400, "object"},
+		{"namespace without tools", resp, rtool(`{"type":"namespace","name":"n"}`), 400, "tools"},
+		{"namespace in chat", chat, `{"model":"gpt-4o","tools":[{"type":"namespace","name":"n","tools":[{"type":"function","name":"f"}]}],"messages":[]}`, 403, `"namespace"`},
+		{"namespace forced by tool_choice", resp, `{"model":"gpt-5","input":"hi","tool_choice":{"type":"namespace","name":"n"}}`, 403, `"namespace"`},
 	}
 	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
 		t.Errorf("upstream reached for a refused request: %s", body)
@@ -144,6 +170,9 @@ func TestClientToolsPass(t *testing.T) {
 			`{"type":"function","name":"f","parameters":{}},{"type":"custom","name":"c"},{"type":"local_shell"},` +
 			`{"type":"computer_use_preview","display_width":1024,"display_height":768,"environment":"linux"},{"type":"apply_patch"},{"type":"shell"},{"type":"image_generation"}],` +
 			`"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"f"}]},"input":"hi"}`},
+		{"responses namespace of client tools", "/v1/responses", `{"model":"gpt-5","max_output_tokens":50,"tools":[{"type":"function","name":"exec_command","parameters":{}},` +
+			`{"type":"namespace","name":"mcp__codex_tui","description":"Codex's own tools","tools":[{"type":"function","name":"create_thread","strict":false,"parameters":{"type":"object","properties":{"file_id":{"type":"string"}}}},{"type":"custom","name":"c"}]},` +
+			`{"type":"namespace","name":"empty","tools":[]}],"tool_choice":"auto","input":"hi"}`},
 		{"responses forced image_generation", "/v1/responses", `{"model":"gpt-5","max_output_tokens":50,"tools":[{"type":"image_generation"}],"tool_choice":{"type":"image_generation"},"input":"hi"}`},
 	}
 	for _, tt := range tests {
