@@ -38,6 +38,15 @@ func TestGatewayProcessUnprivileged(t *testing.T) {
 	if gw == 0 {
 		t.Fatal("no cordon-gateway child of cordon found")
 	}
+	// The program runs only once every gateway process is placed and
+	// ready: read the gateway's state from then on (a process just
+	// forked is still in cordon's own groups until it is placed, before
+	// it reads its configuration or any agent byte).
+	for deadline := time.Now().Add(10 * time.Second); descendantRunning(cmd.Process.Pid, "/bin/sleep") == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the program did not start within 10s")
+		}
+	}
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(gw), "status"))
 	if err != nil {
 		t.Fatal(err)
