@@ -333,8 +333,10 @@ func runCompromised(t *testing.T, st, cfg string, spec []byte) (*compromiseRepor
 		<-done
 		t.Fatal("cordon run did not finish in 2 minutes")
 	}
+	// The hook reports on the broker process's stderr, which goes to
+	// cordon's stderr until the program starts and to the run log after.
 	var rep *compromiseReport
-	for _, l := range strings.Split(stderr.String(), "\n") {
+	for _, l := range strings.Split(logText(result{Stderr: stderr.String()}), "\n") {
 		if i := strings.Index(l, compromiseMarker); i >= 0 {
 			rep = &compromiseReport{}
 			if err := json.Unmarshal([]byte(l[i+len(compromiseMarker):]), rep); err != nil {
