@@ -70,24 +70,36 @@ func listenIngress(routes []ingress.Route) ([]*os.File, []string, error) {
 }
 
 // ingressDial is the ingress broker's dial policy: 127.0.0.1 at a
-// declared route's port, nothing else, never a name.
-type ingressDial struct{ ports map[int]bool }
+// declared route's port, nothing else, never a name — and only for a
+// connection the authority admitted (gate: one dial per admission).
+type ingressDial struct {
+	ports map[int]bool
+	gate  *ingressGate
+}
 
-func newIngressDial(routes []ingress.Route) ingressDial {
-	d := ingressDial{ports: map[int]bool{}}
+func newIngressDial(routes []ingress.Route, gate *ingressGate) ingressDial {
+	d := ingressDial{ports: map[int]bool{}, gate: gate}
 	for _, r := range routes {
 		d.ports[r.Port] = true
 	}
 	return d
 }
 
+// ReasonNotAdmitted refuses an ingress dial no admitted connection
+// holds: the ingress broker process dialled without asking the authority.
+const ReasonNotAdmitted = "not-admitted"
+
 var loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
-// Plan allows 127.0.0.1:<declared port> only.
+// Plan allows 127.0.0.1:<declared port> only, once per connection the
+// authority admitted to that port.
 func (d ingressDial) Plan(_ context.Context, host string, port int) ([]netip.AddrPort, error) {
 	a, err := netip.ParseAddr(host)
 	if err != nil || a.Unmap() != loopback4 || !d.ports[port] {
 		return nil, &dial.Refused{Broker: ingress.Name, Target: net.JoinHostPort(host, strconv.Itoa(port)), Why: dial.ReasonNotDeclared}
+	}
+	if !d.gate.take(port) {
+		return nil, &dial.Refused{Broker: ingress.Name, Target: net.JoinHostPort(host, strconv.Itoa(port)), Why: ReasonNotAdmitted}
 	}
 	return []netip.AddrPort{netip.AddrPortFrom(loopback4, uint16(port))}, nil
 }

@@ -14,7 +14,9 @@ import (
 // The dial policy of the ingress broker: 127.0.0.1 at a declared port,
 // nothing else (no other port, no other address, no name, no resolution).
 func TestIngressDialPolicy(t *testing.T) {
-	d := newIngressDial([]ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}})
+	routes := []ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}}
+	gate := newIngressGate(routes)
+	d := newIngressDial(routes, gate)
 	ctx := context.Background()
 	for _, c := range []struct {
 		host string
@@ -31,7 +33,9 @@ func TestIngressDialPolicy(t *testing.T) {
 		{"10.0.0.1", 18789, false},
 		{"localhost", 18789, false},
 	} {
+		gate.grant(1, c.port) // an admitted connection: the address decides
 		plan, err := d.Plan(ctx, c.host, c.port)
+		gate.revoke(1)
 		var r *dial.Refused
 		switch {
 		case c.ok && (err != nil || len(plan) != 1 || plan[0].String() != "127.0.0.1:"+strconv.Itoa(c.port)):
