@@ -103,3 +103,26 @@ func (s *Authority) checkIngress(ask crossing.Ask) error {
 	}
 	return nil
 }
+
+// ingressReceipt holds an ingress receipt to what this side knows: the
+// action is connect, the route one the sandbox declares and, for the
+// receipt of an admitted connection (id, still open), the route the
+// authority admitted — whatever the unprivileged process wrote.
+func (s *Authority) ingressReceipt(rc *crossing.Receipt, id int64, settles bool) error {
+	rc.Action = ingress.ReceiptAction
+	if settles {
+		s.mu.Lock()
+		oc, ok := s.open[id]
+		s.mu.Unlock()
+		if ok && oc.ask != nil {
+			rc.Target = oc.ask.Target
+		}
+	}
+	if s.ingress == nil {
+		return fmt.Errorf("%w: record: the sandbox declares no ingress route", crossing.ErrPolicyDenied)
+	}
+	if _, ok := s.ingress.routes[rc.Target]; !ok {
+		return fmt.Errorf("%w: record: no ingress route is named %q", crossing.ErrPolicyDenied, clipID(rc.Target))
+	}
+	return nil
+}

@@ -100,3 +100,55 @@ func TestIngressDialNeedsAnAdmittedConnection(t *testing.T) {
 		t.Errorf("an ingress connection of a sandbox without routes = %v, want ErrPolicyDenied", err)
 	}
 }
+
+// A compromised ingress broker process writes its connections' receipts.
+// It could name another route (or another action) than the connection
+// the authority admitted — a connection through "ui" receipted as one
+// through "admin" — and record refusals of routes the sandbox does not
+// declare. Now an admitted connection's receipt carries the route the
+// authority admitted and the action connect, and a refusal must name a
+// declared route. Observed in the store; the control is the honest
+// receipts, written as sent.
+func TestIngressReceiptNamesTheAdmittedRoute(t *testing.T) {
+	st := testStore(t)
+	id := crossing.Identity{Workload: "w", Tenant: "t", Purpose: "p", SandboxID: "sb-ingress-receipt"}
+	routes := []ingress.Route{{Name: "ui", Port: 18789, MaxConcurrent: 4}, {Name: "admin", Port: 9000, MaxConcurrent: 4}}
+	srv := &Authority{Store: st, ID: id, ingress: newIngressGate(routes)}
+	c := connect(t, srv)
+	ctx := context.Background()
+	ask := crossing.WithAsk(ctx, crossing.Ask{Action: ingress.Action, Resource: ingress.Resource, Target: "ui", Port: 18789})
+	cross := func(target, action string) *crossing.Receipt {
+		t.Helper()
+		r, _, err := c.Reserve(ask, id, ingress.Name, crossing.Amount{IngressConnections: 1}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := crossing.Receipt{Broker: ingress.Name, Action: action, Target: target, Client: "127.0.0.1:40000", Decision: crossing.Allow, Reason: ingress.ReasonOK}
+		if _, err := c.SettleRecord(ctx, r, crossing.Amount{IngressConnections: 1}, rc); err != nil {
+			t.Fatal(err)
+		}
+		return lastReceipt(t, st)
+	}
+	if rc := cross("ui", ingress.ReceiptAction); rc.Target != "ui" || rc.Action != ingress.ReceiptAction {
+		t.Fatalf("control: honest receipt = %s %s", rc.Action, rc.Target)
+	}
+	if rc := cross("admin", "bind"); rc.Target != "ui" || rc.Action != ingress.ReceiptAction {
+		t.Errorf("receipt of a ui connection sent as %q %q = %s %s, want connect ui", "bind", "admin", rc.Action, rc.Target)
+	}
+
+	deny := func(target string) error {
+		return c.Record(ctx, crossing.Receipt{Broker: ingress.Name, Action: ingress.ReceiptAction, Target: target, Decision: crossing.Deny, Reason: ingress.ReasonConcurrencyLimit})
+	}
+	if err := deny("admin"); err != nil {
+		t.Fatalf("control: refusal of a declared route: %v", err)
+	}
+	if rc := lastReceipt(t, st); rc.Target != "admin" || rc.Decision != crossing.Deny {
+		t.Fatalf("control: refusal receipt = %+v", rc)
+	}
+	if err := deny("not-a-route"); err == nil {
+		t.Error("refusal of an undeclared route recorded; want it refused")
+	}
+	if rc := lastReceipt(t, st); rc.Target == "not-a-route" {
+		t.Errorf("the store holds a receipt of an undeclared route: %+v", rc)
+	}
+}
