@@ -80,7 +80,12 @@ type ingressDial struct {
 func newIngressDial(routes []ingress.Route, gate *ingressGate) ingressDial {
 	d := ingressDial{ports: map[int]bool{}, gate: gate}
 	for _, r := range routes {
-		d.ports[r.Port] = true
+		// Never the gateway's own listeners inside the sandbox (80–83,
+		// and nothing but them below 1024: the program cannot listen
+		// there); the configuration refuses such a route too.
+		if r.Port >= 1024 {
+			d.ports[r.Port] = true
+		}
 	}
 	return d
 }

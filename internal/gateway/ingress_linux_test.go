@@ -14,7 +14,9 @@ import (
 // The dial policy of the ingress broker: 127.0.0.1 at a declared port,
 // nothing else (no other port, no other address, no name, no resolution).
 func TestIngressDialPolicy(t *testing.T) {
-	routes := []ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}}
+	// "m" leads to the model broker's port: refused whatever the
+	// configuration says (the gateway's own listeners are no route).
+	routes := []ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}, {Name: "m", Port: ModelPort}, {Name: "s", Port: StatePort}}
 	gate := newIngressGate(routes)
 	d := newIngressDial(routes, gate)
 	ctx := context.Background()
@@ -32,6 +34,8 @@ func TestIngressDialPolicy(t *testing.T) {
 		{"0.0.0.0", 18789, false},
 		{"10.0.0.1", 18789, false},
 		{"localhost", 18789, false},
+		{"127.0.0.1", ModelPort, false},
+		{"127.0.0.1", StatePort, false},
 	} {
 		gate.grant(1, c.port) // an admitted connection: the address decides
 		plan, err := d.Plan(ctx, c.host, c.port)

@@ -347,7 +347,9 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 			// The listener is opened by root: a client may not have it take
 			// a port below 1024, which only root can bind and which local
 			// programs trust as root's (a client could otherwise stand in
-			// for the host's sshd, DNS or HTTPS on loopback).
+			// for the host's sshd, DNS or HTTPS on loopback). The default
+			// listen, 127.0.0.1:<port>, passes: a route's sandbox port is
+			// 1024 or more (config).
 			if p := r.Listen.Port(); p != 0 && p < firstUnprivilegedPort {
 				return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "ingress %s: listen %s is a privileged port: only root may declare a route on a host port below %d in a daemon sandbox's configuration (listen on a port from %d on, or 0 for any free port)", r.Name, r.Listen, firstUnprivilegedPort, firstUnprivilegedPort)
 			}
