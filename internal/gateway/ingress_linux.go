@@ -133,11 +133,25 @@ func (n *sandboxNetns) socket(_ context.Context, v6 bool) (int, error) {
 		return -1, errors.New("ingress: IPv6 socket refused")
 	}
 	fd := -1
-	err := setns.Do(fmt.Sprintf("/proc/self/fd/%d", n.f.Fd()), unix.CLONE_NEWNET, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		return err
+	rc, err := n.f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	// Control holds the descriptor for the whole setns: a close (the
+	// gateway stopping while a dial is in flight) waits for it, so the
+	// number never names another file — in a daemon, another sandbox's
+	// namespace opened meanwhile. Once closed, Control fails.
+	var serr error
+	err = rc.Control(func(nsfd uintptr) {
+		serr = setns.Do(fmt.Sprintf("/proc/self/fd/%d", nsfd), unix.CLONE_NEWNET, func() error {
+			var err error
+			fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			return err
+		})
 	})
+	if err == nil {
+		err = serr
+	}
 	if err != nil {
 		if fd >= 0 {
 			unix.Close(fd)

@@ -3,12 +3,16 @@ package gateway
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/gateway/dial"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // The dial policy of the ingress broker: 127.0.0.1 at a declared port,
@@ -70,4 +74,36 @@ func TestListenIngress(t *testing.T) {
 	if _, _, err := listenIngress([]ingress.Route{{Name: "x", Port: 1, Listen: "not an address"}}); !errors.Is(err, ErrIngressListen) {
 		t.Errorf("listenIngress(bad) = %v", err)
 	}
+}
+
+// The sandbox's network namespace is held by descriptor. A dial in
+// flight when the gateway stops used to read the descriptor's number and
+// then open /proc/self/fd/<number>: closed meanwhile, the number could be
+// another file — in a daemon, another sandbox's namespace being opened
+// for its own gateway — and root's socket would be made there. Now the
+// descriptor is held for the whole setns: once closed, socket fails and
+// never names a number. Control: before close, socket makes a socket.
+func TestSandboxNetnsSocketAfterClose(t *testing.T) {
+	testkit.RequireRoot(t)
+	ns, err := openSandboxNetns(os.Getpid()) // this process's own namespace stands in
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := ns.socket(context.Background(), false)
+	if err != nil {
+		t.Fatalf("control: socket before close = %v", err)
+	}
+	unix.Close(fd)
+	ns.close()
+	// The next descriptor opened takes the number the namespace had.
+	other, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if fd, err := ns.socket(context.Background(), false); err == nil {
+		unix.Close(fd)
+		t.Fatal("socket after close succeeded; want it refused")
+	}
+	ns.close() // twice: no panic
 }
