@@ -19,7 +19,7 @@ type IngressRoute struct {
 	// entity); unique; same syntax as Config.Workload. Key: name.
 	Name string
 	// Port is the TCP port the program listens on inside the sandbox
-	// (its 127.0.0.1), 1–65535. Key: port.
+	// (its 127.0.0.1), 1024–65535 (below are the gateway's). Key: port.
 	Port int
 	// Listen is the host address the route accepts on: an IP literal and
 	// a port ("127.0.0.1:18789", "[::1]:8080"); port 0 takes any free
@@ -40,6 +40,9 @@ type IngressRoute struct {
 const (
 	DefaultIngressMaxConcurrent = 64
 	maxIngressConcurrent        = 4096
+	// MinIngressPort is the lowest sandbox port a route may lead to:
+	// below it are only the gateway's own listeners.
+	MinIngressPort = 1024
 	// MaxIngressRoutes bounds the routes of one configuration.
 	MaxIngressRoutes = 16
 )
@@ -74,6 +77,13 @@ func buildIngress(c *Config, routes []rawIngress, ix *index) {
 			ix.errf(p+".port", "required: the TCP port the program listens on inside the sandbox (127.0.0.1), e.g. 18789")
 		case r.Port.n < 1 || r.Port.n > 65535:
 			ix.errf(p+".port", "%d is not a port; want 1–65535", r.Port.n)
+		case r.Port.n < MinIngressPort:
+			// Inside the sandbox the ports below 1024 are the gateway's
+			// (80–83: model, egress, tools, state brokers); the program
+			// cannot listen there. A route to one would hand whoever
+			// connects on the host the sandbox's brokers: its model
+			// credential, its egress, its managed state.
+			ix.errf(p+".port", "%d is below %d: inside the sandbox those ports are the gateway's (80–83) and the program cannot listen on them; serve on a port from %d on", r.Port.n, MinIngressPort, MinIngressPort)
 		default:
 			if j, dup := ports[route.Port]; dup {
 				ix.errf(p+".port", "port %d is already the port of ingress[%d]", route.Port, j)

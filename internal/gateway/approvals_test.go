@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -36,7 +37,7 @@ permit(principal, action == Action::"egress.connect", resource == Host::"pkg.exa
 permit(principal, action in [Action::"state.read", Action::"state.write"], resource);
 @id("ingress")
 @approval("required")
-permit(principal, action == Action::"ingress.connect", resource == Route::"ui");
+permit(principal, action == Action::"ingress.connect", resource);
 `
 
 var controlPolicy = strings.NewReplacer(`@approval("required")`, "", `@approval_scope("sandbox")`, "").Replace(approvalPolicy)
@@ -54,7 +55,7 @@ func approvalServer(t *testing.T, st *store.Store, text string, ttl time.Duratio
 		t.Fatal(err)
 	}
 	srv := &Authority{Store: st, ID: apprID, Policy: set, State: testState,
-		Tools: &ToolPolicy{Servers: map[string]bool{}, ApprovalTTL: ttl}}
+		Tools: &ToolPolicy{Servers: map[string]bool{}, ApprovalTTL: ttl}, ingress: newIngressGate(approvalRoutes)}
 	return srv, connect(t, srv)
 }
 
@@ -153,16 +154,22 @@ var crossers = []struct {
 	{"ingress.connect", policy.ActionIngressConnect, ingressCrossing},
 }
 
-// ingressCrossing is one connection through the route "ui" (the variant
-// is the sandbox port the approval is bound to).
+// approvalRoutes are the ingress routes of the approvals' sandbox: "ui"
+// and "ui1" … "ui4", each to its own port.
+var approvalRoutes = []ingress.Route{{Name: "ui", Port: 18789, MaxConcurrent: 4}, {Name: "ui1", Port: 18790, MaxConcurrent: 4},
+	{Name: "ui2", Port: 18791, MaxConcurrent: 4}, {Name: "ui3", Port: 18792, MaxConcurrent: 4}, {Name: "ui4", Port: 18793, MaxConcurrent: 4}}
+
+// ingressCrossing is one connection through a route (the variant picks
+// the route, and so the route and port the approval is bound to).
 func ingressCrossing(t *testing.T, c *testClient, st *store.Store, variant int) (*crossing.ApprovalRef, *crossing.Receipt, error) {
 	ctx := context.Background()
-	ask := crossing.Ask{Action: "ingress.connect", Resource: "Route", Target: "ui", Port: 18789 + variant}
+	r0 := approvalRoutes[variant%len(approvalRoutes)]
+	ask := crossing.Ask{Action: "ingress.connect", Resource: "Route", Target: r0.Name, Port: r0.Port}
 	r, _, err := c.Reserve(crossing.WithAsk(ctx, ask), crossing.Identity{}, "ingress", crossing.Amount{IngressConnections: 1}, 0)
 	if err != nil {
 		return r.Approval, nil, err
 	}
-	rc := crossing.Receipt{Broker: "ingress", Action: "connect", Target: "ui", Client: "127.0.0.1:40000", Decision: crossing.Allow}
+	rc := crossing.Receipt{Broker: "ingress", Action: "connect", Target: r0.Name, Client: "127.0.0.1:40000", Decision: crossing.Allow}
 	if _, err := c.SettleRecord(ctx, r, crossing.Amount{IngressConnections: 1}, rc); err != nil {
 		t.Fatal(err)
 	}

@@ -99,6 +99,10 @@ type Authority struct {
 	Crossings CrossingLimits
 
 	receipts receiptBudget
+	// ingress grants the ingress broker's dials, one per admitted
+	// connection (ingress_gate.go); nil: no route is declared and every
+	// ingress.connect is refused.
+	ingress *ingressGate
 	// open are the sandbox's open reservations (lost.go); maxOpen bounds
 	// them (0: maxOpenReservations).
 	open    map[int64]openCrossing

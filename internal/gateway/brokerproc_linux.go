@@ -132,7 +132,7 @@ func brokerSpecs(o StartOptions) ([]brokerSpec, error) {
 		for _, r := range rs {
 			ic.Listeners = append(ic.Listeners, r.Name)
 		}
-		specs = append(specs, brokerSpec{broker: ingress.Name, cfg: ic, policy: newIngressDial(rs)})
+		specs = append(specs, brokerSpec{broker: ingress.Name, cfg: ic, policy: newIngressDial(rs, newIngressGate(rs))})
 	}
 	return specs, nil
 }

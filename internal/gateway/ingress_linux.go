@@ -70,24 +70,41 @@ func listenIngress(routes []ingress.Route) ([]*os.File, []string, error) {
 }
 
 // ingressDial is the ingress broker's dial policy: 127.0.0.1 at a
-// declared route's port, nothing else, never a name.
-type ingressDial struct{ ports map[int]bool }
+// declared route's port, nothing else, never a name — and only for a
+// connection the authority admitted (gate: one dial per admission).
+type ingressDial struct {
+	ports map[int]bool
+	gate  *ingressGate
+}
 
-func newIngressDial(routes []ingress.Route) ingressDial {
-	d := ingressDial{ports: map[int]bool{}}
+func newIngressDial(routes []ingress.Route, gate *ingressGate) ingressDial {
+	d := ingressDial{ports: map[int]bool{}, gate: gate}
 	for _, r := range routes {
-		d.ports[r.Port] = true
+		// Never the gateway's own listeners inside the sandbox (80–83,
+		// and nothing but them below 1024: the program cannot listen
+		// there); the configuration refuses such a route too.
+		if r.Port >= 1024 {
+			d.ports[r.Port] = true
+		}
 	}
 	return d
 }
 
+// ReasonNotAdmitted refuses an ingress dial no admitted connection
+// holds: the ingress broker process dialled without asking the authority.
+const ReasonNotAdmitted = "not-admitted"
+
 var loopback4 = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 
-// Plan allows 127.0.0.1:<declared port> only.
+// Plan allows 127.0.0.1:<declared port> only, once per connection the
+// authority admitted to that port.
 func (d ingressDial) Plan(_ context.Context, host string, port int) ([]netip.AddrPort, error) {
 	a, err := netip.ParseAddr(host)
 	if err != nil || a.Unmap() != loopback4 || !d.ports[port] {
 		return nil, &dial.Refused{Broker: ingress.Name, Target: net.JoinHostPort(host, strconv.Itoa(port)), Why: dial.ReasonNotDeclared}
+	}
+	if !d.gate.take(port) {
+		return nil, &dial.Refused{Broker: ingress.Name, Target: net.JoinHostPort(host, strconv.Itoa(port)), Why: ReasonNotAdmitted}
 	}
 	return []netip.AddrPort{netip.AddrPortFrom(loopback4, uint16(port))}, nil
 }
@@ -116,11 +133,25 @@ func (n *sandboxNetns) socket(_ context.Context, v6 bool) (int, error) {
 		return -1, errors.New("ingress: IPv6 socket refused")
 	}
 	fd := -1
-	err := setns.Do(fmt.Sprintf("/proc/self/fd/%d", n.f.Fd()), unix.CLONE_NEWNET, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		return err
+	rc, err := n.f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	// Control holds the descriptor for the whole setns: a close (the
+	// gateway stopping while a dial is in flight) waits for it, so the
+	// number never names another file — in a daemon, another sandbox's
+	// namespace opened meanwhile. Once closed, Control fails.
+	var serr error
+	err = rc.Control(func(nsfd uintptr) {
+		serr = setns.Do(fmt.Sprintf("/proc/self/fd/%d", nsfd), unix.CLONE_NEWNET, func() error {
+			var err error
+			fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+			return err
+		})
 	})
+	if err == nil {
+		err = serr
+	}
 	if err != nil {
 		if fd >= 0 {
 			unix.Close(fd)

@@ -3,18 +3,26 @@ package gateway
 import (
 	"context"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/gateway/dial"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // The dial policy of the ingress broker: 127.0.0.1 at a declared port,
 // nothing else (no other port, no other address, no name, no resolution).
 func TestIngressDialPolicy(t *testing.T) {
-	d := newIngressDial([]ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}})
+	// "m" leads to the model broker's port: refused whatever the
+	// configuration says (the gateway's own listeners are no route).
+	routes := []ingress.Route{{Name: "ui", Port: 18789}, {Name: "api", Port: 8080}, {Name: "m", Port: ModelPort}, {Name: "s", Port: StatePort}}
+	gate := newIngressGate(routes)
+	d := newIngressDial(routes, gate)
 	ctx := context.Background()
 	for _, c := range []struct {
 		host string
@@ -30,8 +38,12 @@ func TestIngressDialPolicy(t *testing.T) {
 		{"0.0.0.0", 18789, false},
 		{"10.0.0.1", 18789, false},
 		{"localhost", 18789, false},
+		{"127.0.0.1", ModelPort, false},
+		{"127.0.0.1", StatePort, false},
 	} {
+		gate.grant(1, c.port) // an admitted connection: the address decides
 		plan, err := d.Plan(ctx, c.host, c.port)
+		gate.revoke(1)
 		var r *dial.Refused
 		switch {
 		case c.ok && (err != nil || len(plan) != 1 || plan[0].String() != "127.0.0.1:"+strconv.Itoa(c.port)):
@@ -62,4 +74,36 @@ func TestListenIngress(t *testing.T) {
 	if _, _, err := listenIngress([]ingress.Route{{Name: "x", Port: 1, Listen: "not an address"}}); !errors.Is(err, ErrIngressListen) {
 		t.Errorf("listenIngress(bad) = %v", err)
 	}
+}
+
+// The sandbox's network namespace is held by descriptor. A dial in
+// flight when the gateway stops used to read the descriptor's number and
+// then open /proc/self/fd/<number>: closed meanwhile, the number could be
+// another file — in a daemon, another sandbox's namespace being opened
+// for its own gateway — and root's socket would be made there. Now the
+// descriptor is held for the whole setns: once closed, socket fails and
+// never names a number. Control: before close, socket makes a socket.
+func TestSandboxNetnsSocketAfterClose(t *testing.T) {
+	testkit.RequireRoot(t)
+	ns, err := openSandboxNetns(os.Getpid()) // this process's own namespace stands in
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := ns.socket(context.Background(), false)
+	if err != nil {
+		t.Fatalf("control: socket before close = %v", err)
+	}
+	unix.Close(fd)
+	ns.close()
+	// The next descriptor opened takes the number the namespace had.
+	other, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if fd, err := ns.socket(context.Background(), false); err == nil {
+		unix.Close(fd)
+		t.Fatal("socket after close succeeded; want it refused")
+	}
+	ns.close() // twice: no panic
 }

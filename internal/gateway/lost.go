@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -86,6 +87,9 @@ func (s *Authority) opened(id int64, broker string, ask *crossing.Ask, main bool
 		s.open = map[int64]openCrossing{}
 	}
 	s.open[id] = openCrossing{broker: broker, ask: ask, main: main}
+	if broker == ingress.Name && main && ask != nil {
+		s.ingress.grant(id, ask.Port) // its one dial into the sandbox
+	}
 }
 
 // openedBy is the broker whose channel opened reservation id; false when
@@ -104,6 +108,7 @@ func (s *Authority) closed(id int64) (held, main bool) {
 	defer s.mu.Unlock()
 	oc, ok := s.open[id]
 	delete(s.open, id)
+	s.ingress.revoke(id)
 	return ok, ok && oc.main
 }
 
@@ -117,6 +122,7 @@ func (s *Authority) chargeLost(ctx context.Context) ([]store.LostCrossing, error
 		s.mu.Lock()
 		oc, ok := s.open[r.ID]
 		delete(s.open, r.ID)
+		s.ingress.revoke(r.ID)
 		d := s.decided[r.ID]
 		delete(s.decided, r.ID)
 		s.mu.Unlock()

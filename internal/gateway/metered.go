@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/broker/ingress"
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -113,6 +114,11 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 	}
 	rc.Identity = s.ID
 	rc.CallKey, rc.ResultDigest = "", "" // a tool call's, set by tool_end only
+	if req.Broker == ingress.Name {
+		if err := s.ingressReceipt(&rc, r.ID, true); err != nil {
+			return crossing.BudgetState{}, err
+		}
+	}
 	rc.Policy = s.forget(r.ID)
 	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
@@ -146,6 +152,10 @@ func (s *Authority) record(ops authorityOps, req call) error {
 		// A tool call is recorded allowed only by tool_end, from the call
 		// this side began.
 		return errors.New("record: an allowed tool receipt comes only from tool_end")
+	case rc.Broker == ingress.Name:
+		if err := s.ingressReceipt(&rc, 0, false); err != nil {
+			return err
+		}
 	}
 	// Fields only this side may set (tool_end, settle_record); an
 	// approval only when this side used it for an open crossing.

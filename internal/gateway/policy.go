@@ -133,6 +133,11 @@ func (s *Authority) askPolicyIn(req call, read budgetReader) (*crossing.PolicyDe
 	if err := half.Check(*req.Ask); err != nil {
 		return nil, err
 	}
+	if req.Broker == ingress.Name {
+		if err := s.checkIngress(*req.Ask); err != nil {
+			return nil, err
+		}
+	}
 	return s.decideIn(*req.Ask, read)
 }
 

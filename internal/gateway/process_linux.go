@@ -93,6 +93,9 @@ type Process struct {
 	// addresses, by route name.
 	netns   *sandboxNetns
 	ingress map[string]string
+	// gate grants the ingress dialer one dial per connection the
+	// authority admits (ingress_gate.go); nil without routes.
+	gate *ingressGate
 
 	srv      *Authority
 	served   chan struct{} // closed when every authority channel was read to its end
@@ -141,6 +144,11 @@ func Start(o StartOptions) (*Process, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Process{done: make(chan struct{}), anyDone: make(chan struct{}), store: o.Store, id: o.Config.Identity, log: o.Logger, cancel: cancel,
 		netns: ns, ingress: ingressAddrs}
+	for _, s := range specs {
+		if d, ok := s.policy.(ingressDial); ok {
+			p.gate = d.gate
+		}
+	}
 	sp, src, err := spawnSource(o)
 	if err != nil {
 		cancel()
@@ -302,7 +310,7 @@ func (p *Process) serve(o StartOptions) error {
 		}
 	}
 	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: want,
-		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings}
+		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings, ingress: p.gate}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
 		return fmt.Errorf("count the sandbox's receipts: %w", err)

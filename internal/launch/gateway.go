@@ -328,6 +328,12 @@ type Detached struct {
 	Unprivileged bool
 }
 
+// firstUnprivilegedPort is the first host port a daemon client's ingress
+// route may listen on: the kernel's default ip_unprivileged_port_start,
+// fixed here so that a host setting never widens what a client may ask
+// root to bind.
+const firstUnprivilegedPort = 1024
+
 // DetachedPlan parses a configuration a daemon client sent, without
 // reading any path it names. host are the operator's host-wide policies,
 // added to the sandbox's. lab (FULL_CONTROL_LAB) replaces the sandbox's
@@ -349,6 +355,15 @@ func DetachedPlan(d Detached, host []policy.Source, lab bool) (*Plan, error) {
 			// decision, never a daemon client's.
 			if r.UnsafeListen || !r.Listen.Addr().IsLoopback() {
 				return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "ingress %s: unsafe_listen: only root may declare a route on a non-loopback address in a daemon sandbox's configuration", r.Name)
+			}
+			// The listener is opened by root: a client may not have it take
+			// a port below 1024, which only root can bind and which local
+			// programs trust as root's (a client could otherwise stand in
+			// for the host's sshd, DNS or HTTPS on loopback). The default
+			// listen, 127.0.0.1:<port>, passes: a route's sandbox port is
+			// 1024 or more (config).
+			if p := r.Listen.Port(); p != 0 && p < firstUnprivilegedPort {
+				return nil, failure.Failf(failure.KindPolicyRejected, "gateway", "ingress %s: listen %s is a privileged port: only root may declare a route on a host port below %d in a daemon sandbox's configuration (listen on a port from %d on, or 0 for any free port)", r.Name, r.Listen, firstUnprivilegedPort, firstUnprivilegedPort)
 			}
 		}
 		for _, t := range cfg.Tools {

@@ -32,6 +32,17 @@ func TestDetachedPlan(t *testing.T) {
 		{"a tool server's unsafe ranges from a user", Detached{Config: []byte(head + tool + "    egress:\n      unsafe_allow_ranges: [127.0.0.0/8]\n"), Unprivileged: true}, "only root may re-allow", 0},
 		{"a tool server's unsafe ranges from root", Detached{Config: []byte(head + tool + "    egress:\n      unsafe_allow_ranges: [127.0.0.0/8]\n")}, "", 1},
 		{"unsafe ranges from root", Detached{Config: []byte(head + "egress:\n  unsafe_allow_ranges: [127.0.0.0/8]\n")}, "", 0},
+		// A route's host listener is opened by root: a non-root client
+		// may not have it take a privileged port (one only root can bind,
+		// which local clients trust as root's). Root, port 0 and a port
+		// from 1024 on are the controls. (The default listen,
+		// 127.0.0.1:<port>, is never privileged: a route's sandbox port
+		// is 1024 or more.)
+		{"an ingress route on a privileged host port from a user", Detached{Config: []byte(head + "ingress:\n  - {name: ui, port: 8080, listen: \"127.0.0.1:443\"}\n"), Unprivileged: true}, "privileged", 0},
+		{"an ingress route on a privileged IPv6 host port from a user", Detached{Config: []byte(head + "ingress:\n  - {name: ui, port: 8080, listen: \"[::1]:1023\"}\n"), Unprivileged: true}, "privileged", 0},
+		{"an ingress route on a privileged host port from root", Detached{Config: []byte(head + "ingress:\n  - {name: ui, port: 8080, listen: \"127.0.0.1:22\"}\n")}, "", 0},
+		{"an ingress route on port 0 from a user", Detached{Config: []byte(head + "ingress:\n  - {name: ui, port: 8080, listen: \"127.0.0.1:0\"}\n"), Unprivileged: true}, "", 0},
+		{"an ingress route on port 1024 from a user", Detached{Config: []byte(head + "ingress:\n  - {name: ui, port: 8080, listen: \"127.0.0.1:1024\"}\n"), Unprivileged: true}, "", 0},
 		{"another policy sent", Detached{Config: []byte(head + "policy: [p.cedar]\n"), Policies: []policy.Source{{Name: "q.cedar", Data: []byte("permit(principal, action, resource);")}}}, "configuration names p.cedar", 0},
 	}
 	for _, tt := range tests {
