@@ -332,17 +332,7 @@ func (g *ggate) inlineData(s *jscan) error {
 
 // tools checks every tool declaration: function declarations only.
 func (g *ggate) tools(s *jscan) error {
-	switch s.peek() {
-	case 'n':
-		return s.literal("null")
-	case '[':
-	default:
-		return refuse(kindInvalid, `"tools" must be an array`)
-	}
-	return s.array(func() error {
-		if s.peek() != '{' {
-			return refuse(kindInvalid, `every member of "tools" must be an object`)
-		}
+	return eachTool(s, func() error {
 		return s.object(func(k []byte, esc bool) error {
 			name := canonical(text(k, esc))
 			if s.peek() == 'n' {

@@ -214,6 +214,23 @@ func (g *guard) maxTokens(s *jscan, name []byte) error {
 
 // tools checks every tool declaration against the endpoint's allow-list.
 func (g *guard) tools(s *jscan) error {
+	return eachTool(s, func() error {
+		start := s.i
+		l, err := g.object(s)
+		if err != nil {
+			return err
+		}
+		if g.ep != nil && g.ep.resp && !l.typNull && string(l.typ) == "namespace" && l.envType == nil {
+			return g.namespace(s.b[start:s.i])
+		}
+		return g.toolAllowed(l)
+	})
+}
+
+// eachTool calls fn on each member of a "tools" value (null, or an array
+// of objects; anything else is refused), with s at the member's '{'. The
+// one shape every API's tools take.
+func eachTool(s *jscan, fn func() error) error {
 	switch s.peek() {
 	case 'n':
 		return s.literal("null")
@@ -225,15 +242,7 @@ func (g *guard) tools(s *jscan) error {
 		if s.peek() != '{' {
 			return refuse(kindInvalid, `every member of "tools" must be an object`)
 		}
-		start := s.i
-		l, err := g.object(s)
-		if err != nil {
-			return err
-		}
-		if g.ep != nil && g.ep.resp && !l.typNull && string(l.typ) == "namespace" && l.envType == nil {
-			return g.namespace(s.b[start:s.i])
-		}
-		return g.toolAllowed(l)
+		return fn()
 	})
 }
 
