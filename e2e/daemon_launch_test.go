@@ -85,6 +85,17 @@ func TestDaemonBinds(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(rwDir, "by-exec")); string(b) != "y\n" {
 		t.Errorf("the --rw bind's write on the host = %q", b)
 	}
+	// A program not found says what the sandbox shows and how to bind
+	// more (issue 11 §4), exit 127 as for run, and never a host path.
+	r = cordonSocket(t, d.socket, st, alice, "sandbox", "exec", "binds", "--", "/opt/tool/bin/tool")
+	for _, want := range []string{"cordon: exec /opt/tool/bin/tool: no such file or directory; ", "its PATH is /", "a bind (ro) is at /in", "a bind (rw) is at /out", "binds are fixed at create", "--ro HOST:/opt/x"} {
+		if r.Code != 127 || !strings.Contains(r.Stderr, want) {
+			t.Errorf("exec of a missing program: %d %q; want 127 and %q", r.Code, r.Stderr, want)
+		}
+	}
+	if strings.Contains(r.Stderr, roDir) || strings.Contains(r.Stderr, rwDir) {
+		t.Errorf("the not-found answer names a host path: %s", r.Stderr)
+	}
 	if r := cordonSocket(t, d.socket, st, alice, "sandbox", "rm", "binds"); r.Code != 0 {
 		t.Fatalf("rm: %d %s", r.Code, r.Stderr)
 	}

@@ -100,39 +100,7 @@ func TestDaemonTerminalJobControl(t *testing.T) {
 	d := startDaemon(t, newStateDir(t))
 	idleSandbox(t, d, "tty")
 	x := execShellInTmux(t, d, "tty")
-	x.Type("tty; echo job-$((1+1))")
-	s := x.WaitFor(`(?m)^job-2`, 10*time.Second)
-	if strings.Contains(s, "no job control") {
-		t.Errorf("bash has no job control:\n%s", s)
-	}
-	if !strings.Contains(s, "/dev/pts/") {
-		t.Errorf("tty in the sandbox is not a pty:\n%s", s)
-	}
-	x.Type("sleep 30 &")
-	x.Type("jobs")
-	x.WaitFor(`\[1\]\+?\s+Running\s+sleep 30 &`, 10*time.Second)
-
-	// Ctrl-C interrupts the foreground sleep only.
-	x.Type("sleep 31")
-	time.Sleep(500 * time.Millisecond)
-	x.Keys(false, "C-c")
-	x.Type("echo alive-$((6*7))")
-	x.WaitFor(`(?m)^alive-42`, 10*time.Second)
-	if dead, code := x.Exited(); dead {
-		t.Fatalf("Ctrl-C ended sandbox exec (%d)", code)
-	}
-
-	// Ctrl-Z stops the foreground job; fg and Ctrl-C end it.
-	x.Type("sleep 32")
-	time.Sleep(500 * time.Millisecond)
-	x.Keys(false, "C-z")
-	x.Type("jobs")
-	x.WaitFor(`Stopped\s+sleep 32`, 10*time.Second)
-	x.Type("fg %2")
-	x.WaitFor(`(?m)^sleep 32\s*$`, 10*time.Second)
-	x.Keys(false, "C-c")
-	x.Type("kill %1; wait; echo reaped-$((3*3))")
-	x.WaitFor(`(?m)^reaped-9`, 10*time.Second)
+	driveJobControl(t, x, "sandbox exec")
 
 	x.Type("exit 3")
 	if code := x.WaitExit(30 * time.Second); code != 3 {
@@ -157,9 +125,7 @@ func TestDaemonTerminalWindowSize(t *testing.T) {
 	x.Type("echo size-$(stty size | tr ' ' x)")
 	x.WaitFor(`(?m)^size-30x100`, 10*time.Second)
 	x.Resize(80, 20)
-	time.Sleep(500 * time.Millisecond)
-	x.Type("echo size-$(stty size | tr ' ' x)")
-	x.WaitFor(`(?m)^size-20x80`, 10*time.Second)
+	waitSize(t, x, "20x80")
 	x.Type("exit")
 	x.WaitExit(30 * time.Second)
 }

@@ -255,16 +255,32 @@ func TestIngressRoute(t *testing.T) {
 
 	// A second sandbox: the route's host address and the port are
 	// nothing from its namespace.
+	// It has a gateway of its own: its model broker (127.0.0.1:80) is the
+	// probe's positive control (the probe connects where something
+	// listens), and its egress proxy is the one way out it has, which
+	// must refuse the route's host address too.
 	st2 := newStateDir(t)
-	r := cordon(t, cordonBin, st2, probeArgs(nil, "connects", "tcp:"+listen, fmt.Sprintf("tcp:127.0.0.1:%d", ingressPort))...)
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfgB := gatewayConfig(t, up.URL(), "")
+	own := "tcp:127.0.0.1:80"
+	r := cordon(t, cordonBin, st2, probeArgs([]string{"--config", cfgB}, "connects", "tcp:"+listen, fmt.Sprintf("tcp:127.0.0.1:%d", ingressPort), own)...)
 	var got map[string]string
-	if err := json.Unmarshal([]byte(r.Probe.Data), &got); err != nil || len(got) != 2 {
+	if err := json.Unmarshal([]byte(r.Probe.Data), &got); err != nil || len(got) != 3 {
 		t.Fatalf("second sandbox connects = %d %+v %q", r.Code, r.Probe, r.Stderr)
 	}
+	if !strings.HasPrefix(got[own], "ok") {
+		t.Fatalf("control: the second sandbox's probe could not reach its own gateway (%s)", got[own])
+	}
+	delete(got, own)
 	for target, outcome := range got {
 		if strings.HasPrefix(outcome, "ok") {
 			t.Errorf("from a second sandbox, connect %s = %s; want a failure", target, outcome)
 		}
+	}
+	px := cordon(t, cordonBin, st2, "run", "--config", cfgB, "--", "/usr/bin/curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+		"--max-time", "10", "--noproxy", "", "-x", "http://127.0.0.1:81", "http://"+listen+"/")
+	if px.Stdout == "200" || !strings.HasPrefix(px.Stdout, "4") {
+		t.Errorf("from a second sandbox through its egress proxy, GET %s = %q (%s); want the proxy's refusal", listen, px.Stdout, px.Stderr)
 	}
 	// Positive control: the same address from the host is the route.
 	if body, err := httpGet(listen); err != nil || !strings.Contains(body, "ingress-ok") {

@@ -84,15 +84,12 @@ func requireRestored(t *testing.T, screen string) {
 	}
 }
 
-// TestTerminalJobControl: with a terminal on stdin the program gets a
-// pty of the sandbox's own as its controlling terminal: job control
-// works, Ctrl-C, Ctrl-Z and Ctrl-\ reach only the foreground job (bash
-// and cordon live on), exit 7 ends cordon with 7, and the terminal is
-// restored afterwards.
-func TestTerminalJobControl(t *testing.T) {
-	testkit.RequireRoot(t)
-	st := newStateDir(t)
-	x := shellInTmux(t, st)
+// driveJobControl drives bash -i on the program's own pty in x: job
+// control works, Ctrl-C, Ctrl-Z and Ctrl-\ reach only the foreground job
+// (bash, and what, live on). Each key is sent once its job is seen
+// running in /proc, never after a guessed delay.
+func driveJobControl(t *testing.T, x *testkit.Tmux, what string) {
+	t.Helper()
 	x.Type("tty; echo job-$((1+1))")
 	s := x.WaitFor(`(?m)^job-2`, 10*time.Second)
 	if strings.Contains(s, "no job control") {
@@ -104,33 +101,35 @@ func TestTerminalJobControl(t *testing.T) {
 	x.Type("sleep 30 &")
 	x.Type("jobs")
 	x.WaitFor(`\[1\]\+?\s+Running\s+sleep 30 &`, 10*time.Second)
+	alive := func(key string) {
+		t.Helper()
+		if dead, code := x.Exited(); dead {
+			t.Fatalf("%s ended %s (%d)", key, what, code)
+		}
+	}
 
 	// Ctrl-C interrupts the foreground sleep only.
 	x.Type("sleep 31")
-	time.Sleep(500 * time.Millisecond)
+	waitRunning(t, "sleep", "31")
 	x.Keys(false, "C-c")
 	x.Type("echo alive-$((6*7))")
 	x.WaitFor(`(?m)^alive-42`, 10*time.Second)
-	if dead, code := x.Exited(); dead {
-		t.Fatalf("Ctrl-C ended cordon (%d)", code)
-	}
+	alive("Ctrl-C")
 
 	// Ctrl-Z stops the foreground job; the sandbox runs on.
 	x.Type("sleep 32")
-	time.Sleep(500 * time.Millisecond)
+	waitRunning(t, "sleep", "32")
 	x.Keys(false, "C-z")
 	x.Type("jobs")
 	x.WaitFor(`Stopped\s+sleep 32`, 10*time.Second)
 
 	// Ctrl-\ quits the foreground job only.
 	x.Type("sleep 33")
-	time.Sleep(500 * time.Millisecond)
+	waitRunning(t, "sleep", "33")
 	x.Keys(false, `C-\`)
 	x.Type("echo still-$((2+3))")
 	x.WaitFor(`(?m)^still-5`, 10*time.Second)
-	if dead, code := x.Exited(); dead {
-		t.Fatalf("Ctrl-\\ ended cordon (%d)", code)
-	}
+	alive("Ctrl-\\")
 
 	// fg brings the stopped job back; Ctrl-C ends it.
 	x.Type("fg %2")
@@ -138,6 +137,53 @@ func TestTerminalJobControl(t *testing.T) {
 	x.Keys(false, "C-c")
 	x.Type("kill %1; wait; echo reaped-$((3*3))")
 	x.WaitFor(`(?m)^reaped-9`, 10*time.Second)
+}
+
+// waitRunning waits until a process with exactly this argv runs on the
+// host (the sandbox's processes are the host's, seen through /proc).
+func waitRunning(t *testing.T, argv ...string) {
+	t.Helper()
+	want := strings.Join(argv, "\x00") + "\x00"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process %q within 10s", argv)
+		}
+	}
+}
+
+// waitSize types `stty size` until the program's terminal reports
+// rows x cols (a resize reaches it asynchronously).
+func waitSize(t *testing.T, x *testkit.Tmux, size string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		x.Type("echo size-$(stty size | tr ' ' x)")
+		if i == 20 {
+			x.WaitFor(`(?m)^size-`+size, 10*time.Second)
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+		if regexp.MustCompile(`(?m)^size-` + size).MatchString(x.Screen()) {
+			return
+		}
+	}
+}
+
+// TestTerminalJobControl: with a terminal on stdin the program gets a
+// pty of the sandbox's own as its controlling terminal: job control
+// works, Ctrl-C, Ctrl-Z and Ctrl-\ reach only the foreground job (bash
+// and cordon live on), exit 7 ends cordon with 7, and the terminal is
+// restored afterwards.
+func TestTerminalJobControl(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	x := shellInTmux(t, st)
+	driveJobControl(t, x, "cordon")
 
 	x.Type("exit 7")
 	if code := x.WaitExit(30 * time.Second); code != 7 {
@@ -154,9 +200,7 @@ func TestTerminalWindowSize(t *testing.T) {
 	x.Type("echo size-$(stty size | tr ' ' x)")
 	x.WaitFor(`(?m)^size-30x100`, 10*time.Second)
 	x.Resize(80, 20)
-	time.Sleep(500 * time.Millisecond)
-	x.Type("echo size-$(stty size | tr ' ' x)")
-	x.WaitFor(`(?m)^size-20x80`, 10*time.Second)
+	waitSize(t, x, "20x80")
 	x.Type("exit")
 	x.WaitExit(30 * time.Second)
 }
@@ -263,7 +307,7 @@ func openFDs(t *testing.T, pid int) []int {
 // would skip restoring the terminal and deprovisioning.
 func TestTerminalSignalledFromOutside(t *testing.T) {
 	testkit.RequireRoot(t)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGQUIT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			st := newStateDir(t)
 			x := shellInTmux(t, st)
@@ -287,6 +331,25 @@ func TestTerminalSignalledFromOutside(t *testing.T) {
 				t.Errorf("after %v cordon left a sandbox for gc: %+v", sig, rep)
 			}
 		})
+	}
+}
+
+// TestTerminalTimeout: on a terminal, --timeout still ends the sandbox
+// (exit 124), the terminal is restored and nothing is left for gc.
+func TestTerminalTimeout(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	script := fmt.Sprintf(`'%s' --state-dir '%s' run --timeout 2s -- /bin/sleep 60; echo "cordon-exit=$?"; stty -a`, cordonBin, st)
+	x := testkit.NewTmux(t, 100, 30, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)
+	waitRunning(t, "/bin/sleep", "60")
+	x.WaitExit(30 * time.Second)
+	s := x.Screen()
+	if !strings.Contains(s, "cordon-exit=124") {
+		t.Fatalf("cordon run --timeout 2s on a terminal did not exit 124:\n%s", s)
+	}
+	requireRestored(t, s)
+	if rep := runGC(t, st); len(rep.Live) != 0 || len(rep.Reclaimed) != 0 {
+		t.Errorf("after the timeout cordon left a sandbox for gc: %+v", rep)
 	}
 }
 
@@ -437,7 +500,7 @@ func TestTerminalRestoredAfterPanic(t *testing.T) {
 func TestTerminalCtrlCAtStart(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	prog := `trap "echo got-int" INT; sleep 6; echo survived; exit 3`
+	prog := `trap "echo got-int" INT; sleep 30; echo survived; exit 3`
 	// The pane's shell survives a SIGINT (and says so) to print the end.
 	script := fmt.Sprintf(`trap "echo pane-got-int" INT; '%s' --state-dir '%s' --test-pause-at run.after_exec run -- /bin/sh -c '%s'; echo "cordon-exit=$?"; stty -a`, hooksBin, st, prog)
 	x := testkit.NewTmux(t, 100, 40, []string{"PATH=/usr/bin:/bin"}, "/bin/sh", "-c", script)

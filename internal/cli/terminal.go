@@ -81,6 +81,7 @@ type terminal struct {
 	winch  chan os.Signal
 	copied chan struct{} // closed when the master's output is drained
 	quit   *os.File      // closed by stop: copyIn takes no more input
+	inDone chan struct{} // closed when copyIn has returned
 	once   sync.Once
 }
 
@@ -157,7 +158,7 @@ func (t *terminal) connect(m *os.File, stdin bool, stdout, stderr io.Writer) err
 	if err != nil {
 		return failure.Fail(failure.KindStart, "terminal", err)
 	}
-	t.quit = qw
+	t.quit, t.inDone = qw, make(chan struct{})
 	go t.copyIn(qr)
 	return nil
 }
@@ -169,7 +170,12 @@ func (t *terminal) connect(m *os.File, stdin bool, stdout, stderr io.Writer) err
 // shell instead of going to a master that is gone. It never closes the
 // master (its end is the program's, not cordon's stdin's).
 func (t *terminal) copyIn(quit *os.File) {
-	defer quit.Close()
+	defer func() {
+		quit.Close()
+		if t.inDone != nil {
+			close(t.inDone)
+		}
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		fds := []unix.PollFd{{Fd: int32(t.in), Events: unix.POLLIN}, {Fd: int32(quit.Fd()), Events: unix.POLLIN}}
@@ -281,6 +287,14 @@ func (t *terminal) stop() {
 	t.once.Do(func() {
 		if t.quit != nil {
 			t.quit.Close()
+			if t.inDone != nil {
+				// copyIn returns at once (it waits in poll on quit): after
+				// stop nothing more is read from the user's terminal.
+				select {
+				case <-t.inDone:
+				case <-time.After(drainWait):
+				}
+			}
 		}
 		if t.master != nil {
 			signal.Stop(t.winch)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,7 +21,7 @@ func pair(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no /dev/ptmx: %v", err)
+		testkit.Unavailable(t, "no /dev/ptmx: %v", err)
 	}
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
@@ -173,7 +174,7 @@ func TestTerminalInputStopsAtStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := &terminal{master: inner, in: int(host.Fd()), saved: saved, winch: make(chan os.Signal, 1), copied: make(chan struct{}), quit: qw}
+	term := &terminal{master: inner, in: int(host.Fd()), saved: saved, winch: make(chan os.Signal, 1), copied: make(chan struct{}), quit: qw, inDone: make(chan struct{})}
 	close(term.copied)
 	go term.copyIn(qr)
 	if _, err := hostM.Write([]byte("a")); err != nil {
@@ -183,7 +184,11 @@ func TestTerminalInputStopsAtStop(t *testing.T) {
 		t.Fatalf("control: a key typed while the program runs reached it as %q, want \"a\"", got)
 	}
 	term.stop()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-term.inDone:
+	default:
+		t.Fatal("stop returned while the input relay still ran")
+	}
 	if _, err := hostM.Write([]byte("ls\n")); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -133,7 +134,13 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 			if xe.NotFound() {
 				code = 127
 			}
-			return ExecExit{Code: code}, proto.Errorf(proto.KindBadRequest, "exec %s: %s", clip(a.Argv[0]), xe.Msg)
+			msg := xe.Msg
+			if xe.NotFound() {
+				b.mu.Lock()
+				msg += "; " + visible(b.spec, env, a.Name)
+				b.mu.Unlock()
+			}
+			return ExecExit{Code: code}, proto.Errorf(proto.KindBadRequest, "exec %s: %s", clip(a.Argv[0]), msg)
 		}
 		return nil, err
 	}
@@ -157,8 +164,9 @@ func (d *Daemon) opExec(ctx context.Context, c *call) (any, error) {
 }
 
 // execIn starts argv in sb, on a terminal of the sandbox's own with term.
-// The master is checked here again, before it is forwarded: a pty
-// master and nothing else leaves the daemon.
+// The master it forwards is the one the provider checked
+// (sandbox.TerminalExecer's contract: a pty master and nothing else); the
+// client checks it again before it uses it.
 func execIn(ctx context.Context, sb sandbox.Sandbox, argv, env []string, dir string, stdio [3]*os.File, term *sandbox.Terminal) (sandbox.Process, *os.File, error) {
 	if term == nil {
 		p, err := sb.ExecProcess(ctx, argv, env, dir, stdio)
@@ -244,4 +252,37 @@ func (d *Daemon) opSignal(ctx context.Context, c *call) (any, error) {
 		return nil, proto.Errorf(proto.KindNotFound, "no exec with pid %d in %s", a.Pid, a.Name)
 	}
 	return struct{}{}, p.Signal(syscall.Signal(a.Signal))
+}
+
+// visible says, for a program not found, what the sandbox shows and how
+// to make more of it visible: its PATH, the workspace, its binds' and
+// volumes' targets (never a host path of the daemon's), and that binds
+// are fixed when the sandbox is created. One line (the client prints a
+// refusal as one escaped line).
+func visible(sp Spec, env []string, name string) string {
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	if len(path) > 512 {
+		path = path[:512] + "…"
+	}
+	parts := []string{"not found in the sandbox, which shows the host's /usr, /bin, /sbin and /lib* read-only; its PATH is " + path}
+	if sp.Workspace {
+		parts = append(parts, "the workspace is at /workspace")
+	}
+	for _, bd := range sp.Binds {
+		mode := "ro"
+		if bd.Writable {
+			mode = "rw"
+		}
+		parts = append(parts, fmt.Sprintf("a bind (%s) is at %s", mode, clip(bd.Target)))
+	}
+	for _, v := range sp.Volumes {
+		parts = append(parts, fmt.Sprintf("volume %s is at %s", clip(v.Name), clip(v.Target)))
+	}
+	parts = append(parts, fmt.Sprintf("binds are fixed at create: give the program's directory with --ro HOST:/opt/x when you create the sandbox (cordon sandbox rm %s, then cordon sandbox create %s --ro HOST:/opt/x …) and exec /opt/x/…", name, name))
+	return strings.Join(parts, "; ")
 }

@@ -332,12 +332,16 @@ func (t *tunnel) closeAll() {
 	})
 }
 
+// halfCloser is a connection whose write side closes alone (TCP, Unix
+// stream): the peer reads EOF while the other direction goes on.
+type halfCloser interface{ CloseWrite() error }
+
 // pump copies src to dst; a clean EOF half-closes dst, anything else
 // tears the whole tunnel down so the other direction cannot linger.
 func (t *tunnel) pump(dst, src net.Conn, prefix []byte, count *atomic.Int64) {
 	err := t.copy(dst, src, prefix, count)
 	if err == nil {
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		if cw, ok := dst.(halfCloser); ok && cw.CloseWrite() == nil {
 			return
 		}
 	}

@@ -47,6 +47,10 @@ func relay(ctx context.Context, client, up net.Conn, m *meter) (toSandbox, fromS
 	return to.Load(), from.Load(), cut
 }
 
+// halfCloser is a connection whose write side closes alone (TCP, Unix
+// stream): the peer reads EOF while the other direction goes on.
+type halfCloser interface{ CloseWrite() error }
+
 // pipe copies src to dst, metering each read before it is written. At
 // src's EOF it half-closes dst; on any other error, or when the meter
 // refuses, it ends the whole connection through stop.
@@ -68,7 +72,7 @@ func pipe(dst, src net.Conn, m *meter, n *atomic.Int64, stop func(string)) {
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				if cw, ok := dst.(halfCloser); ok && cw.CloseWrite() == nil {
 					return
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,7 +14,7 @@ func openPair(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
-		t.Skipf("no /dev/ptmx: %v", err)
+		testkit.Unavailable(t, "no /dev/ptmx: %v", err)
 	}
 	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
