@@ -107,8 +107,11 @@ func TestAgentCodexInteractive(t *testing.T) {
 		t.Fatal("no Codex process below the terminal")
 	}
 	checkAgentEnv(t, pid, "OPENAI_API_KEY")
-	x.Type("write the file please")
-	time.Sleep(500 * time.Millisecond)
+	// Typed text and an Enter delivered together are a paste to the TUI
+	// (the Enter a newline): press Enter once the text is on screen.
+	x.Keys(true, "write the file please")
+	x.WaitFor(`write the file please`, 30*time.Second)
+	time.Sleep(200 * time.Millisecond)
 	x.Keys(false, "Enter")
 	screen = x.WaitFor(`the tool said|(?i)would you like to run|not allowed through cordon`, 60*time.Second)
 	for i := 0; i < 10 && !strings.Contains(screen, "the tool said") && !strings.Contains(screen, "not allowed"); i++ {
