@@ -102,7 +102,17 @@ type meter struct {
 	curUsed, charged int64
 	// refused: the budget said no once; every later take refuses.
 	refused bool
+	// chunks is how many chunks this connection has reserved: each one
+	// is twice the last (Options.Chunk, then 2x, 4x … up to maxGrowth x),
+	// so a long transfer pays few authority round trips while a short
+	// one holds little.
+	chunks int
 }
+
+// maxGrowth bounds how far a connection's chunk grows: 64 x the 256 KiB
+// default is 16 MiB held at once, still never more than an eighth of
+// what is left.
+const maxGrowth = 64
 
 // take admits n more bytes, reserving more of the budget if needed.
 func (m *meter) take(n int64) bool {
@@ -127,8 +137,9 @@ func (m *meter) take(n int64) bool {
 	return true
 }
 
-// reserve holds the next chunk, big enough for n: Options.Chunk, or an
-// eighth of what is left when that is less (so that connections open at
+// reserve holds the next chunk, big enough for n: Options.Chunk doubled
+// for each chunk the connection already held (up to maxGrowth times), or
+// an eighth of what is left when that is less (so that connections open at
 // once share a small budget instead of the first holding all of it),
 // never more than is left. A refusal computed from a stale state is
 // retried once with the state it returned.
@@ -138,12 +149,14 @@ func (m *meter) reserve(n int64) bool {
 		if left < n {
 			return false
 		}
-		size := min(max(n, min(m.b.o.Chunk, left/8)), left)
+		chunk := m.b.o.Chunk * int64(min(1<<min(m.chunks, 30), maxGrowth))
+		size := min(max(n, min(chunk, left/8)), left)
 		rctx, cancel := context.WithTimeout(m.ctx, authorityTimeout)
 		r, st, err := m.b.o.Authority.Reserve(rctx, m.b.o.Identity, Name, crossing.Amount{IngressBytes: size}, 0)
 		cancel()
 		if err == nil {
 			m.state, m.cur = st, &r
+			m.chunks++
 			return true
 		}
 		if !errors.Is(err, crossing.ErrBudgetExceeded) {
