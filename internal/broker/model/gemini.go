@@ -457,7 +457,9 @@ func (x *exchange) geminiChunk(f *fields, whole bool) {
 	if final && done {
 		x.gFinal = true
 	}
-	x.geminiTokens(f.usageMeta, x.gFinal)
+	// Input is the prompt (cached content is part of promptTokenCount)
+	// plus tool-use prompts; output the candidates plus the thoughts.
+	x.tokens(f.usageMeta, geminiIn, geminiOut, x.gFinal)
 	if done {
 		x.done = true
 	}
@@ -478,40 +480,5 @@ func (x *exchange) geminiFinished(idx []byte) {
 	if bit := uint64(1) << (n % 64); x.gDone[n/64]&bit == 0 {
 		x.gDone[n/64] |= bit
 		x.gFinished++
-	}
-}
-
-// geminiTokens reads a usageMetadata object. Input is the prompt (cached
-// content is part of promptTokenCount) plus tool-use prompts; output is
-// the candidates plus the model's thoughts.
-func (x *exchange) geminiTokens(u []byte, final bool) {
-	if len(u) == 0 || u[0] != '{' {
-		return
-	}
-	var in, out int64
-	var hasIn, hasOut bool
-	s := jscan{b: u}
-	_ = s.object(func(k []byte, esc bool) error {
-		name := string(text(k, esc))
-		isIn := name == "promptTokenCount" || name == "toolUsePromptTokenCount"
-		isOut := name == "candidatesTokenCount" || name == "thoughtsTokenCount"
-		if !isIn && !isOut {
-			return s.skip()
-		}
-		v, err := s.value()
-		if n, ok := uintValue(v); ok {
-			if isIn {
-				in, hasIn = addUsage(in, n), true
-			} else {
-				out, hasOut = addUsage(out, n), true
-			}
-		}
-		return err
-	})
-	if hasIn {
-		x.usage.in, x.usage.inKnown = max(x.usage.in, in), true
-	}
-	if hasOut && final {
-		x.usage.out, x.usage.outKnown = out, true
 	}
 }

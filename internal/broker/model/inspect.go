@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"github.com/cordon-project/cordon/internal/custody"
@@ -84,13 +85,13 @@ func (x *exchange) inspectBody(data []byte) error {
 	case x.api == apiGemini:
 		x.geminiChunk(&f, true)
 	case x.api == apiAnthropic:
-		x.tokens(f.usage, anthropicIn, "output_tokens", true)
+		x.tokens(f.usage, anthropicIn, anthropicOut, true)
 		each(f.content, x.anthropicBlock)
 	case x.ep.resp:
-		x.tokens(f.usage, responsesIn, "output_tokens", true)
+		x.tokens(f.usage, responsesIn, responsesOut, true)
 		each(f.output, x.responsesItem)
 	default:
-		x.tokens(f.usage, chatIn, "completion_tokens", true)
+		x.tokens(f.usage, chatIn, chatOut, true)
 		each(f.choices, func(c []byte) { x.chatTools(dig(c, "message")) })
 	}
 	return nil
@@ -118,10 +119,10 @@ func (x *exchange) inspectEvent(ev *sseEvent) error {
 	case x.api == apiAnthropic:
 		switch string(typ) {
 		case "message_start":
-			x.tokens(dig(f.message, "usage"), anthropicIn, "", false)
+			x.tokens(dig(f.message, "usage"), anthropicIn, nil, false)
 		case "message_delta":
 			// Cumulative: output_tokens here is the call's total.
-			x.tokens(f.usage, anthropicIn, "output_tokens", true)
+			x.tokens(f.usage, anthropicIn, anthropicOut, true)
 		case "content_block_start":
 			x.anthropicBlock(f.block)
 		case "message_stop", "error":
@@ -130,7 +131,7 @@ func (x *exchange) inspectEvent(ev *sseEvent) error {
 	case x.ep.resp:
 		switch string(typ) {
 		case "response.completed", "response.incomplete", "response.failed":
-			x.tokens(dig(f.response, "usage"), responsesIn, "output_tokens", true)
+			x.tokens(dig(f.response, "usage"), responsesIn, responsesOut, true)
 			x.done = true
 		case "response.output_item.added":
 			x.responsesItem(f.item)
@@ -141,7 +142,7 @@ func (x *exchange) inspectEvent(ev *sseEvent) error {
 		if len(f.errv) > 0 && string(f.errv) != "null" {
 			x.done = true // the provider ended the stream with an error
 		}
-		x.tokens(f.usage, chatIn, "completion_tokens", true)
+		x.tokens(f.usage, chatIn, chatOut, true)
 		each(f.choices, func(c []byte) { x.chatTools(dig(c, "delta")) })
 	}
 	return nil
@@ -153,12 +154,22 @@ var (
 	anthropicIn = []string{"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"}
 	chatIn      = []string{"prompt_tokens"}
 	responsesIn = []string{"input_tokens"}
+	geminiIn    = []string{"promptTokenCount", "toolUsePromptTokenCount"}
+)
+
+// Output-token members: Gemini reports the model's thoughts apart from the
+// candidates, and both are output (summed).
+var (
+	anthropicOut = []string{"output_tokens"}
+	chatOut      = []string{"completion_tokens"}
+	responsesOut = []string{"output_tokens"}
+	geminiOut    = []string{"candidatesTokenCount", "thoughtsTokenCount"}
 )
 
 // tokens reads a usage object. Output is taken only when final (a stream's
 // first usage is not its last); input never decreases (a later, cumulative
 // report may omit the cache members an earlier one had).
-func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) {
+func (x *exchange) tokens(u []byte, inKeys, outKeys []string, final bool) {
 	if len(u) == 0 || u[0] != '{' {
 		return
 	}
@@ -167,11 +178,8 @@ func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) 
 	s := jscan{b: u}
 	_ = s.object(func(k []byte, esc bool) error {
 		name := string(text(k, esc))
-		isIn := false
-		for _, ik := range inKeys {
-			isIn = isIn || name == ik
-		}
-		if !isIn && (outKey == "" || name != outKey) {
+		isIn, isOut := slices.Contains(inKeys, name), slices.Contains(outKeys, name)
+		if !isIn && !isOut {
 			return s.skip()
 		}
 		v, err := s.value()
@@ -179,7 +187,7 @@ func (x *exchange) tokens(u []byte, inKeys []string, outKey string, final bool) 
 			if isIn {
 				in, hasIn = addUsage(in, n), true
 			} else {
-				out, hasOut = min(n, maxSettle), true
+				out, hasOut = addUsage(out, n), true
 			}
 		}
 		return err
