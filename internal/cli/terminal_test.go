@@ -15,25 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pair opens a pty pair for the test; the slave stands in for cordon's
-// terminal.
-func pair(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		testkit.Unavailable(t, "no /dev/ptmx: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	s, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
-	if errno != 0 {
-		t.Fatalf("TIOCGPTPEER: %v", errno)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m, os.NewFile(s, "slave")
-}
-
 func lflag(t *testing.T, fd int) uint32 {
 	t.Helper()
 	tio, err := unix.IoctlGetTermios(fd, unix.TCGETS)
@@ -49,13 +30,13 @@ func lflag(t *testing.T, fd int) uint32 {
 func TestTerminalRestored(t *testing.T) {
 	for _, how := range []string{"return", "panic"} {
 		t.Run(how, func(t *testing.T) {
-			_, host := pair(t)
+			_, host := testkit.PtyPair(t)
 			defer host.Close()
 			const cooked = unix.ICANON | unix.ECHO | unix.ISIG
 			if lflag(t, int(host.Fd()))&cooked != cooked {
 				t.Fatalf("a fresh pty is not in cooked mode")
 			}
-			inner, innerSlave := pair(t)
+			inner, innerSlave := testkit.PtyPair(t)
 			defer innerSlave.Close()
 			func() {
 				defer func() { _ = recover() }()
@@ -159,13 +140,13 @@ func readable(t *testing.T, f *os.File, d time.Duration) string {
 // stop has run, nothing more is read from cordon's terminal: a command
 // typed while cordon tears down stays queued for the user's shell.
 func TestTerminalInputStopsAtStop(t *testing.T) {
-	hostM, host := pair(t)
+	hostM, host := testkit.PtyPair(t)
 	defer host.Close()
 	saved, err := makeRaw(int(host.Fd()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, innerSlave := pair(t)
+	inner, innerSlave := testkit.PtyPair(t)
 	defer innerSlave.Close()
 	if _, err := makeRaw(int(innerSlave.Fd())); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // An exec with a terminal runs on a pty of the sandbox's own, as its
@@ -131,7 +132,7 @@ func FuzzExecReply(f *testing.F) {
 		var extra *os.File
 		switch attach % 4 {
 		case 1, 2:
-			m, s := openPair(t)
+			m, s := testkit.PtyPair(t)
 			if attach%4 == 1 {
 				extra = m
 				defer s.Close()
@@ -192,7 +193,7 @@ func FuzzExecReply(f *testing.F) {
 func TestStartedMaster(t *testing.T) {
 	req := &sbinit.Tty{Stdin: true}
 	started := sbinit.Message{Type: "started", Pid: 7, Tty: true}
-	m, s := openPair(t)
+	m, s := testkit.PtyPair(t)
 	defer s.Close()
 	got, err := startedMaster(req, started, []*os.File{m})
 	if err != nil || got != m {
@@ -214,7 +215,7 @@ func TestStartedMaster(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var fds []*os.File
 			if tc.fd != "" {
-				m, s := openPair(t)
+				m, s := testkit.PtyPair(t)
 				if tc.fd == "master" {
 					defer s.Close()
 					fds = append(fds, m)

@@ -9,27 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openPair opens a pty pair of the host's devpts for the test.
-func openPair(t *testing.T) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		testkit.Unavailable(t, "no /dev/ptmx: %v", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	s, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
-	if errno != 0 {
-		t.Fatalf("TIOCGPTPEER: %v", errno)
-	}
-	return m, os.NewFile(s, "slave")
-}
-
 // checkMaster keeps exactly one pty master and refuses anything else,
 // closing what it refuses. The master itself is the positive control.
 func TestCheckMaster(t *testing.T) {
-	m, s := openPair(t)
+	m, s := testkit.PtyPair(t)
 	defer s.Close()
 	if got, err := checkMaster([]*os.File{m}); err != nil || got != m {
 		t.Fatalf("checkMaster(pty master) = %v, %v; want it kept", got, err)
@@ -40,15 +23,15 @@ func TestCheckMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, s2 := openPair(t)
+	m2, s2 := testkit.PtyPair(t)
 	defer m2.Close()
 	reg, err := os.CreateTemp(t.TempDir(), "f")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m3, s3 := openPair(t)
+	m3, s3 := testkit.PtyPair(t)
 	defer s3.Close()
-	m4, s4 := openPair(t)
+	m4, s4 := testkit.PtyPair(t)
 	defer s4.Close()
 	for _, tc := range []struct {
 		name string
@@ -74,7 +57,7 @@ func TestCheckMaster(t *testing.T) {
 
 // takeMaster accepts descriptors only with a terminal the spec asked for.
 func TestTakeMasterUnrequested(t *testing.T) {
-	m, s := openPair(t)
+	m, s := testkit.PtyPair(t)
 	defer s.Close()
 	sb := &linuxSandbox{}
 	if err := sb.takeMaster(sbinitStarted(true), []*os.File{m}); err == nil {
