@@ -1,12 +1,67 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/testkit"
 )
+
+// logsFollow runs `cordon sandbox logs -f name` for at most limit; it
+// reports the output and whether the command ended on its own.
+func (d *daemon) logsFollow(name string, limit time.Duration) (string, bool) {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cordonBin, "--state-dir", d.state, "sandbox", "logs", "-f", name)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "CORDON_SOCKET=" + d.socket}
+	out, errf := tempOut(d.t), tempOut(d.t)
+	cmd.Stdout, cmd.Stderr = out, errf
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return readAll(out), false
+	}
+	if err != nil {
+		d.t.Fatalf("logs -f %s: %v %s", name, err, readAll(errf))
+	}
+	return readAll(out), true
+}
+
+// `sandbox logs -f` follows the main program and ends when it exits,
+// with everything it wrote, although the sandbox stays up for execs.
+// Control: on a program that keeps running it does not end.
+func TestDaemonLogsFollowEndsWithTheProgram(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	ws := userWorkspace(t)
+	for name, script := range map[string]string{
+		"ends":  "echo one; sleep 2; echo two >&2",
+		"keeps": "echo up; exec sleep 1000",
+	} {
+		if r := d.cli("sandbox", "create", name, "--workspace", ws, "--", "/bin/sh", "-c", script); r.Code != 0 {
+			t.Fatalf("create %s: %d %s", name, r.Code, r.Stderr)
+		}
+		if r := d.cli("sandbox", "start", name); r.Code != 0 {
+			t.Fatalf("start %s: %d %s", name, r.Code, r.Stderr)
+		}
+	}
+	out, ended := d.logsFollow("ends", 30*time.Second)
+	if !ended || out != "one\ntwo\n" {
+		t.Fatalf("logs -f of a program that exits: ended=%v %q, want ended with one and two", ended, out)
+	}
+	if i := d.ls()["ends"]; i.State != "running" || i.MainExit != "exit 0" {
+		t.Errorf("after the program: %+v, want running, exit 0", i)
+	}
+	out, ended = d.logsFollow("keeps", 3*time.Second)
+	if ended || !strings.Contains(out, "up") {
+		t.Fatalf("logs -f of a running program: ended=%v %q, want still following, up", ended, out)
+	}
+}
 
 // `sandbox ls --json` reports when a sandbox created since the daemon
 // started was created (not the zero time), and the same after a restart

@@ -622,7 +622,7 @@ them exactly to a terminal too.`,
 			}
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until the sandbox stops")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until it exits or the sandbox stops")
 	cmd.Flags().BoolVar(&raw, "raw", false, "write the program's bytes exactly, also to a terminal (escape sequences act on it)")
 	return cmd
 }
