@@ -65,7 +65,8 @@ func TestDaemonLogsFollowEndsWithTheProgram(t *testing.T) {
 
 // `sandbox ls --json` reports when a sandbox created since the daemon
 // started was created (not the zero time), and the same after a restart
-// (which adopts the running sandbox from its record).
+// (which adopts the running sandbox from its record); `ls` shows its AGE,
+// `ls -q` its name alone.
 func TestDaemonLsCreated(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
@@ -92,6 +93,18 @@ func TestDaemonLsCreated(t *testing.T) {
 	c1 := created()
 	if c1.Before(before) || c1.After(after) {
 		t.Fatalf("created %v, want between %v and %v", c1, before, after)
+	}
+	// -q: the names alone; the table: an AGE (seconds old, not years).
+	if r := d.cli("sandbox", "ls", "-q"); r.Code != 0 || r.Stdout != "c\n" {
+		t.Errorf("ls -q: %d %q %s, want c", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "ls", "-q", "--json"); r.Code != 125 || r.Stdout != "" || !strings.Contains(r.Stderr, "-q or --json") {
+		t.Errorf("ls -q --json: %d %q %s, want a usage error", r.Code, r.Stdout, r.Stderr)
+	}
+	r := d.cli("sandbox", "ls")
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) != 2 || strings.Fields(lines[0])[4] != "AGE" || !strings.HasSuffix(strings.Fields(lines[1])[4], "s") {
+		t.Errorf("ls table, want an AGE in seconds:\n%s%s", r.Stdout, r.Stderr)
 	}
 	d.kill()
 	d.start()
