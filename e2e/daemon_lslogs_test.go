@@ -33,7 +33,8 @@ func (d *daemon) logsFollow(name string, limit time.Duration) (string, bool) {
 
 // `sandbox logs -f` follows the main program and ends when it exits,
 // with everything it wrote, although the sandbox stays up for execs.
-// Control: on a program that keeps running it does not end.
+// Control: on a program that keeps running it does not end. --tail N
+// prints the last N lines.
 func TestDaemonLogsFollowEndsWithTheProgram(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
@@ -56,6 +57,11 @@ func TestDaemonLogsFollowEndsWithTheProgram(t *testing.T) {
 	}
 	if i := d.ls()["ends"]; i.State != "running" || i.MainExit != "exit 0" {
 		t.Errorf("after the program: %+v, want running, exit 0", i)
+	}
+	for tail, want := range map[string]string{"1": "two\n", "0": "", "5": "one\ntwo\n"} {
+		if r := d.cli("sandbox", "logs", "ends", "--tail", tail); r.Code != 0 || r.Stdout != want {
+			t.Errorf("logs --tail %s: %d %q %s, want %q", tail, r.Code, r.Stdout, r.Stderr, want)
+		}
 	}
 	out, ended = d.logsFollow("keeps", 3*time.Second)
 	if ended || !strings.Contains(out, "up") {

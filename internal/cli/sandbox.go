@@ -611,8 +611,9 @@ func sbLsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 
 func sbLogsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 	var follow, raw bool
+	var tail int
 	cmd := &cobra.Command{
-		Use:   "logs NAME [--follow] [--raw]",
+		Use:   "logs NAME [--follow] [--tail N] [--raw]",
 		Short: "Print the output of a sandbox's main program",
 		Long: `Print what the sandbox's main program wrote to its stdout and stderr.
 
@@ -633,9 +634,20 @@ them exactly to a terminal too.`,
 			out, flush := logsWriter(g.stdout, raw, isTerminal(g.stdout))
 			defer flush()
 			var off int64
+			first := hostmgr.LogsArgs{Name: args[0]}
+			switch {
+			case tail == 0:
+				first.Offset = -1 // the end: nothing of what is there
+			case tail > 0:
+				first.Tail = tail
+			}
 			for {
 				var ch hostmgr.LogsChunk
-				if err := c.Do(cmd.Context(), "logs", hostmgr.LogsArgs{Name: args[0], Offset: off}, nil, &ch); err != nil {
+				a := hostmgr.LogsArgs{Name: args[0], Offset: off}
+				if first.Name != "" {
+					a, first = first, hostmgr.LogsArgs{}
+				}
+				if err := c.Do(cmd.Context(), "logs", a, nil, &ch); err != nil {
 					return err
 				}
 				out.Write(ch.Data)
@@ -655,6 +667,7 @@ them exactly to a terminal too.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until it exits or the sandbox stops")
+	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines first (0: none; with --follow, then what follows)")
 	cmd.Flags().BoolVar(&raw, "raw", false, "write the program's bytes exactly, also to a terminal (escape sequences act on it)")
 	return cmd
 }

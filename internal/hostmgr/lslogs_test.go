@@ -106,3 +106,34 @@ func TestDaemonLogsDoneWhenMainExits(t *testing.T) {
 		t.Fatal("logs of a stopped sandbox not done")
 	}
 }
+
+// logs with Tail starts where the last lines of the log begin; a
+// negative offset is the end. Control: offset 0 reads the whole log.
+func TestDaemonLogsTail(t *testing.T) {
+	d := fakeDaemon(t, &fake.Provider{})
+	var i Info
+	if err := d.testCall(t, "create", CreateArgs{Name: "t", Spec: Spec{Level: "SHARED"}}, nil, &i); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	const log = "one\ntwo\nthree\n"
+	f, err := openLog(d.o.StateDir, i.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(log)
+	f.Close()
+	for _, c := range []struct {
+		args LogsArgs
+		want string
+	}{
+		{LogsArgs{Name: "t"}, log},
+		{LogsArgs{Name: "t", Tail: 2}, "two\nthree\n"},
+		{LogsArgs{Name: "t", Tail: 9}, log},
+		{LogsArgs{Name: "t", Offset: -1}, ""},
+	} {
+		var ch LogsChunk
+		if err := d.testCall(t, "logs", c.args, nil, &ch); err != nil || string(ch.Data) != c.want || ch.Next != int64(len(log)) {
+			t.Errorf("logs %+v = %q next %d (%v), want %q next %d", c.args, ch.Data, ch.Next, err, c.want, len(log))
+		}
+	}
+}

@@ -246,11 +246,13 @@ func (d *Daemon) info(b *box) Info {
 }
 
 // LogsArgs read a sandbox's log (its main program's stdout and stderr)
-// from Offset, at most Max bytes.
+// from Offset (negative: the end), at most Max bytes; Tail > 0 reads
+// from where the last Tail lines begin instead (see tailOffset).
 type LogsArgs struct {
 	Name   string `json:"name"`
 	Offset int64  `json:"offset"`
 	Max    int    `json:"max,omitempty"`
+	Tail   int    `json:"tail,omitempty"`
 }
 
 // LogsChunk is a piece of the log.
@@ -292,6 +294,11 @@ func (d *Daemon) opLogs(ctx context.Context, c *call) (any, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if a.Tail > 0 {
+		if a.Offset, err = tailOffset(f, fi.Size(), a.Tail); err != nil {
+			return nil, err
+		}
 	}
 	if a.Offset < 0 || a.Offset > fi.Size() {
 		a.Offset = fi.Size()
