@@ -133,11 +133,12 @@ func sbNameCmd(g *globals, sf *sandboxFlags, op, short string) *cobra.Command {
 }
 
 func printInfo(g *globals, is []hostmgr.Info) {
+	now := time.Now()
 	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tOWNER\tSTATE\tPROFILE\tLEVEL\tDRAIN\tMAIN\tNOTE")
+	fmt.Fprintln(tw, "NAME\tID\tOWNER\tSTATE\tAGE\tPROFILE\tLEVEL\tDRAIN\tMAIN\tNOTE")
 	for _, i := range is {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", textsafe.Line(i.Name), textsafe.Line(i.ID), i.Owner, textsafe.Line(i.State),
-			textsafe.Line(i.Profile), textsafe.Line(i.Level), textsafe.Line(i.Drain), textsafe.Line(i.MainExit), textsafe.Line(i.Note))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", textsafe.Line(i.Name), textsafe.Line(i.ID), i.Owner, textsafe.Line(i.State),
+			age(i.Created, now), textsafe.Line(i.Profile), textsafe.Line(i.Level), textsafe.Line(i.Drain), textsafe.Line(i.MainExit), textsafe.Line(i.Note))
 	}
 	tw.Flush()
 	for _, i := range is {
@@ -147,6 +148,25 @@ func printInfo(g *globals, is []hostmgr.Info) {
 				fmt.Fprintf(g.stdout, "  - %s\n", textsafe.Line(b))
 			}
 		}
+	}
+}
+
+// age is how long ago created was, in its largest whole unit (45s, 12m,
+// 3h, 9d); "-" when it is unknown (the zero time).
+func age(created, now time.Time) string {
+	if created.IsZero() {
+		return "-"
+	}
+	d := max(now.Sub(created), 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	default:
+		return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 	}
 }
 
@@ -563,24 +583,37 @@ func sbStopCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 }
 
 func sbLsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "ls",
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "ls [-q]",
 		Short: "List sandboxes (yours; every one for root)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if quiet && sf.json {
+				return failure.Failf(failure.KindUsage, "ls", "give -q or --json, not both")
+			}
 			var is []hostmgr.Info
 			if err := sf.do(cmd.Context(), "ls", struct{}{}, nil, &is); err != nil {
 				return err
 			}
+			if quiet {
+				for _, i := range is {
+					fmt.Fprintln(g.stdout, textsafe.Line(i.Name))
+				}
+				return nil
+			}
 			return g.print(sf, is, func() { printInfo(g, is) })
 		},
 	}
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the names, one a line")
+	return cmd
 }
 
 func sbLogsCmd(g *globals, sf *sandboxFlags) *cobra.Command {
 	var follow, raw bool
+	var tail int
 	cmd := &cobra.Command{
-		Use:   "logs NAME [--follow] [--raw]",
+		Use:   "logs NAME [--follow] [--tail N] [--raw]",
 		Short: "Print the output of a sandbox's main program",
 		Long: `Print what the sandbox's main program wrote to its stdout and stderr.
 
@@ -601,9 +634,20 @@ them exactly to a terminal too.`,
 			out, flush := logsWriter(g.stdout, raw, isTerminal(g.stdout))
 			defer flush()
 			var off int64
+			first := hostmgr.LogsArgs{Name: args[0]}
+			switch {
+			case tail == 0:
+				first.Offset = -1 // the end: nothing of what is there
+			case tail > 0:
+				first.Tail = tail
+			}
 			for {
 				var ch hostmgr.LogsChunk
-				if err := c.Do(cmd.Context(), "logs", hostmgr.LogsArgs{Name: args[0], Offset: off}, nil, &ch); err != nil {
+				a := hostmgr.LogsArgs{Name: args[0], Offset: off}
+				if first.Name != "" {
+					a, first = first, hostmgr.LogsArgs{}
+				}
+				if err := c.Do(cmd.Context(), "logs", a, nil, &ch); err != nil {
 					return err
 				}
 				out.Write(ch.Data)
@@ -622,7 +666,8 @@ them exactly to a terminal too.`,
 			}
 		},
 	}
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until the sandbox stops")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the program writes, until it exits or the sandbox stops")
+	cmd.Flags().IntVar(&tail, "tail", -1, "print only the last N lines first (0: none; with --follow, then what follows)")
 	cmd.Flags().BoolVar(&raw, "raw", false, "write the program's bytes exactly, also to a terminal (escape sequences act on it)")
 	return cmd
 }

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/hostmgr"
 )
@@ -35,5 +38,42 @@ func TestOpenFilesClosesOnRefusal(t *testing.T) {
 	}
 	if n := count(); n != before {
 		t.Errorf("after the refusal %d descriptors are open, want %d (the ones opened before it leaked)", n, before)
+	}
+}
+
+// age is the largest whole unit; the zero time (a record without its
+// created time) is "-", not 2026 years.
+func TestAge(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		ago  time.Duration
+		want string
+	}{
+		{0, "0s"}, {-time.Minute, "0s"}, {59 * time.Second, "59s"}, {time.Minute, "1m"}, {59*time.Minute + 59*time.Second, "59m"},
+		{time.Hour, "1h"}, {47 * time.Hour, "47h"}, {48 * time.Hour, "2d"}, {400 * 24 * time.Hour, "400d"},
+	} {
+		if got := age(now.Add(-c.ago), now); got != c.want {
+			t.Errorf("age(%v ago) = %q, want %q", c.ago, got, c.want)
+		}
+	}
+	if got := age(time.Time{}, now); got != "-" {
+		t.Errorf("age(zero) = %q, want -", got)
+	}
+}
+
+// The table has an AGE column from each sandbox's created time.
+func TestPrintInfoAge(t *testing.T) {
+	var out bytes.Buffer
+	g := &globals{stdout: &out, stderr: &out}
+	printInfo(g, []hostmgr.Info{{Name: "old", ID: "sb1", State: "running", Created: time.Now().Add(-3 * time.Hour)}, {Name: "unknown", ID: "sb2", State: "created"}})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || strings.Fields(lines[0])[4] != "AGE" {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	if f := strings.Fields(lines[1]); len(f) < 5 || f[0] != "old" || f[4] != "3h" {
+		t.Errorf("row %q, want old ... 3h", lines[1])
+	}
+	if f := strings.Fields(lines[2]); len(f) < 5 || f[0] != "unknown" || f[4] != "-" {
+		t.Errorf("row %q, want unknown ... -", lines[2])
 	}
 }

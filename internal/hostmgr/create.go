@@ -144,6 +144,11 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 	if err != nil {
 		return nil, err
 	}
+	// The record as stored (its created and updated times are the
+	// store's): ls reports those, as a restarted daemon would.
+	if got, gerr := d.o.Store.DaemonSandbox(ctx, name); gerr == nil {
+		rec = got
+	}
 	d.crash("create.after_record")
 	b := &box{rec: rec, spec: s, profile: prof}
 	b.rec.State = store.DCreating

@@ -246,11 +246,13 @@ func (d *Daemon) info(b *box) Info {
 }
 
 // LogsArgs read a sandbox's log (its main program's stdout and stderr)
-// from Offset, at most Max bytes.
+// from Offset (negative: the end), at most Max bytes; Tail > 0 reads
+// from where the last Tail lines begin instead (see tailOffset).
 type LogsArgs struct {
 	Name   string `json:"name"`
 	Offset int64  `json:"offset"`
 	Max    int    `json:"max,omitempty"`
+	Tail   int    `json:"tail,omitempty"`
 }
 
 // LogsChunk is a piece of the log.
@@ -258,7 +260,9 @@ type LogsChunk struct {
 	Data []byte `json:"data"`
 	Next int64  `json:"next"`
 	Size int64  `json:"size"`
-	Done bool   `json:"done"` // the sandbox is stopped: the log will not grow
+	// Done: the log will not grow (the main program has exited, or the
+	// sandbox is stopped) and this chunk reaches its end.
+	Done bool `json:"done"`
 }
 
 func (d *Daemon) opLogs(ctx context.Context, c *call) (any, error) {
@@ -274,7 +278,10 @@ func (d *Daemon) opLogs(ctx context.Context, c *call) (any, error) {
 		a.Max = 128 << 10
 	}
 	b.mu.Lock()
-	id, done := b.rec.ID, b.rec.State == store.DStopped
+	// The main program writes the log; once it has exited (the sandbox
+	// stays up for execs, whose output is their caller's) the log is
+	// complete: its writes reached the file before its exit was seen.
+	id, done := b.rec.ID, b.rec.State == store.DStopped || b.rec.MainExit != ""
 	b.mu.Unlock()
 	f, err := os.OpenFile(logPath(d.o.StateDir, id), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
@@ -287,6 +294,11 @@ func (d *Daemon) opLogs(ctx context.Context, c *call) (any, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if a.Tail > 0 {
+		if a.Offset, err = tailOffset(f, fi.Size(), a.Tail); err != nil {
+			return nil, err
+		}
 	}
 	if a.Offset < 0 || a.Offset > fi.Size() {
 		a.Offset = fi.Size()
