@@ -15,7 +15,8 @@
 // is 4EiB (2⁶² bytes). Anything else is an *Error of kind usage that
 // quotes the text and states the grammar.
 //
-// Plane: leaf, used by the CLI and by package config (root and caller).
-// It must never accept a negative, fractional-byte or overflowing size,
-// and never depend on another cordon package but failure.
+// Plane: root, CLI (a leaf: package config parses sizes as root for
+// `cordon run` and the daemon, the command line parses flags). It must
+// never accept a negative, fractional-byte or overflowing size, and never
+// depend on another cordon package but failure.
 package units

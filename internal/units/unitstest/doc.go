@@ -3,5 +3,5 @@
 // (package config) and the command line (package cli), so the same text
 // gives the same answer at every call site.
 //
-// Plane: tests only. It must never be imported by non-test code.
+// Plane: test-only. It must never be imported by non-test code.
 package unitstest
