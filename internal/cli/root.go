@@ -57,29 +57,8 @@ func Main(args []string) int {
 		fmt.Fprintln(g.stderr, "cordon: unsupported: this binary was built with cgo; the sandbox init cannot harden every thread under cgo. Rebuild with CGO_ENABLED=0")
 		return failure.ExitRefused
 	}
-	root := &cobra.Command{
-		Use:   "cordon",
-		Short: "Run an untrusted program or AI agent inside an evidenced Linux boundary",
-		Long: `cordon runs any Linux program — an AI agent, a build, a script — inside an
-OS-enforced boundary (user, PID, mount, network, IPC, UTS and cgroup namespaces
-on a leased UID/GID range; no capabilities; no_new_privs; seccomp; Landlock;
-cgroup limits) and admits it at an isolation level only from evidence that the
-trusted side reads off the live sandbox before the program's first instruction.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
+	root := newRoot(g)
 	root.SetArgs(args)
-	root.SetOut(g.stdout)
-	root.SetErr(g.stderr)
-	def := os.Getenv("CORDON_STATE_DIR")
-	if def == "" {
-		def = "/var/lib/cordon"
-	}
-	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", def, "state directory: store, leases (env CORDON_STATE_DIR)")
-	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
-	_ = root.PersistentFlags().MarkHidden("lease-slots")
-	addTestFlags(root, g)
-	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g))
 	err := root.Execute()
 	var ee *exitError
 	switch {
@@ -91,6 +70,34 @@ trusted side reads off the live sandbox before the program's first instruction.`
 		fmt.Fprintf(g.stderr, "cordon: %s\n", describe(err))
 		return failure.ExitRefused
 	}
+}
+
+// newRoot builds the command tree.
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cordon",
+		Short: "Run an untrusted program or AI agent inside an evidenced Linux boundary",
+		Long: `cordon runs any Linux program — an AI agent, a build, a script — inside an
+OS-enforced boundary (user, PID, mount, network, IPC, UTS and cgroup namespaces
+on a leased UID/GID range; no capabilities; no_new_privs; seccomp; Landlock;
+cgroup limits) and admits it at an isolation level only from evidence that the
+trusted side reads off the live sandbox before the program's first instruction.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	def := os.Getenv("CORDON_STATE_DIR")
+	if def == "" {
+		def = "/var/lib/cordon"
+	}
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", def, "state directory: store, leases (env CORDON_STATE_DIR)")
+	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
+	_ = root.PersistentFlags().MarkHidden("lease-slots")
+	addTestFlags(root, g)
+	setVersionFlag(root)
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g))
+	return root
 }
 
 // describe renders an error with its failure kind, for a terminal: an
@@ -173,18 +180,6 @@ func binaryDigest(stateDir string) string {
 
 	}
 	return c.SHA256
-}
-
-func versionCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print cordon's version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(g.stdout, "cordon %s\n", Version)
-			return nil
-		},
-	}
 }
 
 // writeJSON prints v as one JSON line. Values stay exact; characters a

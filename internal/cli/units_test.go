@@ -1,34 +1,44 @@
 package cli
 
-import "testing"
+import (
+	"strings"
+	"testing"
 
+	"github.com/cordon-project/cordon/internal/units/unitstest"
+)
+
+// TestParseSize runs the command line's size parser (the one --memory and
+// --tmp-size of run and sandbox create use) over the table package config
+// is tested against too: the same text gives the same answer.
 func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"512M", 512 << 20, true},
-		{"2G", 2 << 30, true},
-		{"2GiB", 2 << 30, true},
-		{"2gb", 2 << 30, true},
-		{"64KiB", 64 << 10, true},
-		{"1048576", 1 << 20, true},
-		{"1.5G", 3 << 29, true},
-		{"100B", 100, true},
-		{"", 0, false},
-		{"-1G", 0, false},
-		{"12X", 0, false},
-		{"G", 0, false},
-		{"1e400", 0, false},
-		{"NaN", 0, false},
-		{"99999999T", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := ParseSize(tt.in)
-		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
-			t.Errorf("ParseSize(%q) = %d, %v, want %d (ok=%v)", tt.in, got, err, tt.want, tt.ok)
+	for _, tc := range unitstest.Sizes {
+		got, err := ParseSize(tc.Text)
+		if tc.Err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.Err) {
+				t.Errorf("ParseSize(%q) = %d, %v, want an error containing %q", tc.Text, got, err, tc.Err)
+			}
+			continue
 		}
+		if err != nil || got != tc.Want {
+			t.Errorf("ParseSize(%q) = %d, %v, want %d", tc.Text, got, err, tc.Want)
+		}
+	}
+}
+
+// TestRunMemoryFlag: `cordon run --memory 2.5G` reaches the spec as
+// 2.5GiB, and a refused size is a usage error naming the flag.
+func TestRunMemoryFlag(t *testing.T) {
+	f := &runFlags{level: "DOMAIN_ISOLATED", memory: "2.5G", tmp: "1.5G"}
+	spec, err := f.parseSpec([]string{"/bin/true"})
+	if err != nil {
+		t.Fatalf("parseSpec(--memory 2.5G) = %v", err)
+	}
+	if spec.Limits.MemoryBytes != 5<<29 || spec.Limits.TmpBytes != 3<<29 {
+		t.Errorf("parseSpec(--memory 2.5G --tmp-size 1.5G) = %d, %d, want %d, %d", spec.Limits.MemoryBytes, spec.Limits.TmpBytes, int64(5<<29), int64(3<<29))
+	}
+	f.memory = "2.5"
+	if _, err := f.parseSpec([]string{"/bin/true"}); err == nil || !strings.Contains(err.Error(), `--memory: size "2.5": a fraction of a byte`) {
+		t.Errorf("parseSpec(--memory 2.5) = %v, want a usage error naming --memory", err)
 	}
 }
 

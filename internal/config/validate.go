@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cordon-project/cordon/internal/units"
 )
 
 // The raw schema, as decoded with KnownFields(true). Keys are the yaml
@@ -122,50 +124,29 @@ func describeNode(n *yaml.Node) string {
 	return strconv.Quote(v)
 }
 
-// sizeValue is a byte count: an integer, or a string with a 1024-based
-// unit ("1GiB", "512M", "64KiB", "10MB", "4096B").
+// sizeValue is a byte count in package units' grammar: 1048576, 512M,
+// 2.5G, 64KiB, 1GiB. The node's text is what is parsed, whatever YAML
+// resolves it to (4096 is an !!int, 1.5 a !!float), so a size means in a
+// file exactly what it means on the command line.
 type sizeValue struct {
 	n   int64
 	set bool
 }
 
 func (v *sizeValue) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!str") {
+	if tag := n.ShortTag(); n.Kind != yaml.ScalarNode || (tag != "!!int" && tag != "!!float" && tag != "!!str") {
 		return typeError(n, "want a size such as 1GiB, 512M or 1048576, not "+describeNode(n))
 	}
-	if n.ShortTag() == "!!int" {
-		if err := n.Decode(&v.n); err != nil {
-			return typeError(n, fmt.Sprintf("size %s is out of range", n.Value))
-		}
-	} else {
-		s, err := parseSize(n.Value)
-		if err != nil {
-			return typeError(n, err.Error())
-		}
-		v.n = s
+	s, err := units.Parse(n.Value)
+	if err != nil {
+		return typeError(n, err.Error())
 	}
-	v.set = true
+	v.n, v.set = s, true
 	return nil
 }
 
 func typeError(n *yaml.Node, msg string) error {
 	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s", n.Line, msg)}}
-}
-
-var sizeRE = regexp.MustCompile(`^([0-9]+)\s*(?:([KMGTkmgt])(?:[iI][Bb]?|[Bb])?|[Bb])?$`)
-
-// parseSize parses an integral byte count with an optional 1024-based unit.
-func parseSize(s string) (int64, error) {
-	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return 0, fmt.Errorf("size %q: want an integer with an optional unit K, M, G or T (1024-based), e.g. 1GiB or 512M", s)
-	}
-	n, err := strconv.ParseInt(m[1], 10, 64)
-	shift := map[string]uint{"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[strings.ToLower(m[2])]
-	if err != nil || n > (1<<62)>>shift {
-		return 0, fmt.Errorf("size %q is too large", s)
-	}
-	return n << shift, nil
 }
 
 var (
