@@ -41,15 +41,3 @@ func TestRunMemoryFlag(t *testing.T) {
 		t.Errorf("parseSpec(--memory 2.5) = %v, want a usage error naming --memory", err)
 	}
 }
-
-func FuzzParseSize(f *testing.F) {
-	for _, s := range []string{"512M", "2GiB", "1", "-3k", "1.5t", "x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseSize(s)
-		if err == nil && n < 0 {
-			t.Fatalf("ParseSize(%q) = %d, want >= 0", s, n)
-		}
-	})
-}
