@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"os/user"
@@ -97,6 +98,14 @@ func defaultSocket() string {
 }
 
 func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir, volumeDir string, manifest []string, drift time.Duration) error {
+	// SIGHUP (an ssh logout after 'cordon daemon &') never kills the
+	// daemon: it is caught from the first moment and, once serving,
+	// reloads the host policy directory.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	log := g.daemonLogger()
+	log.Info("daemon starting", "socket", socket, "pid", os.Getpid(), "state_dir", g.stateDir, "policy_dir", policyDir)
 	st, err := g.openStore()
 	if err != nil {
 		return err
@@ -108,7 +117,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 	}
 	exe, _ := os.Executable()
 	d, err := hostmgr.New(hostmgr.Options{
-		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: g.logger(),
+		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: log,
 		Version:       Version,
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
 		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
@@ -119,9 +128,32 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading")
+				_ = d.Reload() // logs what is in force, or why the new set was refused
+			}
+		}
+	}()
 	err = d.Run(ctx)
 	if errors.Is(err, context.Canceled) {
+		log.Info("daemon stopped accepting; sandboxes keep running", "socket", socket)
 		return nil
 	}
 	return err
+}
+
+// daemonLogger is the daemon's log, on the same writer as g.logger() but
+// at INFO: a service's start, reloads and lifecycle events are what its
+// operator reads (the one-shot commands stay at WARN).
+func (g *globals) daemonLogger() *slog.Logger {
+	w := g.logw
+	if w == nil {
+		w = g.stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
