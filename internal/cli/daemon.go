@@ -45,7 +45,13 @@ daemon-owned sandboxes.
 Drift of the cordon binary, of the policy (a sandbox's own, plus the host
 policy directory) or of the base rootfs manifest puts a sandbox in DRAIN:
 running work continues, start and exec are refused until
-'cordon sandbox readmit NAME'.`,
+'cordon sandbox readmit NAME'.
+
+It logs to stderr at INFO (start with socket and pid, lifecycle, reloads).
+SIGHUP never stops it: it reloads the host policy directory (a set that
+does not load is refused whole and the set in force stays, said in the
+log). SIGTERM stops accepting; the sandboxes keep running and the next
+daemon adopts them.`,
 		Example: `  cordon daemon
   cordon daemon --group cordon --policy-dir /etc/cordon/policy`,
 		Args: cobra.NoArgs,
@@ -82,7 +88,7 @@ running work continues, start and exec are refused until
 	fl.StringArrayVar(&tenants, "tenant", nil, "UID=TENANT: let that user's sandboxes claim TENANT (repeatable); by default a non-root user's tenant is u<uid> and their workloads u<uid>-…")
 	fl.IntVar(&perUser, "max-per-user", 64, "sandboxes a non-root user may hold at once (not stopped)")
 	fl.StringVar(&volumeDir, "volume-dir", hostmgr.DefaultVolumeDir, "where named volumes live (never under the state dir)")
-	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; changes put sandboxes in DRAIN")
+	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; reloaded on SIGHUP; changes put sandboxes in DRAIN")
 	fl.DurationVar(&drift, "drift-interval", 10*time.Second, "how often drift is checked")
 	fl.StringArrayVar(&manifest, "base-manifest", nil, "files whose digest identifies the default base rootfs (default /var/lib/dpkg/status)")
 	_ = fl.MarkHidden("base-manifest")
