@@ -16,7 +16,8 @@ import (
 // reloads the host policy directory. A forbid added to the directory is
 // not in force before the HUP (positive control: the drift scan, which
 // also re-reads it, is an hour away) and is after it; an invalid set is
-// refused as a whole, logged, and the set in force stays.
+// refused as a whole, logged, and the set in force stays. SIGTERM
+// still stops the daemon and leaves the sandboxes running.
 func TestDaemonSIGHUPReloadsHostPolicy(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
@@ -90,5 +91,21 @@ func TestDaemonSIGHUPReloadsHostPolicy(t *testing.T) {
 	r = call("refused")
 	if strings.Contains(r.Stdout, "via-reloaded-daemon") || !strings.Contains(r.Stdout, "denied by policy") {
 		t.Fatalf("model call after a refused reload, want the old forbid still in force: %d %s %s", r.Code, r.Stdout, r.Stderr)
+	}
+
+	// SIGTERM keeps its meaning: the daemon stops accepting and exits 0,
+	// its sandboxes keep running.
+	init := d.ls()["refused"].InitPid
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !d.exited() {
+		t.Fatalf("SIGTERM: the daemon did not exit: %s", d)
+	}
+	if c := d.cmd.ProcessState.ExitCode(); c != 0 || !strings.Contains(d.String(), "stopped accepting") {
+		t.Fatalf("SIGTERM: exit %d\n%s", c, d)
+	}
+	if !alive(init) {
+		t.Fatal("SIGTERM stopped a sandbox")
 	}
 }
