@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"os/user"
@@ -44,7 +45,13 @@ daemon-owned sandboxes.
 Drift of the cordon binary, of the policy (a sandbox's own, plus the host
 policy directory) or of the base rootfs manifest puts a sandbox in DRAIN:
 running work continues, start and exec are refused until
-'cordon sandbox readmit NAME'.`,
+'cordon sandbox readmit NAME'.
+
+It logs to stderr at INFO (start with socket and pid, lifecycle, reloads).
+SIGHUP never stops it: it reloads the host policy directory (a set that
+does not load is refused whole and the set in force stays, said in the
+log). SIGTERM stops accepting; the sandboxes keep running and the next
+daemon adopts them.`,
 		Example: `  cordon daemon
   cordon daemon --group cordon --policy-dir /etc/cordon/policy`,
 		Args: cobra.NoArgs,
@@ -81,7 +88,7 @@ running work continues, start and exec are refused until
 	fl.StringArrayVar(&tenants, "tenant", nil, "UID=TENANT: let that user's sandboxes claim TENANT (repeatable); by default a non-root user's tenant is u<uid> and their workloads u<uid>-…")
 	fl.IntVar(&perUser, "max-per-user", 64, "sandboxes a non-root user may hold at once (not stopped)")
 	fl.StringVar(&volumeDir, "volume-dir", hostmgr.DefaultVolumeDir, "where named volumes live (never under the state dir)")
-	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; changes put sandboxes in DRAIN")
+	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; reloaded on SIGHUP; changes put sandboxes in DRAIN")
 	fl.DurationVar(&drift, "drift-interval", 10*time.Second, "how often drift is checked")
 	fl.StringArrayVar(&manifest, "base-manifest", nil, "files whose digest identifies the default base rootfs (default /var/lib/dpkg/status)")
 	_ = fl.MarkHidden("base-manifest")
@@ -97,6 +104,14 @@ func defaultSocket() string {
 }
 
 func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir, volumeDir string, manifest []string, drift time.Duration) error {
+	// SIGHUP (an ssh logout after 'cordon daemon &') never kills the
+	// daemon: it is caught from the first moment and, once serving,
+	// reloads the host policy directory.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	log := g.daemonLogger()
+	log.Info("daemon starting", "socket", socket, "pid", os.Getpid(), "state_dir", g.stateDir, "policy_dir", policyDir)
 	st, err := g.openStore()
 	if err != nil {
 		return err
@@ -108,7 +123,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 	}
 	exe, _ := os.Executable()
 	d, err := hostmgr.New(hostmgr.Options{
-		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: g.logger(),
+		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: log,
 		Version:       Version,
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
 		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
@@ -119,9 +134,32 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading")
+				_ = d.Reload() // logs what is in force, or why the new set was refused
+			}
+		}
+	}()
 	err = d.Run(ctx)
 	if errors.Is(err, context.Canceled) {
+		log.Info("daemon stopped accepting; sandboxes keep running", "socket", socket)
 		return nil
 	}
 	return err
+}
+
+// daemonLogger is the daemon's log, on the same writer as g.logger() but
+// at INFO: a service's start, reloads and lifecycle events are what its
+// operator reads (the one-shot commands stay at WARN).
+func (g *globals) daemonLogger() *slog.Logger {
+	w := g.logw
+	if w == nil {
+		w = g.stderr
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -81,6 +80,9 @@ type Daemon struct {
 	// hostPolicy is the host policy directory's content and digest as
 	// last read.
 	hostPolicy []PolicySource
+	// refusedPolicy is the error of the last host policy set refused by a
+	// drift scan (logged once per content).
+	refusedPolicy string
 	// host are the host identities as last read (drift).
 	host hostIDs
 }
@@ -143,11 +145,11 @@ func secretDir(state string) string { return filepath.Join(state, "gateway-secre
 // Run reconciles, then serves until ctx ends. The sandboxes keep running
 // when it returns (daemon-owned sandboxes have no parent-death signal).
 func (d *Daemon) Run(ctx context.Context) error {
-	hp, err := readPolicyDir(d.o.PolicyDir)
+	hp, err := d.loadHostPolicy()
 	if err != nil {
-		return fmt.Errorf("host policy: %w", err)
+		return err
 	}
-	d.hostPolicy = hp
+	d.setHostPolicy(hp)
 	d.refreshHost()
 	rep := d.reconcile(ctx)
 	d.log.Info("reconciled", "adopted", len(rep.Adopted), "removed", len(rep.Removed), "stopped", len(rep.Stopped), "unattributed", len(rep.Unattributed))
@@ -175,7 +177,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer l.Close()
 	l.Logger = d.log
 	go d.watchDrift(ctx)
-	d.log.Info("serving", "socket", d.o.Socket, "version", proto.Version)
+	d.log.Info("serving", "socket", d.o.Socket, "pid", os.Getpid(), "version", proto.Version, "policy_dir", d.o.PolicyDir)
 	return l.Serve(ctx, d.handle)
 }
 

@@ -197,13 +197,7 @@ func short(d string) string {
 
 // checkDrift compares every live sandbox with the current identities.
 func (d *Daemon) checkDrift(ctx context.Context) {
-	if hp, err := readPolicyDir(d.o.PolicyDir); err == nil {
-		d.mu.Lock()
-		d.hostPolicy = hp
-		d.mu.Unlock()
-	} else {
-		d.log.Warn("host policy directory unreadable", "err", err)
-	}
+	d.refreshPolicy()
 	recs, err := d.o.Store.DaemonSandboxes(ctx)
 	if err != nil {
 		return
