@@ -317,15 +317,20 @@ func TestAnthropicNonStreaming(t *testing.T) {
 	if string(seen.bodies[0]) != body {
 		t.Errorf("upstream body = %s, want the agent's bytes unchanged", seen.bodies[0])
 	}
-	rc := s.authority.lastReceipt(t)
-	want := crossing.Receipt{
+	requireSettled(t, s, crossing.Receipt{
 		Identity: testID, Broker: "model", Action: "anthropic.messages", Target: "claude-sonnet-4-5",
 		RequestDigest: digest([]byte(body)), Decision: crossing.Allow, Reason: "route claude",
 		UpstreamCode: 200, BytesIn: int64(len(body)), BytesOut: int64(len(anthropicReply)),
 		Usage:     crossing.Amount{Requests: 1, InputTokens: 25, OutputTokens: 37, Bytes: int64(len(body) + len(anthropicReply))},
 		Untrusted: []string{"tool_use:get_weather"},
-	}
-	if diff := cmp.Diff(want, rc, cmpReceipt); diff != "" {
+	})
+}
+
+// requireSettled checks the call's receipt is want and that nothing it
+// reserved is left open.
+func requireSettled(t *testing.T, s *setup, want crossing.Receipt) {
+	t.Helper()
+	if diff := cmp.Diff(want, s.authority.lastReceipt(t), cmpReceipt); diff != "" {
 		t.Errorf("receipt (-want +got):\n%s", diff)
 	}
 	if n := s.authority.openReservations(); n != 0 {

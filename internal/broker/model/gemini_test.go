@@ -98,20 +98,13 @@ func TestGeminiGenerate(t *testing.T) {
 	if string(seen.bodies[0]) != want {
 		t.Errorf("upstream body = %s, want %s", seen.bodies[0], want)
 	}
-	rc := s.authority.lastReceipt(t)
-	wantRC := crossing.Receipt{
+	requireSettled(t, s, crossing.Receipt{
 		Identity: testID, Broker: "model", Action: "gemini.generate", Target: "gemini-2.5-flash",
 		RequestDigest: digest([]byte(body)), Decision: crossing.Allow, Reason: "route gemini; output cap set by cordon: 4096",
 		UpstreamCode: 200, BytesIn: int64(len(body)), BytesOut: int64(len(geminiReply)),
 		Usage:     crossing.Amount{Requests: 1, InputTokens: 30, OutputTokens: 17, Bytes: int64(len(body) + len(geminiReply))},
 		Untrusted: []string{"tool_use:run_shell_command"},
-	}
-	if diff := cmp.Diff(wantRC, rc, cmpReceipt); diff != "" {
-		t.Errorf("receipt (-want +got):\n%s", diff)
-	}
-	if n := s.authority.openReservations(); n != 0 {
-		t.Errorf("%d reservations left open", n)
-	}
+	})
 }
 
 // geminiStream is a streamGenerateContent?alt=sse answer: data-only
