@@ -199,12 +199,7 @@ func TestAgentClaudeInteractive(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, answer) {
 		t.Fatalf("second run: %d %s %s", r.Code, r.Stdout, r.Stderr)
 	}
-	most := 0
-	for _, s := range up.Seen()[before:] {
-		if s.Path == "/v1/messages" {
-			most = max(most, s.Messages)
-		}
-	}
+	most := up.MostMessages(before, "/v1/messages")
 	if most < 3 {
 		t.Fatalf("the continued session's request carried %d messages, want the first run's turns too (>= 3)", most)
 	}

@@ -66,12 +66,7 @@ func TestAgentCodexOneShot(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("second run: %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
-	most := 0
-	for _, s := range up.Seen()[before:] {
-		if s.Path == "/v1/responses" {
-			most = max(most, s.Messages)
-		}
-	}
+	most := up.MostMessages(before, "/v1/responses")
 	if most < 4 {
 		t.Fatalf("the resumed session's request carried %d input items, want the first run's too (>= 4)", most)
 	}

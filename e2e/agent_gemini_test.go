@@ -475,12 +475,7 @@ func TestAgentGeminiInteractive(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("second run: %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
-	most := 0
-	for _, s := range up.Seen()[before:] {
-		if strings.Contains(s.Path, "enerateContent") {
-			most = max(most, s.Messages)
-		}
-	}
+	most := up.MostMessages(before, "enerateContent")
 	if most < 4 {
 		t.Fatalf("the resumed session's request carried %d contents, want the first run's turns too (>= 4)", most)
 	}

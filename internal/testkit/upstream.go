@@ -76,6 +76,20 @@ func (f *ModelUpstream) Seen() []SeenRequest {
 	return append([]SeenRequest(nil), f.requests...)
 }
 
+// MostMessages is the largest message count (messages, input items or
+// contents) of the requests from the before-th on whose path ends in
+// path: how much of a conversation the agent resent (a resumed session
+// resends the earlier turns).
+func (f *ModelUpstream) MostMessages(before int, path string) int {
+	most := 0
+	for _, s := range f.Seen()[before:] {
+		if strings.HasSuffix(s.Path, path) {
+			most = max(most, s.Messages)
+		}
+	}
+	return most
+}
+
 // ToolResults returns the tool results the agent sent back so far.
 func (f *ModelUpstream) ToolResults() []string {
 	f.mu.Lock()
