@@ -139,17 +139,23 @@ type receiptLine struct {
 }
 
 func receiptsOf(t *testing.T, st string) []receiptLine {
+	return receiptLines[receiptLine](t, st)
+}
+
+// receiptLines runs `cordon receipts --json` with filter (e.g. --broker
+// ingress) and decodes each line into T.
+func receiptLines[T any](t *testing.T, st string, filter ...string) []T {
 	t.Helper()
-	r := cordon(t, cordonBin, st, "receipts", "--json")
+	r := cordon(t, cordonBin, st, append([]string{"receipts", "--json"}, filter...)...)
 	if r.Code != 0 {
-		t.Fatalf("cordon receipts --json = %d\n%s", r.Code, r.Stderr)
+		t.Fatalf("cordon receipts --json %v = %d\n%s", filter, r.Code, r.Stderr)
 	}
-	var out []receiptLine
+	var out []T
 	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		if l == "" {
 			continue
 		}
-		var rc receiptLine
+		var rc T
 		if err := json.Unmarshal([]byte(l), &rc); err != nil {
 			t.Fatalf("receipt line %q: %v", l, err)
 		}

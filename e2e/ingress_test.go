@@ -47,23 +47,7 @@ type ingressReceipt struct {
 }
 
 func ingressReceipts(t *testing.T, st string) []ingressReceipt {
-	t.Helper()
-	r := cordon(t, cordonBin, st, "receipts", "--json", "--broker", "ingress")
-	if r.Code != 0 {
-		t.Fatalf("cordon receipts --json --broker ingress = %d\n%s", r.Code, r.Stderr)
-	}
-	var out []ingressReceipt
-	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
-		if l == "" {
-			continue
-		}
-		var rc ingressReceipt
-		if err := json.Unmarshal([]byte(l), &rc); err != nil {
-			t.Fatalf("receipt line %q: %v", l, err)
-		}
-		out = append(out, rc)
-	}
-	return out
+	return receiptLines[ingressReceipt](t, st, "--broker", "ingress")
 }
 
 // freeHostPort is a loopback port nothing on the host listens on now.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -196,22 +195,7 @@ type sandboxReceipt struct {
 }
 
 func sandboxReceipts(t *testing.T, st, sandboxID string) []sandboxReceipt {
-	t.Helper()
-	r := cordon(t, cordonBin, st, "receipts", "--json", "--sandbox", sandboxID)
-	if r.Code != 0 {
-		t.Fatalf("receipts: %d %s", r.Code, r.Stderr)
-	}
-	var out []sandboxReceipt
-	sc := bufio.NewScanner(strings.NewReader(r.Stdout))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var l sandboxReceipt
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("receipt line %q: %v", sc.Text(), err)
-		}
-		out = append(out, l)
-	}
-	return out
+	return receiptLines[sandboxReceipt](t, st, "--sandbox", sandboxID)
 }
 
 // checkOpenClawReceipts: the model crossing has an allow receipt; whatever
