@@ -486,10 +486,10 @@ func TestIngressDaemonSandbox(t *testing.T) {
 func TestIngressCompromisedBroker(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
-	host := newCountingListener(t, "tcp", "127.0.0.1:0")
+	host := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
 	cfg := ingressConfig(t, fmt.Sprintf("ingress:\n  - {name: ui, port: %d, listen: \"127.0.0.1:%d\"}\n", ingressPort, freeHostPort(t)))
 	declared, undeclared := fmt.Sprintf("127.0.0.1:%d", ingressPort), fmt.Sprintf("127.0.0.1:%d", undeclaredPort)
-	hostAddr := "127.0.0.1:" + host.port()
+	hostAddr := "127.0.0.1:" + host.Port()
 	spec, _ := json.Marshal(map[string]any{"broker": "ingress",
 		"dial": []string{declared, undeclared, hostAddr, "192.0.2.1:80", "[::1]:" + strconv.Itoa(ingressPort)},
 		"tcp":  []string{hostAddr}})
@@ -512,7 +512,7 @@ func TestIngressCompromisedBroker(t *testing.T) {
 	if e, ok := got["tcp "+hostAddr]; !ok || e == "" {
 		t.Errorf("direct connect to %s: err %q (reported %t), want a failure", hostAddr, e, ok)
 	}
-	if n := host.settle(0); n != 0 {
+	if n := host.Settle(0); n != 0 {
 		t.Errorf("the host listener accepted %d connections, want 0", n)
 	}
 }

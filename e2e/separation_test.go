@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,48 +23,6 @@ import (
 	"github.com/cordon-project/cordon/internal/testkit"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
-
-// countingListener is a host TCP listener that counts the connections it
-// accepted (and closes them).
-type countingListener struct {
-	ln       net.Listener
-	accepted atomic.Int64
-}
-
-func newCountingListener(t *testing.T, network, addr string) *countingListener {
-	t.Helper()
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &countingListener{ln: ln}
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.accepted.Add(1)
-			conn.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return c
-}
-
-func (c *countingListener) port() string {
-	_, p, _ := net.SplitHostPort(c.ln.Addr().String())
-	return p
-}
-
-// settle waits until n connections were accepted (or a short while).
-func (c *countingListener) settle(n int64) int64 {
-	for deadline := time.Now().Add(2 * time.Second); c.accepted.Load() < n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	return c.accepted.Load()
-}
 
 // remoteToolServer is a streamable-HTTP MCP server on host loopback that
 // records the Authorization headers it was sent.
@@ -152,16 +109,16 @@ func TestCompromisedGatewayModel(t *testing.T) {
 		}
 	}
 
-	hostTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
+	hostTCP := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
 	sock := filepath.Join(dir, "host.sock")
-	hostUnix := newCountingListener(t, "unix", sock)
+	hostUnix := testkit.NewCountingListener(t, "unix", sock)
 	// A world-writable socket: only the broker process's confinement, not
 	// file permissions, may stop it.
 	if err := os.Chmod(sock, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	modelUp := newCountingListener(t, "tcp", "127.0.0.1:0")
-	egressUp := newCountingListener(t, "tcp", "127.0.0.1:0")
+	modelUp := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
+	egressUp := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
 	tools := newRemoteToolServer(t)
 	toolURL := tools.srv.URL + "/mcp"
 	toolHostPort := strings.TrimPrefix(tools.srv.URL, "http://")
@@ -193,21 +150,21 @@ tools:
 secrets:
   model-key: {file: %s}
   tool-key: {file: %s}
-`, modelUp.port(), egressUp.port(), toolURL, modelKeyFile, toolKeyFile))
+`, modelUp.Port(), egressUp.Port(), toolURL, modelKeyFile, toolKeyFile))
 
 	spec, _ := json.Marshal(map[string]any{
 		"broker": "model",
-		"tcp":    []string{"127.0.0.1:" + hostTCP.port()},
+		"tcp":    []string{"127.0.0.1:" + hostTCP.Port()},
 		"unix":   []string{sock},
 		"dial": []string{
-			"127.0.0.1:" + modelUp.port(),     // its own upstream: the control
-			"allowed.test:" + egressUp.port(), // the egress broker's
-			"127.0.0.1:" + egressUp.port(),
+			"127.0.0.1:" + modelUp.Port(),     // its own upstream: the control
+			"allowed.test:" + egressUp.Port(), // the egress broker's
+			"127.0.0.1:" + egressUp.Port(),
 			toolHostPort, // the tool broker's
 		},
 		"files": []string{toolKeyFile},
 		// Its own upstream's socket, pointed at the host listener.
-		"retarget": []string{"127.0.0.1:" + modelUp.port() + ">127.0.0.1:" + hostTCP.port()},
+		"retarget": []string{"127.0.0.1:" + modelUp.Port() + ">127.0.0.1:" + hostTCP.Port()},
 		// Its siblings run as its uid: kill the state broker, stop the
 		// socket source.
 		"signal": map[string]int{"state": int(syscall.SIGKILL), "sockets": int(syscall.SIGSTOP)},
@@ -232,13 +189,13 @@ secrets:
 		t.Errorf("the tool credential appears in cordon's output")
 	}
 	mustFail := []string{
-		"tcp 127.0.0.1:" + hostTCP.port(),
+		"tcp 127.0.0.1:" + hostTCP.Port(),
 		"unix " + sock,
-		"dial allowed.test:" + egressUp.port(),
-		"dial 127.0.0.1:" + egressUp.port(),
+		"dial allowed.test:" + egressUp.Port(),
+		"dial 127.0.0.1:" + egressUp.Port(),
 		"dial " + toolHostPort,
 		"read " + toolKeyFile,
-		"retarget 127.0.0.1:" + modelUp.port() + ">127.0.0.1:" + hostTCP.port(),
+		"retarget 127.0.0.1:" + modelUp.Port() + ">127.0.0.1:" + hostTCP.Port(),
 		"signal state 9",
 		"signal sockets 19",
 	}
@@ -261,18 +218,18 @@ secrets:
 	}
 	// Observed from outside: nothing reached the host listeners or the
 	// egress broker's upstream.
-	if n := hostTCP.settle(0); n != 0 {
+	if n := hostTCP.Settle(0); n != 0 {
 		t.Errorf("host TCP listener accepted %d connections, want 0", n)
 	}
-	if n := hostUnix.settle(0); n != 0 {
+	if n := hostUnix.Settle(0); n != 0 {
 		t.Errorf("host Unix socket accepted %d connections, want 0", n)
 	}
-	if n := egressUp.settle(0); n != 0 {
+	if n := egressUp.Settle(0); n != 0 {
 		t.Errorf("the egress broker's upstream accepted %d connections from the model broker process, want 0", n)
 	}
 	// The privileged side logged each refusal, naming the broker that
 	// asked and the destination.
-	for _, target := range []string{"allowed.test:" + egressUp.port(), "127.0.0.1:" + egressUp.port(), toolHostPort} {
+	for _, target := range []string{"allowed.test:" + egressUp.Port(), "127.0.0.1:" + egressUp.Port(), toolHostPort} {
 		found := false
 		for _, l := range strings.Split(stderr, "\n") {
 			if strings.Contains(l, "dial refused") && strings.Contains(l, "broker=model") && strings.Contains(l, "target="+target) {
@@ -284,10 +241,10 @@ secrets:
 		}
 	}
 	// Positive controls.
-	if e := got["dial 127.0.0.1:"+modelUp.port()]; e != "" {
+	if e := got["dial 127.0.0.1:"+modelUp.Port()]; e != "" {
 		t.Errorf("the model broker's own upstream through the dialer: %s, want a connection", e)
 	}
-	if n := modelUp.settle(2); n != 2 {
+	if n := modelUp.Settle(2); n != 2 {
 		t.Errorf("the model upstream accepted %d connections, want 2 (the dialer's, for the dial and the retarget)", n)
 	}
 	if saw, n := tools.sawAuth("Bearer " + toolKey); !saw {
@@ -295,15 +252,15 @@ secrets:
 	}
 	for _, c := range []struct {
 		network, addr string
-		l             *countingListener
-	}{{"tcp", "127.0.0.1:" + hostTCP.port(), hostTCP}, {"unix", sock, hostUnix}} {
+		l             *testkit.CountingListener
+	}{{"tcp", "127.0.0.1:" + hostTCP.Port(), hostTCP}, {"unix", sock, hostUnix}} {
 		conn, err := net.Dial(c.network, c.addr)
 		if err != nil {
 			t.Errorf("control: a host process cannot reach %s: %v", c.addr, err)
 			continue
 		}
 		conn.Close()
-		if n := c.l.settle(1); n != 1 {
+		if n := c.l.Settle(1); n != 1 {
 			t.Errorf("control: %s accepted %d, want 1", c.addr, n)
 		}
 	}
@@ -371,20 +328,20 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hostTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
+	hostTCP := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
 	sock := filepath.Join(dir, "host.sock")
-	hostUnix := newCountingListener(t, "unix", sock)
+	hostUnix := testkit.NewCountingListener(t, "unix", sock)
 	if err := os.Chmod(sock, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	up := testkit.NewModelUpstream(t, fakeKey, "x")
 	cfg := gatewayConfig(t, up.URL(), "")
 	// A second host listener, the target of the dialled socket re-targeted.
-	retargetTCP := newCountingListener(t, "tcp", "127.0.0.1:0")
+	retargetTCP := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
 	via := strings.TrimPrefix(up.URL(), "http://")
-	retarget := via + ">127.0.0.1:" + retargetTCP.port()
+	retarget := via + ">127.0.0.1:" + retargetTCP.Port()
 	spec, _ := json.Marshal(map[string]any{"broker": "model", "skip_filter": true,
-		"tcp": []string{"127.0.0.1:" + hostTCP.port()}, "unix": []string{sock}, "retarget": []string{retarget},
+		"tcp": []string{"127.0.0.1:" + hostTCP.Port()}, "unix": []string{sock}, "retarget": []string{retarget},
 		"signal": map[string]int{"state": 0}})
 	rep, _, _ := runCompromised(t, st, cfg, spec)
 	got := map[string]string{}
@@ -392,16 +349,16 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 		got[a.Probe] = a.Err
 		t.Logf("%s: err=%q", a.Probe, a.Err)
 	}
-	if e, ok := got["tcp 127.0.0.1:"+hostTCP.port()]; !ok || e == "" {
+	if e, ok := got["tcp 127.0.0.1:"+hostTCP.Port()]; !ok || e == "" {
 		t.Errorf("without the filter, the host TCP listener: err %q (reported %t), want a failure (empty namespace)", e, ok)
 	}
-	if n := hostTCP.settle(0); n != 0 {
+	if n := hostTCP.Settle(0); n != 0 {
 		t.Errorf("host TCP listener accepted %d connections, want 0", n)
 	}
 	if e, ok := got["unix "+sock]; !ok || e != "" {
 		t.Errorf("without the filter, the host Unix socket: err %q (reported %t), want a connection (a namespace does not isolate it)", e, ok)
 	}
-	if n := hostUnix.settle(1); n != 1 {
+	if n := hostUnix.Settle(1); n != 1 {
 		t.Errorf("without the filter, the host Unix socket accepted %d connections, want 1", n)
 	}
 	// The dialer's sockets are the host's: without the filter a socket
@@ -410,7 +367,7 @@ func TestCompromisedGatewayLayers(t *testing.T) {
 	if e, ok := got["retarget "+retarget]; !ok || e != "" {
 		t.Errorf("without the filter, re-targeting a dialled socket: err %q (reported %t), want a connection", e, ok)
 	}
-	if n := retargetTCP.settle(1); n != 1 {
+	if n := retargetTCP.Settle(1); n != 1 {
 		t.Errorf("without the filter, the re-targeted socket's host listener accepted %d connections, want 1", n)
 	}
 	// Its siblings share its uid: without the filter it may signal them
@@ -548,9 +505,9 @@ func TestBrokerProcessFailureFailsTheStart(t *testing.T) {
 	if err := os.Chown(ws, 2345, 2345); err != nil {
 		t.Fatal(err)
 	}
-	dead := newCountingListener(t, "tcp", "127.0.0.1:0")
-	port := dead.port()
-	dead.ln.Close() // nothing answers there now
+	dead := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
+	port := dead.Port()
+	dead.Ln.Close() // nothing answers there now
 	marker := filepath.Join(ws, "ran")
 	run := func(tools string) result {
 		cfg := writeConfig(t, tools)

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -97,14 +96,14 @@ func TestBrokerFilterRetarget(t *testing.T) {
 			"listen": unix.EPERM, "fastopen": unix.EPERM, "write": 0}, wantAccept: 0},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			dialed := listenCounting(t) // what the dialer connected the socket to
-			target := listenCounting(t) // what the child must not reach
+			dialed := testkit.NewCountingListener(t, "tcp4", "127.0.0.1:0") // what the dialer connected the socket to
+			target := testkit.NewCountingListener(t, "tcp4", "127.0.0.1:0") // what the child must not reach
 			own, err := net.Listen("tcp4", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer own.Close()
-			conn, err := net.Dial("tcp4", dialed.ln.Addr().String())
+			conn, err := net.Dial("tcp4", dialed.Ln.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +118,7 @@ func TestBrokerFilterRetarget(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lf.Close()
-			cmd := testkit.Child(t, tc.mode, retargetEnv+"="+target.ln.Addr().String())
+			cmd := testkit.Child(t, tc.mode, retargetEnv+"="+target.Ln.Addr().String())
 			cmd.ExtraFiles = []*os.File{cf, lf}
 			got := parseChild(t, cmd, tc.mode)
 			for name, want := range tc.want {
@@ -127,7 +126,7 @@ func TestBrokerFilterRetarget(t *testing.T) {
 					t.Errorf("f(%q) = %v (reported %t), want %v", tc.mode+" "+name, g, ok, want)
 				}
 			}
-			if n := target.settle(tc.wantAccept); n != tc.wantAccept {
+			if n := target.Settle(tc.wantAccept); n != tc.wantAccept {
 				t.Errorf("f(%q) = %d, want %d", tc.mode+" connections the other host listener accepted", n, tc.wantAccept)
 			}
 		})
@@ -154,40 +153,6 @@ func parseChild(t *testing.T, cmd *exec.Cmd, mode string) map[string]syscall.Err
 		got[name] = syscall.Errno(n)
 	}
 	return got
-}
-
-type countingLn struct {
-	ln       net.Listener
-	accepted atomic.Int64
-}
-
-func listenCounting(t *testing.T) *countingLn {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &countingLn{ln: ln}
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.accepted.Add(1)
-			conn.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return c
-}
-
-func (c *countingLn) settle(n int64) int64 {
-	for deadline := time.Now().Add(2 * time.Second); c.accepted.Load() < n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	return c.accepted.Load()
 }
 
 // TestDenylistX32: the broker and socket source filters allow by default
