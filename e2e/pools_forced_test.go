@@ -224,33 +224,46 @@ func acceptQueued(t *testing.T, pid int) int {
 func watchTCPPeak(t *testing.T, bin, state string, args ...string) (int64, int64, string, result) {
 	t.Helper()
 	var peak, queued int64
+	// The group's high-water mark, read from the group itself once found:
+	// it is still readable after the init was killed, until cordon removes
+	// the group, so the peak at the kill is seen even when a poll came late.
+	var maxUsage string
 	poll := func(cordon int) {
-		inits := childPids(cordon)
-		if len(inits) != 1 {
+		if inits := childPids(cordon); len(inits) == 1 {
+			if q, ok := queuedIn(inits[0]); ok && q > queued {
+				queued = q
+			}
+			if maxUsage == "" {
+				maxUsage = memoryGroupFile(inits[0], "memory.kmem.tcp.max_usage_in_bytes")
+			}
+		}
+		if maxUsage == "" {
 			return
 		}
-		if q, ok := queuedIn(inits[0]); ok && q > queued {
-			queued = q
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", inits[0]))
-		if err != nil {
-			return
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			// An init that has exited shows the root group: skip it.
-			if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" && strings.HasPrefix(f[2], "/cordon/") {
-				v, err := os.ReadFile("/sys/fs/cgroup/memory" + f[2] + "/memory.kmem.tcp.max_usage_in_bytes")
-				if err != nil {
-					return
-				}
-				if n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64); err == nil && n > peak {
-					peak = n
-				}
+		if v, err := os.ReadFile(maxUsage); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64); err == nil && n > peak {
+				peak = n
 			}
 		}
 	}
 	data, r := runHeldProbe(t, bin, state, heldProbeTiming{limit: 90 * time.Second, every: 5 * time.Millisecond, settle: 200 * time.Millisecond}, poll, args...)
 	return peak, queued, data, r
+}
+
+// memoryGroupFile is file in the sandbox memory group of pid ("" when pid
+// is gone or not in a sandbox's group: an init that has exited shows the
+// root group).
+func memoryGroupFile(pid int, file string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "memory" && strings.HasPrefix(f[2], "/cordon/") {
+			return "/sys/fs/cgroup/memory" + f[2] + "/" + file
+		}
+	}
+	return ""
 }
 
 // heldProbeTiming: how long runHeldProbe waits at most, how often it
