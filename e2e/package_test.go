@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -49,13 +50,13 @@ func TestDebPackageInstalls(t *testing.T) {
 	// doctor builds a probe sandbox: it needs the kernel's views, the
 	// cgroup hierarchies (under /sys) and the host-wide lease locks, so
 	// that its UID range is never one another cordon on this host holds.
-	mountInRoot(t, root, "proc", "/proc", "-t", "proc", "proc")
-	mountInRoot(t, root, "/sys", "/sys", "--rbind")
-	mountInRoot(t, root, "/dev", "/dev", "--rbind")
+	mountInRoot(t, root, "/proc", false, "-t", "proc", "proc")
+	mountInRoot(t, root, "/sys", true, "--rbind", "/sys")
+	mountInRoot(t, root, "/dev", true, "--rbind", "/dev")
 	if err := os.MkdirAll("/run/cordon/leases", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	mountInRoot(t, root, "/run/cordon/leases", "/run/cordon/leases", "--bind")
+	mountInRoot(t, root, "/run/cordon/leases", true, "--bind", "/run/cordon/leases")
 
 	in := func(args ...string) (string, error) {
 		cmd := exec.Command("chroot", append([]string{root}, args...)...)
@@ -103,7 +104,7 @@ func TestDebPackageInstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ver := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(deb), "cordon_"), "_amd64.deb")
+	ver := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(deb), "cordon_"), "_"+runtime.GOARCH+".deb")
 	if out, err := in("cordon", "--version"); err != nil || !strings.HasPrefix(out, "cordon "+ver+"\n") || !strings.Contains(out, strings.TrimSpace(string(head))) {
 		t.Errorf("cordon --version = %q, %v; want version %s and commit %s", out, err, ver, head)
 	}
@@ -142,7 +143,7 @@ func buildDeb(t *testing.T) string {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	deb := lines[len(lines)-1]
-	if !strings.HasSuffix(deb, "_amd64.deb") && !strings.HasSuffix(deb, ".deb") {
+	if !strings.HasSuffix(deb, "_"+runtime.GOARCH+".deb") {
 		t.Fatalf("scripts/package.sh printed %q, want the .deb path last", out)
 	}
 	t.Cleanup(func() { os.Remove(deb) })
@@ -205,19 +206,16 @@ func extractRoot(t *testing.T, tarball string) string {
 	return root
 }
 
-// mountInRoot mounts src at root+dst with the given mount(8) options and
-// registers its unmount (recursive, so an --rbind goes whole). Binds are
-// made slaves first: nothing unmounted under root propagates to the host.
-func mountInRoot(t *testing.T, root, src, dst string, opts ...string) {
+// mountInRoot runs mount(8) with args and root+dst as the target, and
+// registers its unmount (recursive, so an --rbind goes whole). A bind is
+// made a slave at once: nothing unmounted under root propagates to the host.
+func mountInRoot(t *testing.T, root, dst string, bind bool, args ...string) {
 	t.Helper()
 	at := filepath.Join(root, dst)
 	if err := os.MkdirAll(at, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	args := append(append([]string{}, opts...), at)
-	if opts[0] != "-t" {
-		args = append(append([]string{}, opts...), src, at)
-	}
+	args = append(args, at)
 	if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
 		t.Fatalf("mount %v: %v\n%s", args, err, out)
 	}
@@ -229,7 +227,7 @@ func mountInRoot(t *testing.T, root, src, dst string, opts ...string) {
 			}
 		}
 	})
-	if opts[0] != "-t" {
+	if bind {
 		if out, err := exec.Command("mount", "--make-rslave", at).CombinedOutput(); err != nil {
 			t.Fatalf("mount --make-rslave %s: %v\n%s", at, err, out)
 		}
