@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -108,4 +110,22 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// describeConfigProblems renders a configuration refused with several
+// problems (cordon run --config, sandbox create --config) as check does:
+// a summary with the failure kind, then one problem per line — not one
+// line with the list's newlines escaped.
+func describeConfigProblems(err error) (string, bool) {
+	var first *config.Error
+	var list interface{ Unwrap() []error }
+	if !errors.As(err, &first) || !errors.As(err, &list) {
+		return "", false
+	}
+	probs := list.Unwrap()
+	lines := []string{textsafe.Line(fmt.Sprintf("%s: config: %s in %s:", failure.KindOf(err), plural(len(probs), "problem"), first.Source))}
+	for _, p := range probs {
+		lines = append(lines, textsafe.Line(p.Error()))
+	}
+	return strings.Join(lines, "\n"), true
 }
