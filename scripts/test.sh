@@ -13,6 +13,8 @@ command -v unshare >/dev/null || need+=(util-linux)
 # Headless Chromium drives the approval console's browser test.
 command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs)
+# The Debian package's install test builds a throwaway root (e2e/package_test.go).
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	echo "installing: ${need[*]}"
 	apt-get update -qq >/dev/null
@@ -45,6 +47,8 @@ command -v curl >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=n
 
 go version
 go vet ./...
+# packaging/ is its own module (nfpm stays out of the binary's): vet it too.
+(cd packaging && go vet ./...)
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1

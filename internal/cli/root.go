@@ -96,7 +96,7 @@ trusted side reads off the live sandbox before the program's first instruction.`
 	_ = root.PersistentFlags().MarkHidden("lease-slots")
 	addTestFlags(root, g)
 	setVersionFlag(root)
-	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g))
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g), configCmd(g), genCmd(g))
 	return root
 }
 
@@ -104,6 +104,9 @@ trusted side reads off the live sandbox before the program's first instruction.`
 // error may embed agent or upstream text (a refused name, a daemon's
 // message relayed from a sandbox), so it goes through textsafe.Line.
 func describe(err error) string {
+	if s, ok := describeConfigProblems(err); ok {
+		return s
+	}
 	var se *failure.Error
 	if errors.As(err, &se) {
 		return textsafe.Line(se.Error())

@@ -13,6 +13,12 @@ import (
 // (RFC 3339); the Go toolchain records no build time of its own.
 var BuildTime = ""
 
+// Commit is set at build time with -ldflags "-X …/cli.Commit=…" by
+// scripts/package.sh: the Go toolchain records vcs.revision only in a
+// plain git checkout (not in a git worktree, nor with -buildvcs=false).
+// The build information's revision, when present, wins.
+var Commit = ""
+
 // versionInfo is what `cordon --version` and `cordon version` print:
 // one value for both, read from the binary's own build information.
 type versionInfo struct {
@@ -94,7 +100,11 @@ func currentVersion() versionInfo {
 	if !ok {
 		bi = nil
 	}
-	return buildVersion(Version, BuildTime, bi)
+	v := buildVersion(Version, BuildTime, bi)
+	if v.Commit == "unknown" && Commit != "" {
+		v.Commit = Commit
+	}
+	return v
 }
 
 // setVersionFlag gives root the --version flag, printing what `cordon

@@ -89,3 +89,22 @@ func TestVersionFlagMatchesCommand(t *testing.T) {
 		t.Errorf("version --json renders %q, want %q", v.String(), cmd)
 	}
 }
+
+// TestLinkedCommit checks the link-time commit (scripts/package.sh sets
+// cli.Commit) fills in a build that records no vcs.revision, and that a
+// recorded revision wins.
+func TestLinkedCommit(t *testing.T) {
+	defer func(c string) { Commit = c }(Commit)
+	Commit = "0e07e15786015f3e799f125166d4f71a81622050"
+	v := currentVersion()
+	bi, _ := debug.ReadBuildInfo()
+	want := Commit
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			want = s.Value
+		}
+	}
+	if v.Commit != want {
+		t.Errorf("currentVersion().Commit = %q, want %q", v.Commit, want)
+	}
+}

@@ -276,6 +276,25 @@ type Secret = custody.Source
 
 // Load reads and parses the configuration file at path.
 func Load(path string) (*Config, error) {
+	b, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, path)
+}
+
+// CheckFile reads the configuration file at path and returns every
+// problem in it, as Check does. The error is for a file that cannot be
+// read.
+func CheckFile(path string) ([]*Error, error) {
+	b, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Check(b, path), nil
+}
+
+func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -285,7 +304,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: read %s: %w", path, err)
 	}
-	return Parse(b, path)
+	return b, nil
 }
 
 // ParseDetached parses a configuration that arrived as bytes from
@@ -298,50 +317,76 @@ func ParseDetached(b []byte, source string) (*Config, error) {
 
 // Parse parses and validates a configuration. source names it in errors.
 // A returned error is an *Error or several joined with errors.Join, in
-// line order; errors.As finds the first.
+// line order — exactly the problems Check lists; errors.As finds the
+// first.
 func Parse(b []byte, source string) (*Config, error) {
 	return parse(b, source, false)
 }
 
+// Check returns every problem in the configuration b, in line and column
+// order, or none when Parse accepts it: Parse and Check are one checker.
+// A YAML syntax error, more than one document or a root that is not a
+// mapping stop the check (nothing after them can be read); otherwise
+// schema errors (unknown and duplicate keys, wrong types) and the
+// semantic checks are all reported, except semantic checks of a field the
+// decoder already refused.
+func Check(b []byte, source string) []*Error {
+	_, errs := check(b, source, false)
+	return errs
+}
+
 func parse(b []byte, source string, detached bool) (*Config, error) {
-	if len(b) > MaxFileBytes {
-		return nil, &Error{Source: source, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)}
+	c, errs := check(b, source, detached)
+	if len(errs) > 0 {
+		return nil, joinProblems(errs)
 	}
-	// First pass: the node tree, for line numbers and the checks the
-	// decoder does not make (aliases, merge keys, several documents).
+	return c, nil
+}
+
+// check is the one checker: the Config, meaningful only without
+// problems, and the problems.
+func check(b []byte, source string, detached bool) (*Config, []*Error) {
+	one := func(e *Error) (*Config, []*Error) { return nil, []*Error{e} }
+	if len(b) > MaxFileBytes {
+		return one(&Error{Source: source, Msg: fmt.Sprintf("larger than %d bytes", MaxFileBytes)})
+	}
+	// First pass: the node tree, for places and the checks the decoder
+	// does not make (aliases, merge keys, several documents).
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, &Error{Source: source, Line: 1, Msg: "empty configuration; want at least version, workload, tenant and purpose"}
+			return one(&Error{Source: source, Line: 1, Msg: "empty configuration; want at least version, workload, tenant and purpose"})
 		}
-		return nil, syntaxError(source, err)
+		return one(syntaxError(source, err))
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
-		return nil, &Error{Source: source, Line: next.Line, Msg: "more than one YAML document; want exactly one"}
+		return one(&Error{Source: source, Line: next.Line, Column: next.Column, Msg: "more than one YAML document; want exactly one"})
 	case !errors.Is(err, io.EOF):
-		return nil, syntaxError(source, err)
+		return one(syntaxError(source, err))
 	}
 	if len(doc.Content) == 1 && doc.Content[0].ShortTag() == "!!null" {
-		return nil, &Error{Source: source, Line: 1, Msg: "empty configuration; want at least version, workload, tenant and purpose"}
+		return one(&Error{Source: source, Line: 1, Msg: "empty configuration; want at least version, workload, tenant and purpose"})
 	}
-	ix, err := newIndex(source, &doc)
-	if err != nil {
-		return nil, err
+	ix, perr := newIndex(source, &doc)
+	if perr != nil {
+		return one(perr)
 	}
 	ix.detached = detached
-	// Second pass: strict decoding into the raw schema.
+	// Second pass: strict decoding into the raw schema. The decoder
+	// carries on past type errors, unknown and duplicate keys, so the
+	// semantic checks still run on the rest of the file.
 	var raw rawConfig
 	dec = yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(&raw); err != nil {
-		return nil, ix.decodeError(err)
+	if err := dec.Decode(&raw); err != nil && (!ix.decodeError(err) || ix.unplaced) {
+		return nil, ix.problems()
 	}
 	c := build(&raw, ix)
-	if err := ix.err(); err != nil {
-		return nil, err
+	if errs := ix.problems(); len(errs) > 0 {
+		return nil, errs
 	}
 	sum := sha256.Sum256(b)
 	c.Source, c.Digest = source, "sha256:"+hex.EncodeToString(sum[:])

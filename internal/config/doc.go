@@ -6,8 +6,10 @@
 // It owns the schema (documented on each field here and in docs/config.md)
 // and its validation. Parsing is strict: unknown keys, duplicate keys,
 // aliases, floats where integers belong and several documents in one file
-// are errors that name the line. Parse and Load are the only constructors,
-// and they return a Config only when every field is valid.
+// are errors that name the line and column. Parse and Load are the only
+// constructors, and they return a Config only when every field is valid;
+// Check (`cordon config check`) is the same checker returning the list of
+// every problem, so the two can never disagree.
 //
 // Plane: root and CLI (`cordon run --config` parses the file as root;
 // `cordon sandbox create --config` parses it as the calling user, and the

@@ -19,25 +19,35 @@ var ErrInvalid = errors.New("invalid configuration")
 // ErrSecretLeak is wrapped by every *LeakError.
 var ErrSecretLeak = errors.New("a custodied secret would reach the sandbox")
 
-// Error is one problem in a configuration.
+// Error is one problem in a configuration. The JSON form is what
+// `cordon config check --json` prints.
 type Error struct {
 	// Source is the name given to Parse (the path, for Load).
-	Source string
+	Source string `json:"file"`
 	// Line is the 1-based line of the offending key or item; 0 if unknown.
-	Line int
+	Line int `json:"line"`
+	// Column is the 1-based column of the offending key or item (of its
+	// nearest present parent for a missing key); 0 if unknown, as for
+	// YAML syntax errors, which carry only a line.
+	Column int `json:"column"`
 	// Field is the offending field's path, e.g. "egress.allow[0].host" or
 	// `secrets.anthropic-key`; empty for the file as a whole. Keys that are
 	// not plain words are quoted: egress.resolve["api.github.com"].
-	Field string
+	Field string `json:"path"`
 	// Msg says what is wrong.
-	Msg string
+	Msg string `json:"message"`
 }
 
+// Error reads file:line:column: field: message, leaving out what is
+// unknown.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Source)
 	if e.Line > 0 {
 		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
 	}
 	b.WriteString(": ")
 	if e.Field != "" {
@@ -73,34 +83,49 @@ func (e *LeakError) Error() string {
 // Unwrap returns ErrSecretLeak.
 func (e *LeakError) Unwrap() error { return ErrSecretLeak }
 
-// maxErrors bounds how many problems one Parse reports.
-const maxErrors = 20
+// maxErrors bounds how many problems one check reports: far more than a
+// hand-written file has, few enough that a garbage megabyte does not
+// become a megabyte of errors. Past it, one last problem says how many
+// more there were.
+const maxErrors = 1000
 
-// index maps the document's field paths to lines and collects errors.
+// pos is a place in the file, 1-based.
+type pos struct{ line, col int }
+
+// index maps the document's field paths to places and collects errors.
 type index struct {
 	source string
-	// paths maps every key and sequence item to its line.
-	paths map[string]int
+	// paths maps every key and sequence item to its place.
+	paths map[string]pos
 	// lines maps a line to the path of the block-style key or item on it,
-	// for decoder errors that only carry a line.
+	// for decoder errors that only carry a line; cols to its column.
 	lines map[int]string
+	cols  map[int]int
 	errs  []*Error
+	// decoded are the fields the strict decoder refused; the semantic
+	// checks say nothing more at or under them (the value there is not
+	// what the file says). unplaced: a refusal could not be tied to a
+	// field, so the semantic checks are skipped.
+	decoded  []string
+	unplaced bool
 	// detached: parse without touching the filesystem (ParseDetached).
 	detached bool
 }
 
-func newIndex(source string, doc *yaml.Node) (*index, error) {
-	ix := &index{source: source, paths: map[string]int{}, lines: map[int]string{}}
+// newIndex indexes the document; a root that is not a mapping is the one
+// problem that stops the check here.
+func newIndex(source string, doc *yaml.Node) (*index, *Error) {
+	ix := &index{source: source, paths: map[string]pos{}, lines: map[int]string{}, cols: map[int]int{}}
 	root := doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &Error{Source: source, Line: root.Line, Msg: "want a mapping of keys such as version, workload, tenant and purpose"}
+		return nil, &Error{Source: source, Line: root.Line, Column: root.Column, Msg: "want a mapping of keys such as version, workload, tenant and purpose"}
 	}
-	ix.paths[""] = root.Line
+	ix.paths[""] = pos{root.Line, root.Column}
 	ix.walk(root, "", false)
-	return ix, ix.err()
+	return ix, nil
 }
 
 // walk records the line of every key and item under n. Aliases and merge
@@ -109,29 +134,29 @@ func (ix *index) walk(n *yaml.Node, at string, flow bool) {
 	flow = flow || n.Style&yaml.FlowStyle != 0
 	switch n.Kind {
 	case yaml.AliasNode:
-		ix.add(n.Line, at, "aliases (*%s) are not supported; write the value out", n.Value)
+		ix.add(pos{n.Line, n.Column}, at, "aliases (*%s) are not supported; write the value out", n.Value)
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			p := join(at, k.Value)
 			if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-				ix.add(k.Line, at, "merge keys (<<) are not supported; write the keys out")
+				ix.add(pos{k.Line, k.Column}, at, "merge keys (<<) are not supported; write the keys out")
 				continue
 			}
 			if _, dup := ix.paths[p]; !dup {
-				ix.paths[p] = k.Line
+				ix.paths[p] = pos{k.Line, k.Column}
 			}
 			if !flow {
-				ix.lines[k.Line] = p
+				ix.lines[k.Line], ix.cols[k.Line] = p, k.Column
 			}
 			ix.walk(v, p, flow)
 		}
 	case yaml.SequenceNode:
 		for i, v := range n.Content {
 			p := at + "[" + strconv.Itoa(i) + "]"
-			ix.paths[p] = v.Line
+			ix.paths[p] = pos{v.Line, v.Column}
 			if !flow {
-				ix.lines[v.Line] = p
+				ix.lines[v.Line], ix.cols[v.Line] = p, v.Column
 			}
 			ix.walk(v, p, flow)
 		}
@@ -151,12 +176,12 @@ func join(at, key string) string {
 
 var plainKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
-// line returns the line of p, or of its nearest present parent when p is
-// absent from the file (a missing required key).
-func (ix *index) line(p string) int {
+// place returns the place of p, or of its nearest present parent when p
+// is absent from the file (a missing required key).
+func (ix *index) place(p string) pos {
 	for {
-		if l, ok := ix.paths[p]; ok {
-			return l
+		if at, ok := ix.paths[p]; ok {
+			return at
 		}
 		i := strings.LastIndexAny(p, ".[")
 		if i < 0 {
@@ -166,28 +191,46 @@ func (ix *index) line(p string) int {
 	}
 }
 
-// add records a problem with the field at path p on line l (0: look it up).
-func (ix *index) add(l int, p, format string, a ...any) {
-	if l == 0 {
-		l = ix.line(p)
+// add records a problem with the field at path p at place at (line 0:
+// look it up).
+func (ix *index) add(at pos, p, format string, a ...any) {
+	if at.line == 0 {
+		at = ix.place(p)
 	}
-	ix.errs = append(ix.errs, &Error{Source: ix.source, Line: l, Field: p, Msg: fmt.Sprintf(format, a...)})
+	ix.errs = append(ix.errs, &Error{Source: ix.source, Line: at.line, Column: at.col, Field: p, Msg: fmt.Sprintf(format, a...)})
 }
 
-// errf records a problem with the field at path p.
-func (ix *index) errf(p, format string, a ...any) { ix.add(0, p, format, a...) }
+// errf records a semantic problem with the field at path p, unless the
+// decoder already refused p or a field above it.
+func (ix *index) errf(p, format string, a ...any) {
+	for _, d := range ix.decoded {
+		if p == d || strings.HasPrefix(p, d+".") || strings.HasPrefix(p, d+"[") {
+			return
+		}
+	}
+	ix.add(pos{}, p, format, a...)
+}
 
-// err returns the collected problems in line order, or nil.
-func (ix *index) err() error {
-	if len(ix.errs) == 0 {
+// problems returns the collected problems in line and column order.
+func (ix *index) problems() []*Error {
+	sort.SliceStable(ix.errs, func(i, j int) bool {
+		a, b := ix.errs[i], ix.errs[j]
+		return a.Line < b.Line || (a.Line == b.Line && a.Column < b.Column)
+	})
+	if len(ix.errs) > maxErrors {
+		more := len(ix.errs) - maxErrors
+		ix.errs = append(ix.errs[:maxErrors:maxErrors], &Error{Source: ix.source, Msg: fmt.Sprintf("and %d more problems", more)})
+	}
+	return ix.errs
+}
+
+// joinProblems is the error Parse returns for problems: the one *Error,
+// or all of them joined, in order.
+func joinProblems(errs []*Error) error {
+	switch len(errs) {
+	case 0:
 		return nil
-	}
-	sort.SliceStable(ix.errs, func(i, j int) bool { return ix.errs[i].Line < ix.errs[j].Line })
-	errs := ix.errs
-	if len(errs) > maxErrors {
-		errs = append(errs[:maxErrors:maxErrors], &Error{Source: ix.source, Msg: fmt.Sprintf("and %d more problems", len(ix.errs)-maxErrors)})
-	}
-	if len(errs) == 1 {
+	case 1:
 		return errs[0]
 	}
 	all := make([]error, len(errs))
@@ -205,8 +248,9 @@ var (
 	quotedRE   = regexp.MustCompile(" `.*`")
 )
 
-// syntaxError converts a yaml.v3 parse error.
-func syntaxError(source string, err error) error {
+// syntaxError converts a yaml.v3 parse error, which carries a line but
+// no column.
+func syntaxError(source string, err error) *Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	if m := lineRE.FindStringSubmatch(err.Error()); m != nil {
 		l, _ := strconv.Atoi(m[1])
@@ -215,21 +259,25 @@ func syntaxError(source string, err error) error {
 	return &Error{Source: source, Msg: msg}
 }
 
-// decodeError converts the strict decoder's errors, which carry only a
-// line, to *Errors with the field on that line.
-func (ix *index) decodeError(err error) error {
+// decodeError records the strict decoder's errors, which carry only a
+// line, as problems with the field on that line. It reports whether the
+// decoder got through the document (a *yaml.TypeError: it carries on
+// past each refusal, so the rest of raw is filled in).
+func (ix *index) decodeError(err error) bool {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return syntaxError(ix.source, err)
+		ix.errs = append(ix.errs, syntaxError(ix.source, err))
+		return false
 	}
 	for _, s := range te.Errors {
 		m := lineRE.FindStringSubmatch(s)
 		if m == nil {
-			ix.add(0, "", "%s", s)
+			ix.unplaced = true
+			ix.add(pos{}, "", "%s", s)
 			continue
 		}
 		l, _ := strconv.Atoi(m[1])
-		msg, field := m[2], ix.lines[l]
+		msg, field, dup := m[2], ix.lines[l], false
 		if u := unknownRE.FindStringSubmatch(msg); u != nil {
 			field = ix.fieldOnLine(l, u[1])
 			msg = fmt.Sprintf("unknown field %q", u[1])
@@ -237,7 +285,7 @@ func (ix *index) decodeError(err error) error {
 				msg += "; want one of " + known
 			}
 		} else if d := dupRE.FindStringSubmatch(msg); d != nil {
-			field = ix.fieldOnLine(l, d[1])
+			field, dup = ix.fieldOnLine(l, d[1]), true
 			msg = fmt.Sprintf("duplicate key %q (first at line %s)", d[1], d[2])
 		} else if t := intoTypeRE.FindStringSubmatch(msg); t != nil {
 			msg = strings.TrimSuffix(msg, t[0]) + "; want " + describeType(t[1])
@@ -247,9 +295,56 @@ func (ix *index) decodeError(err error) error {
 				msg = quotedRE.ReplaceAllString(msg, "") + " such as {env: NAME} or {file: /path}"
 			}
 		}
-		ix.add(l, field, "%s", msg)
+		at := pos{line: l, col: ix.cols[l]}
+		if fp, ok := ix.paths[field]; ok && fp.line == l {
+			at.col = fp.col
+		}
+		ix.refuse(field, dup)
+		ix.add(at, field, "%s", msg)
 	}
-	return ix.err()
+	return true
+}
+
+// refuse records that the decoder refused field, so that the semantic
+// checks say nothing at or under what it could not decode: the field
+// itself (left at its zero value), the whole mapping holding a duplicate
+// key (yaml.v3 leaves it undecoded), and the whole list or map holding a
+// refused item (yaml.v3 drops it, so later indices shift).
+func (ix *index) refuse(field string, dup bool) {
+	if dup {
+		field = parentPath(field)
+	}
+	if strings.HasSuffix(field, "]") {
+		field = parentPath(field)
+	}
+	if field == "" {
+		ix.unplaced = true
+	}
+	ix.decoded = append(ix.decoded, field)
+}
+
+// parentPath returns the path of the mapping or list holding p.
+func parentPath(p string) string {
+	if strings.HasSuffix(p, `"]`) {
+		if i := strings.LastIndex(p, `["`); i >= 0 {
+			return p[:i]
+		}
+	}
+	if i := strings.LastIndexAny(p, ".["); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// secretDeclared reports whether the file declares the secret name, even
+// if its entry was refused (and so is missing from raw): a reference to
+// it is then not a further problem.
+func (ix *index) secretDeclared(raw *rawConfig, name string) bool {
+	if _, ok := raw.Secrets[name]; ok {
+		return true
+	}
+	_, ok := ix.paths[join("secrets", name)]
+	return ok
 }
 
 // fieldOnLine returns the path of key on line l, preferring the block key
@@ -257,7 +352,7 @@ func (ix *index) decodeError(err error) error {
 func (ix *index) fieldOnLine(l int, key string) string {
 	best := ""
 	for p, pl := range ix.paths {
-		if pl == l && (strings.HasSuffix(p, "."+key) || p == key || strings.HasSuffix(p, "["+strconv.Quote(key)+"]")) {
+		if pl.line == l && (strings.HasSuffix(p, "."+key) || p == key || strings.HasSuffix(p, "["+strconv.Quote(key)+"]")) {
 			if best == "" || len(p) < len(best) || (len(p) == len(best) && p < best) {
 				best = p
 			}

@@ -198,7 +198,7 @@ func checkToolKind(t *rawTool, p string, raw *rawConfig, ix *index) {
 			ix.errf(p, "binds, env, secret_env and egress apply to local (command) servers only")
 		}
 		if t.Credential != "" {
-			if _, ok := raw.Secrets[t.Credential]; !ok {
+			if !ix.secretDeclared(raw, t.Credential) {
 				ix.errf(p+".credential", "names no secret declared under secrets")
 			}
 		}
@@ -217,7 +217,7 @@ func checkToolEnv(t *rawTool, p string, raw *rawConfig, ix *index) {
 		if !envNameRE.MatchString(k) {
 			ix.errf(join(p+".secret_env", k), "want a variable name of letters, digits and _")
 		}
-		if _, ok := raw.Secrets[t.SecretEnv[k]]; !ok {
+		if !ix.secretDeclared(raw, t.SecretEnv[k]) {
 			ix.errf(join(p+".secret_env", k), "names no secret declared under secrets")
 		}
 	}

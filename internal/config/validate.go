@@ -226,10 +226,10 @@ func buildModels(c *Config, raw *rawConfig, ix *index) {
 		if err != nil {
 			ix.errf(p+".upstream", "%v", err)
 		}
-		switch _, ok := raw.Secrets[m.Credential]; {
+		switch {
 		case m.Credential == "":
 			ix.errf(p+".credential", "required: the name of the secret the broker sends upstream")
-		case !ok:
+		case !ix.secretDeclared(raw, m.Credential):
 			// Not quoted, in case the value was pasted instead of a name.
 			ix.errf(p+".credential", "names no secret declared under secrets (declared: %s)", strings.Join(sortedKeys(raw.Secrets), ", "))
 		}
