@@ -5,9 +5,9 @@
 // would allow it — a configuration YAML snippet or a Cedar permit scoped
 // to exactly that workload and target — for a human to read.
 //
-// Plane: pure functions, used by the privileged side (the gateway fills a
-// denial receipt's Rule when it records it) and by the CLI (cordon
-// receipts and cordon policy explain show the suggestions).
+// Plane: root and CLI (the privileged side fills a denial receipt's Rule
+// when it records it and logs the denial with Log; cordon receipts and
+// cordon policy explain show the suggestions); it holds no state.
 //
 // It must never apply a suggestion, never be called on the agent's path
 // (the agent's denial messages stay as the brokers write them), and never

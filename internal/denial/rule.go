@@ -85,7 +85,8 @@ func Classify(rc crossing.Receipt) Kind {
 		return KindApprovalPending
 	case strings.HasPrefix(reason, "an operator denied"):
 		return KindApprovalDenied
-	case strings.HasPrefix(reason, "denied by policy"), strings.Contains(reason, crossing.ErrPolicyDenied.Error()):
+	case strings.HasPrefix(reason, "denied by policy"),
+		rc.Policy != nil && strings.Contains(reason, crossing.ErrPolicyDenied.Error()):
 		return cedarKind(rc.Policy)
 	case rc.Broker == "tool" && strings.Contains(reason, "does not offer"):
 		return KindToolOffer

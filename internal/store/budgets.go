@@ -196,9 +196,12 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Re
 	st := crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}
 	if rc != nil {
 		rc.Budget = st
-		if _, err := recordIn(ctx, tx, lc, *rc); err != nil {
+		id, err := recordIn(ctx, tx, lc, *rc)
+		if err != nil {
 			return crossing.BudgetState{}, err
 		}
+		rc.ID = id // for the caller's log line; the recorded body is as it was
+
 	}
 	return st, nil
 }
