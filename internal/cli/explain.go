@@ -127,9 +127,8 @@ func (x *ExplainReport) asReceipt(r explainRequest, workload string) crossing.Re
 	case denial.StageApproval:
 		rc.Reason = pick("approval-pending", "approval pending")
 	case denial.StageBudget:
+		// The state a refusal records: the spend before the crossing.
 		rc.Reason, rc.Budget = pick("budget-exceeded", "the workload's budget is exhausted"), x.budgetState
-		// The state a refusal records is the one the crossing would pass.
-		rc.Budget.Used = rc.Budget.Used.Add(x.want)
 	}
 	return rc
 }

@@ -231,7 +231,6 @@ type ExplainReport struct {
 	Replay *ExplainReplay `json:"replay,omitempty"`
 
 	budgetState crossing.BudgetState
-	want        crossing.Amount
 	window      time.Duration
 	budgetOver  string
 }
@@ -271,7 +270,7 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 		rep.ApprovalRequired, rep.ApprovalScope = true, x.Decision.ApprovalScope
 	}
 	rep.budgetState = crossing.BudgetState{Used: r.Context.Budget.Used, Limits: r.Context.Budget.Limits}
-	rep.want, rep.window, rep.budgetOver = want, cfg.Budgets.Window, why
+	rep.window, rep.budgetOver = cfg.Budgets.Window, why
 	rep.stages(r, cfg.Workload)
 	return rep
 }
