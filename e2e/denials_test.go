@@ -61,6 +61,22 @@ func lastDenial(t *testing.T, st, broker, target string) denialLine {
 	return denialLine{}
 }
 
+// runLog is a run's log: its standard error and the full log file it
+// names ("full log: PATH").
+func runLog(t *testing.T, r result) string {
+	t.Helper()
+	_, after, ok := strings.Cut(r.Stderr, "full log: ")
+	if !ok {
+		return r.Stderr
+	}
+	path := strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("run log %s: %v", path, err)
+	}
+	return r.Stderr + string(b)
+}
+
 func explainReceipt(t *testing.T, st, cfg string, id int64) explainLine {
 	t.Helper()
 	r := cordon(t, cordonBin, st, "policy", "explain", "--config", cfg, "--json", "--receipt", strconv.FormatInt(id, 10))
@@ -134,8 +150,8 @@ egress:
 	if !strings.Contains(r.Stdout, "403") || !strings.Contains(r.Stdout, "host-not-allowed") || target.Hits() != 1 {
 		t.Fatalf("denied.test: %d %q %q", r.Code, r.Stdout, r.Stderr)
 	}
-	if !strings.Contains(r.Stderr, `msg="crossing denied"`) || !strings.Contains(r.Stderr, "broker=egress") {
-		t.Errorf("run log lacks the egress denial line:\n%s", r.Stderr)
+	if l := runLog(t, r); !strings.Contains(l, `msg="crossing denied"`) || !strings.Contains(l, "broker=egress") || !strings.Contains(l, "denied.test:"+port) {
+		t.Errorf("run log lacks the egress denial line:\n%s", l)
 	}
 	d := lastDenial(t, st, "egress", "denied.test:"+port)
 	if want := "config: egress.allow has no entry for denied.test:" + port; d.Rule != want {
@@ -173,8 +189,9 @@ egress:
 	if r.Code == 0 || strings.Contains(r.Stdout, "model-answer") {
 		t.Fatalf("mistral-large: %d %q %q", r.Code, r.Stdout, r.Stderr)
 	}
-	if !strings.Contains(r.Stderr, `msg="crossing denied"`) || !strings.Contains(r.Stderr, "broker=model") || !strings.Contains(r.Stderr, "target=mistral-large") {
-		t.Errorf("run log lacks the model denial line:\n%s", r.Stderr)
+	if l := runLog(t, r); !strings.Contains(l, `msg="crossing denied" receipt=`) || !strings.Contains(l, "broker=model") || !strings.Contains(l, "target=mistral-large") ||
+		!strings.Contains(l, `rule="config: no models[] route allows model `) {
+		t.Errorf("run log lacks the model denial line:\n%s", l)
 	}
 	d = lastDenial(t, st, "model", "mistral-large")
 	if want := `config: no models[] route allows model "mistral-large"`; d.Rule != want || d.Sugg == nil || d.Sugg.Kind != "config" {
