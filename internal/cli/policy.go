@@ -337,56 +337,7 @@ Examples:
 See docs/denials.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfgPath == "" || (reqArg == "") == (receipt == 0) {
-				return failure.Failf(failure.KindUsage, "policy explain", "--config and one of --request or --receipt are required")
-			}
-			cfg, err := config.Load(cfgPath)
-			if err != nil {
-				return failure.Fail(failure.KindUsage, "config", err)
-			}
-			set := policy.Default()
-			if len(cfg.Policy) > 0 {
-				if set, err = policy.Load(cfg.Policy...); err != nil {
-					if asJSON {
-						_ = writeJSON(g.stdout, PolicyCheckReport{Files: cfg.Policy, Errors: policyErrors(err)})
-					} else {
-						printPolicyErrors(g.stderr, policyErrors(err))
-					}
-					return &exitError{code: failure.ExitRefused}
-				}
-			}
-			if receipt != 0 {
-				if err := requireRoot("policy explain --receipt"); err != nil {
-					return err
-				}
-				st, err := g.openStore()
-				if err != nil {
-					return err
-				}
-				defer st.Close()
-				x, err := replay(cmd.Context(), st, cfg, set, receipt)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(g.stdout, x)
-				}
-				printExplanation(g.stdout, x, len(cfg.Policy) == 0)
-				return nil
-			}
-			r, err := readExplainRequest(reqArg, cmd.InOrStdin())
-			if err != nil {
-				return failure.Fail(failure.KindUsage, "request", err)
-			}
-			if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
-				return failure.Failf(failure.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
-			}
-			x := explain(cfg, set, r)
-			if asJSON {
-				return writeJSON(g.stdout, x)
-			}
-			printExplanation(g.stdout, x, len(cfg.Policy) == 0)
-			return nil
+			return runExplain(cmd, g, explainArgs{cfgPath: cfgPath, request: reqArg, receipt: receipt, asJSON: asJSON})
 		},
 	}
 	fl := cmd.Flags()
@@ -395,6 +346,68 @@ See docs/denials.md.`,
 	fl.Int64Var(&receipt, "receipt", 0, "replay the question of this receipt (its workload, broker, action and target) against the current configuration, policy and budget spend")
 	fl.BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	return cmd
+}
+
+// explainArgs are cordon policy explain's flags.
+type explainArgs struct {
+	cfgPath, request string
+	receipt          int64
+	asJSON           bool
+}
+
+// runExplain loads the configuration and its policy, and explains the
+// request or replays the receipt.
+func runExplain(cmd *cobra.Command, g *globals, a explainArgs) error {
+	if a.cfgPath == "" || (a.request == "") == (a.receipt == 0) {
+		return failure.Failf(failure.KindUsage, "policy explain", "--config and one of --request or --receipt are required")
+	}
+	cfg, err := config.Load(a.cfgPath)
+	if err != nil {
+		return failure.Fail(failure.KindUsage, "config", err)
+	}
+	set := policy.Default()
+	if len(cfg.Policy) > 0 {
+		if set, err = policy.Load(cfg.Policy...); err != nil {
+			if a.asJSON {
+				_ = writeJSON(g.stdout, PolicyCheckReport{Files: cfg.Policy, Errors: policyErrors(err)})
+			} else {
+				printPolicyErrors(g.stderr, policyErrors(err))
+			}
+			return &exitError{code: failure.ExitRefused}
+		}
+	}
+	if a.receipt != 0 {
+		if err := requireRoot("policy explain --receipt"); err != nil {
+			return err
+		}
+		st, err := g.openStore()
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		x, err := replay(cmd.Context(), st, cfg, set, a.receipt)
+		if err != nil {
+			return err
+		}
+		if a.asJSON {
+			return writeJSON(g.stdout, x)
+		}
+		printExplanation(g.stdout, x, len(cfg.Policy) == 0)
+		return nil
+	}
+	r, err := readExplainRequest(a.request, cmd.InOrStdin())
+	if err != nil {
+		return failure.Fail(failure.KindUsage, "request", err)
+	}
+	if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
+		return failure.Failf(failure.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
+	}
+	x := explain(cfg, set, r)
+	if a.asJSON {
+		return writeJSON(g.stdout, x)
+	}
+	printExplanation(g.stdout, x, len(cfg.Policy) == 0)
+	return nil
 }
 
 // readExplainRequest decodes --request strictly: unknown fields and
