@@ -21,6 +21,7 @@ func Log(log *slog.Logger, id int64, rc crossing.Receipt) {
 		slog.String("workload", textsafe.Line(rc.Identity.Workload)),
 		slog.String("sandbox_id", textsafe.Line(rc.Identity.SandboxID)),
 		slog.String("broker", textsafe.Line(rc.Broker)),
+		slog.String("decision", textsafe.Line(rc.Decision)),
 		slog.String("action", textsafe.Line(rc.Action)),
 		slog.String("target", textsafe.Line(rc.Target)),
 		slog.String("rule", textsafe.Line(rc.Rule)),
