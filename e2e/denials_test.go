@@ -179,8 +179,8 @@ egress:
 	if r := curl(fixed, "denied.test"); !strings.Contains(r.Stdout, "reached") || target.Hits() != 2 {
 		t.Fatalf("denied.test with the suggested entry: %d %q %q", r.Code, r.Stdout, r.Stderr)
 	}
-	if x := explainReceipt(t, st, fixed, d.ID); !x.Allow || !x.Replay.Changed {
-		t.Errorf("explain --receipt with the suggestion = %+v, want allow, changed", x)
+	if x := explainReceipt(t, st, fixed, d.ID); !x.Allow || !x.Replay.Changed || !strings.Contains(strings.Join(x.Replay.Why, "\n"), "the configuration changed") {
+		t.Errorf("explain --receipt with the suggestion = %+v, want allow, changed, the configuration named", x)
 	}
 
 	// 2. A model no route allows: named, logged on the host, replayed at

@@ -140,6 +140,9 @@ type ExplainReplay struct {
 	RecordedDecision string `json:"recorded_decision"`
 	RecordedRule     string `json:"recorded_rule,omitempty"`
 	RecordedPolicy   string `json:"recorded_policy_digest,omitempty"`
+	RecordedConfig   string `json:"recorded_config_digest,omitempty"`
+	// Config is the current configuration file's digest.
+	Config string `json:"config_digest,omitempty"`
 	// Decision is the current answer: allow, deny, or wait (an approval).
 	Decision string `json:"decision"`
 	Rule     string `json:"rule,omitempty"`
@@ -205,7 +208,8 @@ func replay(ctx context.Context, st *store.Store, cfg *config.Config, set *polic
 	}
 	r.Context.Budget.Used = bs.Used
 	x := explain(&c, set, r)
-	rp := ExplainReplay{Receipt: rc.ID, RecordedDecision: rc.Decision, RecordedRule: rc.Rule, Decision: verdictAllow, Rule: x.Rule}
+	rp := ExplainReplay{Receipt: rc.ID, RecordedDecision: rc.Decision, RecordedRule: rc.Rule, Decision: verdictAllow, Rule: x.Rule,
+		RecordedConfig: rc.ConfigDigest, Config: cfg.Digest}
 	if rp.RecordedRule == "" && rc.Decision != crossing.Allow {
 		rp.RecordedRule = denial.Rule(rc, c.Budgets.Window)
 	}
@@ -223,6 +227,9 @@ func replay(ctx context.Context, st *store.Store, cfg *config.Config, set *polic
 		recorded = verdictWait
 	}
 	rp.Changed = recorded != rp.Decision || (recorded != crossing.Allow && rp.RecordedRule != rp.Rule)
+	if rp.RecordedConfig != "" && rp.RecordedConfig != rp.Config {
+		why = append(why, fmt.Sprintf("the configuration changed: recorded %s, now %s", rp.RecordedConfig, rp.Config))
+	}
 	if rp.RecordedPolicy != "" && rp.RecordedPolicy != x.Decision.Digest {
 		why = append(why, fmt.Sprintf("the policy set changed: recorded %s, now %s", rp.RecordedPolicy, x.Decision.Digest))
 	}

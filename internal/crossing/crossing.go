@@ -123,7 +123,11 @@ type Receipt struct {
 	// permit matched", the missing configuration line, the budget and its
 	// window, or the approval's state (internal/denial). Set by the
 	// privileged side when it records a denial; empty on an allow.
-	Rule         string      `json:"rule,omitempty"`
+	Rule string `json:"rule,omitempty"`
+	// ConfigDigest is the digest of the configuration the sandbox ran
+	// with ("sha256:<hex>" of the file), set by the privileged side: what
+	// cordon policy explain --receipt compares the current one with.
+	ConfigDigest string      `json:"config_digest,omitempty"`
 	Budget       BudgetState `json:"budget"`
 	UpstreamCode int         `json:"upstream_status,omitempty"`
 	BytesIn      int64       `json:"bytes_in"`  // from the agent

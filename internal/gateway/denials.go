@@ -10,6 +10,7 @@ import (
 // policy decision this side made, the budget) — before it is recorded.
 // An allow carries no rule.
 func (s *Authority) denied(rc *crossing.Receipt) {
+	rc.ConfigDigest = s.ConfigDigest
 	rc.Rule = ""
 	if rc.Decision != crossing.Allow {
 		rc.Rule = denial.Rule(*rc, s.Budget.Window)

@@ -19,7 +19,7 @@ func TestDenialReceiptNamesItsRule(t *testing.T) {
 	st := testStore(t)
 	var logs bytes.Buffer
 	id := crossing.Identity{Workload: "w", Tenant: "t", SandboxID: "sb1"}
-	srv := &Authority{Store: st, ID: id, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	srv := &Authority{Store: st, ID: id, Logger: slog.New(slog.NewTextHandler(&logs, nil)), ConfigDigest: "sha256:cfg"}
 	c := connect(t, srv)
 	ctx := context.Background()
 	if err := c.Record(ctx, crossing.Receipt{Broker: "egress", Action: "connect", Target: "evil.example:443\x1b[2J", Decision: crossing.Deny,
@@ -40,6 +40,11 @@ func TestDenialReceiptNamesItsRule(t *testing.T) {
 	all, _ := st.Receipts(ctx, store.ReceiptFilter{Decision: crossing.Allow})
 	if len(all) != 1 || all[0].Rule != "" {
 		t.Errorf("allow receipts = %+v, want one without a rule", all)
+	}
+	for _, rc := range append(rs, all...) {
+		if rc.ConfigDigest != "sha256:cfg" {
+			t.Errorf("receipt %d config digest = %q, want the sandbox's", rc.ID, rc.ConfigDigest)
+		}
 	}
 	out := logs.String()
 	if n := strings.Count(out, `msg="crossing denied"`); n != 1 {

@@ -165,7 +165,7 @@ func (s *Authority) record(ops authorityOps, req call) error {
 		rc.Approval = ""
 	}
 	rc.CallKey, rc.ResultDigest = "", ""
-	rc.Rule = "" // an allow's; a denial's is named below
+	rc.Rule, rc.ConfigDigest = "", s.ConfigDigest // a denial's rule is named below
 	if rc.Policy != nil {
 		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 	}
