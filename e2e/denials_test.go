@@ -287,3 +287,48 @@ egress:
 		t.Fatalf("with the suggested limit: %d %q %q", r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// The daemon's log has the same line for a denial in a daemon sandbox,
+// from the privileged side; the receipt names the rule. Control: the
+// allowed host is reached and logs no denial.
+func TestDaemonLogsDenials(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	target := testkit.NewTarget(t, "reached")
+	port := target.Port()
+	up := testkit.NewModelUpstream(t, fakeKey, "x")
+	cfg := gatewayConfig(t, up.URL(), fmt.Sprintf(`egress:
+  allow:
+    - {host: open.test, ports: [%[1]s]}
+  unsafe_allow_ranges: ["127.0.0.1/32"]
+  resolve: {open.test: 127.0.0.1, denied.test: 127.0.0.1}
+`, port))
+	d := startDaemon(t, st)
+	if r := d.cli("sandbox", "create", "why", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "why"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	curl := func(host string) result {
+		return d.cli("sandbox", "exec", "why", "--", "/usr/bin/curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "http://"+host+":"+port+"/")
+	}
+	if r := curl("open.test"); r.Stdout != "200" || target.Hits() != 1 {
+		t.Fatalf("open.test: %d %q %q", r.Code, r.Stdout, r.Stderr)
+	}
+	if strings.Contains(d.String(), `msg="crossing denied"`) {
+		t.Fatalf("an allowed connection logged a denial:\n%s", d)
+	}
+	if r := curl("denied.test"); r.Stdout != "403" || target.Hits() != 1 {
+		t.Fatalf("denied.test: %d %q %q", r.Code, r.Stdout, r.Stderr)
+	}
+	dl := lastDenial(t, st, "egress", "denied.test:"+port)
+	want := fmt.Sprintf(`msg="crossing denied" receipt=%d `, dl.ID)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.String(), want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if log := d.String(); !strings.Contains(log, want) || !strings.Contains(log, `rule="config: egress.allow has no entry for denied.test:`+port+`"`) {
+		t.Errorf("daemon log lacks the denial line %q:\n%s", want, log)
+	}
+}
