@@ -8,11 +8,13 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/config"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/denial"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/launch"
@@ -216,6 +218,21 @@ type ExplainReport struct {
 	PolicyAllow bool                    `json:"policy_allow"`
 	Decision    crossing.PolicyDecision `json:"decision"`
 	Policies    []policy.Explained      `json:"policies,omitempty"`
+	// Stages are the decision's stages in the runtime's order (config,
+	// cedar, approval, budget), each with its verdict; DeniedAt names the
+	// first that refuses, Rule what refuses there (as a denial receipt
+	// names it) and Suggestion the smallest change that would allow it.
+	Stages     []ExplainStage     `json:"stages"`
+	DeniedAt   string             `json:"denied_at,omitempty"`
+	Rule       string             `json:"rule,omitempty"`
+	Suggestion *denial.Suggestion `json:"suggestion,omitempty"`
+	// Replay compares a recorded receipt's answer with this one
+	// (--receipt).
+	Replay *ExplainReplay `json:"replay,omitempty"`
+
+	budgetState crossing.BudgetState
+	window      time.Duration
+	budgetOver  string
 }
 
 // explain decides r for cfg's workload as the runtime does: the
@@ -245,20 +262,25 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 	case policy.ActionIngressConnect:
 		want.IngressConnections = 1
 	}
-	if why := store.OverBudget(r.Context.Budget.Used, want, r.Context.Budget.Limits); why != "" && rep.Allow {
+	why := store.OverBudget(r.Context.Budget.Used, want, r.Context.Budget.Limits)
+	if why != "" && rep.Allow {
 		rep.Allow, rep.Budget = false, why
 	}
 	if rep.Allow && x.Decision.ApprovalRequired {
 		rep.ApprovalRequired, rep.ApprovalScope = true, x.Decision.ApprovalScope
 	}
+	rep.budgetState = crossing.BudgetState{Used: r.Context.Budget.Used, Limits: r.Context.Budget.Limits}
+	rep.window, rep.budgetOver = cfg.Budgets.Window, why
+	rep.stages(r, cfg.Workload)
 	return rep
 }
 
 func policyExplainCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	var cfgPath, reqArg string
+	var receipt int64
 	cmd := &cobra.Command{
-		Use:   "explain --config FILE --request JSON",
+		Use:   "explain --config FILE (--request JSON | --receipt ID)",
 		Short: "Show what policy decides about one request, and which policies decided it",
 		Long: `Decide one request with the policy files the configuration names (or the
 built-in permit-all policy when it names none) and print the decision, the
@@ -284,6 +306,18 @@ allow-list and pinned addresses, the tools[] servers and their allow globs,
 the state scope and quota, run with the brokers' own code — and policy must
 both allow. Each half is shown. Checks that can only be made when the
 crossing happens (a name's resolution, a value's size) are listed as notes.
+The stages are printed in the runtime's order — config, cedar, approval,
+budget — each with its verdict and what decided it; the first that refuses
+is marked, with its rule (as a denial receipt names it) and the smallest
+configuration or Cedar snippet that would allow exactly this request (for
+you to read; never applied).
+
+--receipt ID replays the question a recorded receipt asked (its workload,
+broker, action and target) against the current configuration and policy
+and the workload's budget spend in the store now, and says whether the
+answer is the recorded one and, if not, why (the policy set's digest, the
+rule). It reads the store: run it as root on the host.
+
 Exit status 0 whatever the decision; 125 when the configuration, the policy
 or the request is invalid.
 
@@ -295,47 +329,85 @@ Examples:
   cordon policy explain --config cordon.yaml --json \
     --request '{"action":"egress.connect","resource":{"type":"Host","id":"api.github.com"},"context":{"port":443}}'
 
-  cordon policy explain --config cordon.yaml --request @request.json`,
+  cordon policy explain --config cordon.yaml --request @request.json
+
+  # why was receipt 42 denied, and would it be now?
+  cordon policy explain --config cordon.yaml --receipt 42
+
+See docs/denials.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfgPath == "" || reqArg == "" {
-				return failure.Failf(failure.KindUsage, "policy explain", "--config and --request are required")
-			}
-			cfg, err := config.Load(cfgPath)
-			if err != nil {
-				return failure.Fail(failure.KindUsage, "config", err)
-			}
-			set := policy.Default()
-			if len(cfg.Policy) > 0 {
-				if set, err = policy.Load(cfg.Policy...); err != nil {
-					if asJSON {
-						_ = writeJSON(g.stdout, PolicyCheckReport{Files: cfg.Policy, Errors: policyErrors(err)})
-					} else {
-						printPolicyErrors(g.stderr, policyErrors(err))
-					}
-					return &exitError{code: failure.ExitRefused}
-				}
-			}
-			r, err := readExplainRequest(reqArg, cmd.InOrStdin())
-			if err != nil {
-				return failure.Fail(failure.KindUsage, "request", err)
-			}
-			if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
-				return failure.Failf(failure.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
-			}
-			x := explain(cfg, set, r)
-			if asJSON {
-				return writeJSON(g.stdout, x)
-			}
-			printExplanation(g.stdout, x, len(cfg.Policy) == 0)
-			return nil
+			return runExplain(cmd, g, explainArgs{cfgPath: cfgPath, request: reqArg, receipt: receipt, asJSON: asJSON})
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&cfgPath, "config", "", "the configuration whose workload asks and whose policy files decide")
 	fl.StringVar(&reqArg, "request", "", "the request as JSON, @FILE, or - for standard input")
+	fl.Int64Var(&receipt, "receipt", 0, "replay the question of this receipt (its workload, broker, action and target) against the current configuration, policy and budget spend")
 	fl.BoolVar(&asJSON, "json", false, "print the explanation as JSON")
 	return cmd
+}
+
+// explainArgs are cordon policy explain's flags.
+type explainArgs struct {
+	cfgPath, request string
+	receipt          int64
+	asJSON           bool
+}
+
+// runExplain loads the configuration and its policy, and explains the
+// request or replays the receipt.
+func runExplain(cmd *cobra.Command, g *globals, a explainArgs) error {
+	if a.cfgPath == "" || (a.request == "") == (a.receipt == 0) {
+		return failure.Failf(failure.KindUsage, "policy explain", "--config and one of --request or --receipt are required")
+	}
+	cfg, err := config.Load(a.cfgPath)
+	if err != nil {
+		return failure.Fail(failure.KindUsage, "config", err)
+	}
+	set := policy.Default()
+	if len(cfg.Policy) > 0 {
+		if set, err = policy.Load(cfg.Policy...); err != nil {
+			if a.asJSON {
+				_ = writeJSON(g.stdout, PolicyCheckReport{Files: cfg.Policy, Errors: policyErrors(err)})
+			} else {
+				printPolicyErrors(g.stderr, policyErrors(err))
+			}
+			return &exitError{code: failure.ExitRefused}
+		}
+	}
+	if a.receipt != 0 {
+		if err := requireRoot("policy explain --receipt"); err != nil {
+			return err
+		}
+		st, err := g.openStore()
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		x, err := replay(cmd.Context(), st, cfg, set, a.receipt)
+		if err != nil {
+			return err
+		}
+		if a.asJSON {
+			return writeJSON(g.stdout, x)
+		}
+		printExplanation(g.stdout, x, len(cfg.Policy) == 0)
+		return nil
+	}
+	r, err := readExplainRequest(a.request, cmd.InOrStdin())
+	if err != nil {
+		return failure.Fail(failure.KindUsage, "request", err)
+	}
+	if l := r.Context.Budget.Limits; l != (crossing.Amount{}) && l != cfg.Budgets.Limits() {
+		return failure.Failf(failure.KindUsage, "request", "context.budget.limits: the runtime's limits are the configuration's budgets (%+v); leave them out", cfg.Budgets.Limits())
+	}
+	x := explain(cfg, set, r)
+	if a.asJSON {
+		return writeJSON(g.stdout, x)
+	}
+	printExplanation(g.stdout, x, len(cfg.Policy) == 0)
+	return nil
 }
 
 // readExplainRequest decodes --request strictly: unknown fields and
@@ -385,7 +457,11 @@ func printExplanation(w io.Writer, x ExplainReport, builtin bool) {
 		}
 		return "deny"
 	}
-	fmt.Fprintf(w, "decision: %s\n", verdict(x.Allow))
+	if x.DeniedAt != "" && !x.Allow {
+		fmt.Fprintf(w, "decision: deny (at the %s stage)\n", x.DeniedAt)
+	} else {
+		fmt.Fprintf(w, "decision: %s\n", verdict(x.Allow))
+	}
 	if x.ApprovalRequired {
 		if x.ApprovalScope == policy.ApprovalScopeSandbox {
 			fmt.Fprintln(w, "approval: required (one approval covers this host and port for the sandbox's life)")
@@ -439,6 +515,7 @@ func printExplanation(w io.Writer, x ExplainReport, builtin bool) {
 			fmt.Fprintf(w, "  %s\n", textsafe.Line(fmt.Sprint(e)))
 		}
 	}
+	printStages(w, x)
 }
 
 func policySchemaCmd(g *globals) *cobra.Command {

@@ -219,7 +219,7 @@ func TestPolicyExplainRefuses(t *testing.T) {
 		{"a user", []string{"--config", cfg, "--request", `{"action":"tool.call","user":"ada","resource":{"type":"Tool","id":"fs/x"}}`}, "user: no crossing carries a user"},
 		{"not JSON", []string{"--config", cfg, "--request", `action=tool.call`}, "want a JSON object"},
 		{"trailing data", []string{"--config", cfg, "--request", `{} {}`}, "trailing data"},
-		{"no request", []string{"--config", cfg}, "--config and --request are required"},
+		{"no request", []string{"--config", cfg}, "--config and one of --request or --receipt are required"},
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml"), "--request", `{}`}, "no such file"},
 		{"invalid policy", []string{"--config", bad, "--request", `{}`}, "bad.cedar:1:1: policy bad.cedar:0: "},
 	}

@@ -110,19 +110,28 @@ type BudgetState struct {
 
 // Receipt is the record of one crossing.
 type Receipt struct {
-	ID            int64       `json:"id,omitempty"`
-	Time          time.Time   `json:"time"`
-	Identity      Identity    `json:"identity"`
-	Broker        string      `json:"broker"` // "model", "egress"
-	Action        string      `json:"action"` // e.g. "anthropic.messages", "connect"
-	Target        string      `json:"target"` // model id, host:port — never a secret
-	RequestDigest string      `json:"request_digest"`
-	Decision      string      `json:"decision"` // "allow" or "deny"
-	Reason        string      `json:"reason"`
-	Budget        BudgetState `json:"budget"`
-	UpstreamCode  int         `json:"upstream_status,omitempty"`
-	BytesIn       int64       `json:"bytes_in"`  // from the agent
-	BytesOut      int64       `json:"bytes_out"` // to the agent
+	ID            int64     `json:"id,omitempty"`
+	Time          time.Time `json:"time"`
+	Identity      Identity  `json:"identity"`
+	Broker        string    `json:"broker"` // "model", "egress"
+	Action        string    `json:"action"` // e.g. "anthropic.messages", "connect"
+	Target        string    `json:"target"` // model id, host:port — never a secret
+	RequestDigest string    `json:"request_digest"`
+	Decision      string    `json:"decision"` // "allow" or "deny"
+	Reason        string    `json:"reason"`
+	// Rule names what denied a crossing: the Cedar forbid ids or "no
+	// permit matched", the missing configuration line, the budget and its
+	// window, or the approval's state (internal/denial). Set by the
+	// privileged side when it records a denial; empty on an allow.
+	Rule string `json:"rule,omitempty"`
+	// ConfigDigest is the digest of the configuration the sandbox ran
+	// with ("sha256:<hex>" of the file), set by the privileged side: what
+	// cordon policy explain --receipt compares the current one with.
+	ConfigDigest string      `json:"config_digest,omitempty"`
+	Budget       BudgetState `json:"budget"`
+	UpstreamCode int         `json:"upstream_status,omitempty"`
+	BytesIn      int64       `json:"bytes_in"`  // from the agent
+	BytesOut     int64       `json:"bytes_out"` // to the agent
 	// Client is the host-side peer of an ingress connection
 	// ("127.0.0.1:53122"), as the kernel gave it to the route's listener.
 	Client    string        `json:"client,omitempty"`

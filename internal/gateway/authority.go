@@ -85,6 +85,9 @@ type Authority struct {
 	// Policy decides every crossing with the sandbox's identity as the
 	// principal; nil means policy.Default().
 	Policy *policy.Set
+	// ConfigDigest is the digest of the sandbox's configuration, stamped
+	// on the receipts this side records for the brokers.
+	ConfigDigest string
 	// Tools is the tool broker's privileged side; nil refuses tool ops.
 	Tools *ToolPolicy
 	// State bounds the sandbox's managed state; nil refuses state ops.

@@ -121,10 +121,12 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 	}
 	rc.Policy = s.forget(r.ID)
 	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
+	s.denied(&rc)
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
 	if err != nil {
 		return st, err
 	}
+	s.logDenial(rc.ID, rc)
 	if held, _ := s.closed(r.ID); held {
 		s.receipts.end(true)
 	} else {
@@ -163,6 +165,7 @@ func (s *Authority) record(ops authorityOps, req call) error {
 		rc.Approval = ""
 	}
 	rc.CallKey, rc.ResultDigest = "", ""
+	rc.Rule, rc.ConfigDigest = "", s.ConfigDigest // a denial's rule is named below
 	if rc.Policy != nil {
 		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 	}
@@ -180,8 +183,12 @@ func (s *Authority) record(ops authorityOps, req call) error {
 		if dropped > 0 {
 			rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 		}
-		_, err := ops.Record(rc)
+		s.denied(&rc)
+		id, err := ops.Record(rc)
 		s.receipts.end(err == nil)
+		if err == nil {
+			s.logDenial(id, rc)
+		}
 		return err
 	}
 	// An allowed crossing's receipt is always written: it takes the slot

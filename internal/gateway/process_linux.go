@@ -50,6 +50,8 @@ type StartOptions struct {
 	Adopt func(pid int) error
 	// Policy decides every crossing (nil: policy.Default()).
 	Policy *policy.Set
+	// ConfigDigest is the configuration's digest, stamped on receipts.
+	ConfigDigest string
 	// Tools configures the tool broker's privileged side.
 	Tools ToolPolicy
 	// State bounds the sandbox's managed state (the state broker); nil
@@ -310,7 +312,7 @@ func (p *Process) serve(o StartOptions) error {
 		}
 	}
 	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: want,
-		Policy: o.Policy, Tools: &tools, State: o.State, Crossings: o.Crossings, ingress: p.gate}
+		Policy: o.Policy, ConfigDigest: o.ConfigDigest, Tools: &tools, State: o.State, Crossings: o.Crossings, ingress: p.gate}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
 		return fmt.Errorf("count the sandbox's receipts: %w", err)

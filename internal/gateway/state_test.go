@@ -137,6 +137,10 @@ func TestStateAuthorityPolicy(t *testing.T) {
 	if len(rcs) != 2 || rcs[1].Decision != crossing.Deny || rcs[1].Policy == nil || rcs[1].Policy.Determining[0] != "no-private" {
 		t.Fatalf("denial receipts = %+v", rcs)
 	}
+	// Each names what denied it: the forbid, or no permit.
+	if rcs[0].Rule != "cedar: no permit matched" || rcs[1].Rule != "cedar: forbidden by no-private" {
+		t.Errorf("denial rules = %q, %q; want no permit, then the forbid", rcs[0].Rule, rcs[1].Rule)
+	}
 	// Reset is a write on the whole scope: policy can forbid it.
 	locked := crossing.Identity{Workload: "w", Tenant: "acme", Purpose: "locked", SandboxID: "sb-l"}
 	_, lc := stateClient(t, st, locked, testState)

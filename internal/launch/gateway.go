@@ -294,7 +294,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 	proc, err := gateway.Start(gateway.StartOptions{
 		SandboxPid: pid, Config: cc, Store: st, Logger: log, Stderr: p.stderr, UID: uid, GID: gid, Adopt: adopt,
 		Budget: budget,
-		Policy: p.policy,
+		Policy: p.policy, ConfigDigest: c.Digest,
 		// A daemon client's own configuration may not point the
 		// privileged side's dialer at the host's private services.
 		CheckDeclaredAddrs: p.unprivileged,

@@ -130,6 +130,13 @@ func (s *Set) decide(r Request) (bool, crossing.PolicyDecision, []*entry) {
 
 // cedarRequest checks r and builds the Cedar request and its entities.
 // budget builds context.budget.
+// HostID is the Host entity id of an egress destination: as the egress
+// allow-list compares names, case-insensitively, ignoring one trailing
+// dot.
+func HostID(host string) string {
+	return strings.ToLower(strings.TrimSuffix(host, "."))
+}
+
 func cedarRequest(r Request, cache *entityCache, budget func(crossing.BudgetState) types.Record) (cedar.Request, *entities, error) {
 	action, ok := actionUIDs[r.Action]
 	switch {
@@ -144,9 +151,7 @@ func cedarRequest(r Request, cache *entityCache, budget func(crossing.BudgetStat
 	}
 	id := r.Resource.ID
 	if r.Action == ActionEgressConnect {
-		// As the egress allow-list compares them: case-insensitively,
-		// ignoring one trailing dot.
-		id = strings.ToLower(strings.TrimSuffix(id, "."))
+		id = HostID(id)
 	}
 	if id == "" {
 		return cedar.Request{}, nil, fmt.Errorf("request: resource id is required")

@@ -196,9 +196,12 @@ func settleRecordIn(ctx context.Context, tx *sql.Tx, lc *logCache, r crossing.Re
 	st := crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}
 	if rc != nil {
 		rc.Budget = st
-		if _, err := recordIn(ctx, tx, lc, *rc); err != nil {
+		id, err := recordIn(ctx, tx, lc, *rc)
+		if err != nil {
 			return crossing.BudgetState{}, err
 		}
+		rc.ID = id // for the caller's log line; the recorded body is as it was
+
 	}
 	return st, nil
 }
@@ -312,45 +315,6 @@ func recordIn(ctx context.Context, tx *sql.Tx, lc *logCache, rc crossing.Receipt
 		return 0, err
 	}
 	return id, nil
-}
-
-// ReceiptFilter selects receipts; zero fields match everything.
-type ReceiptFilter struct {
-	Workload, SandboxID, Broker string
-	Limit                       int
-}
-
-// Receipts lists receipts, oldest first (the last Limit when set).
-func (s *Store) Receipts(ctx context.Context, f ReceiptFilter) ([]crossing.Receipt, error) {
-	q := `SELECT id, body FROM receipts WHERE (? = '' OR workload = ?) AND (? = '' OR sandbox_id = ?) AND (? = '' OR broker = ?) ORDER BY id DESC`
-	args := []any{f.Workload, f.Workload, f.SandboxID, f.SandboxID, f.Broker, f.Broker}
-	if f.Limit > 0 {
-		q += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []crossing.Receipt
-	for rows.Next() {
-		var id int64
-		var body string
-		if err := rows.Scan(&id, &body); err != nil {
-			return nil, err
-		}
-		var rc crossing.Receipt
-		if err := json.Unmarshal([]byte(body), &rc); err != nil {
-			return nil, fmt.Errorf("receipt %d: %w", id, err)
-		}
-		rc.ID = id
-		out = append(out, rc)
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out, rows.Err()
 }
 
 // nonNegative refuses negative amounts (a negative hold or settlement

@@ -119,7 +119,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 7
+	schemaVersion = 8
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -191,6 +191,9 @@ CREATE TABLE IF NOT EXISTS receipts (
 	body      TEXT    NOT NULL CHECK (json_valid(body))
 ) STRICT;
 CREATE INDEX IF NOT EXISTS receipts_workload ON receipts (workload, id);
+-- Version 8: cordon receipts --decision and --since filter in the store.
+CREATE INDEX IF NOT EXISTS receipts_decision ON receipts (decision, id);
+CREATE INDEX IF NOT EXISTS receipts_time ON receipts (time);
 `
 
 // Open opens (creating if needed) stateDir/cordon.db for the given pool.
@@ -316,7 +319,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1, 2, 3, 4, 5, 6: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes; 7 the ingress budget columns
+	case 0, 1, 2, 3, 4, 5, 6, 7: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes; 7 the ingress budget columns; 8 the receipts' decision and time indexes
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/denial"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
 )
@@ -268,9 +269,13 @@ func (s *Authority) recordDenial(ctx context.Context, rc crossing.Receipt, start
 	if dropped > 0 {
 		rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 	}
-	if _, err := s.Store.RecordReceipt(ctx, rc); err != nil {
+	rc.Rule = denial.Rule(rc, 0)
+	id, err := s.Store.RecordReceipt(ctx, rc)
+	if err != nil {
 		s.Root.Logger().Warn("record state denial", "err", err)
+		return
 	}
+	denial.Log(s.Root.Logger(), id, rc)
 }
 
 func entryOf(e store.StateEntry) *state.Entry {
