@@ -122,12 +122,12 @@ func sbNameCmd(g *globals, sf *sandboxFlags, op, short string) *cobra.Command {
 }
 
 func printInfo(g *globals, is []hostmgr.Info) {
-	now := time.Now()
+	now, owners := time.Now(), ownerNames{}
 	tw := tabwriter.NewWriter(g.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tOWNER\tSTATE\tAGE\tPROFILE\tLEVEL\tDRAIN\tMAIN\tNOTE")
 	for _, i := range is {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", textsafe.Line(i.Name), textsafe.Line(i.ID), i.Owner, textsafe.Line(i.State),
-			age(i.Created, now), textsafe.Line(i.Profile), textsafe.Line(i.Level), textsafe.Line(i.Drain), textsafe.Line(i.MainExit), textsafe.Line(i.Note))
+		r := lsRow(i, owners, now).escaped()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.ID, r.Owner, r.State, r.Age, r.Profile, r.Level, r.Drain, r.Main, r.Note)
 	}
 	tw.Flush()
 	for _, i := range is {
