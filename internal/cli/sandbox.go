@@ -54,7 +54,7 @@ Per operation:
 	cmd.AddCommand(sbCreateCmd(g, sf), sbNameCmd(g, sf, "start", "Start a created sandbox: build, evidence and admit its boundary; run its main program"),
 		sbExecCmd(g, sf), sbStopCmd(g, sf), sbNameCmd(g, sf, "rm", "Remove a sandbox (stopping it first): its record and logs"),
 		sbLsCmd(g, sf), sbLogsCmd(g, sf), sbNameCmd(g, sf, "readmit", "Re-admit a draining sandbox with the current runtime, policy and rootfs identities"),
-		sbNameCmd(g, sf, "status", "Show one sandbox with its evidence record"), sbProfileCmd(g, sf))
+		sbStatusCmd(g, sf), sbProfileCmd(g, sf))
 	return cmd
 }
 
@@ -104,7 +104,7 @@ func sbNameCmd(g *globals, sf *sandboxFlags, op, short string) *cobra.Command {
 			if err := sf.do(cmd.Context(), op, hostmgr.NameArgs{Name: args[0]}, nil, &out); err != nil {
 				return err
 			}
-			if sf.json || op == "status" {
+			if sf.json {
 				// The daemon's JSON as is, with invisible characters
 				// in its strings written as \u escapes (same value).
 				_, err := io.WriteString(g.stdout, textsafe.JSON(out)+"\n")
