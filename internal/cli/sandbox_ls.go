@@ -24,7 +24,7 @@ import (
 // under json they are exact, with invisible characters as \u escapes.
 type LsRow struct {
 	Name     string    `json:"name"`      // the sandbox's name
-	ID       string    `json:"id"`        // its id (sb-…), minted by the daemon
+	ID       string    `json:"id"`        // its id (16 hex digits), minted by the daemon
 	Owner    string    `json:"owner"`     // the owner's user name, or the uid when it has none
 	OwnerUID uint32    `json:"owner_uid"` // the owner's uid
 	State    string    `json:"state"`     // created, running, stopped, …
