@@ -125,7 +125,7 @@ main, note). --json prints the daemon's full records as one array.
 				}
 			}
 			if n > 1 {
-				return failure.Failf(failure.KindUsage, "ls", "give one of -q, --json or --format")
+				return failure.Failf(failure.KindUsage, "ls", "give -q or --json or --format, only one of them")
 			}
 			var row func(io.Writer, LsRow) error
 			if format != "" {
