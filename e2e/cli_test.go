@@ -296,3 +296,33 @@ func TestRunPrintsSandboxID(t *testing.T) {
 		t.Errorf("the piped run's outcome %s, want its own sandbox id (the terminal run's was %s)", b, m[1])
 	}
 }
+
+// A daemon restarted while the main program runs adopts the sandbox and
+// keeps its log's time index: output written after the restart is dated
+// then, so --since a time after it prints nothing, and --since a time
+// before it prints that output alone.
+func TestLogsSinceAcrossRestart(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	d := startDaemon(t, st)
+	if r := d.cli("sandbox", "create", "talk", "--workspace", userWorkspace(t), "--", "/bin/sh", "-c", "echo early; sleep 6; printf late; exec sleep 1000"); r.Code != 0 {
+		t.Fatalf("create: %d %s", r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "talk"); r.Code != 0 {
+		t.Fatalf("start: %d %s", r.Code, r.Stderr)
+	}
+	waitFor(t, func() bool { return d.cli("sandbox", "logs", "talk").Stdout == "early\n" }, "early in the log")
+	time.Sleep(time.Second) // the first daemon's sample of it
+	d.kill()
+	d.start()
+	mid := time.Now()
+	waitFor(t, func() bool { return d.cli("sandbox", "logs", "talk").Stdout == "early\nlate" }, "late in the log")
+	time.Sleep(time.Second) // the index's sample of it
+	after := time.Now()
+	if r := d.cli("sandbox", "logs", "talk", "--since", mid.UTC().Format(time.RFC3339Nano)); r.Stdout != "late" {
+		t.Errorf("logs --since the restart = %q %s, want late", r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "logs", "talk", "--since", after.UTC().Format(time.RFC3339Nano)); r.Code != 0 || r.Stdout != "" {
+		t.Errorf("logs --since after late = %d %q %s, want nothing (the adopted sandbox's index dated it)", r.Code, r.Stdout, r.Stderr)
+	}
+}
