@@ -707,7 +707,7 @@ func TestDaemonProfiles(t *testing.T) {
 	if r := d.cli("sandbox", "start", "lab"); r.Code != 0 {
 		t.Fatalf("start: %s", r.Stderr)
 	}
-	r = d.cli("sandbox", "status", "lab")
+	r = d.cli("sandbox", "status", "lab", "--json")
 	var s struct {
 		Profile  string   `json:"profile"`
 		Bypassed []string `json:"bypassed"`

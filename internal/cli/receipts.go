@@ -59,9 +59,9 @@ Examples:
 				return failure.Failf(failure.KindUsage, "receipts", "--decision %q: want allow or deny", f.Decision)
 			}
 			if since != "" {
-				t, err := parseSince(since, time.Now())
+				t, err := parseSince("receipts", since, time.Now())
 				if err != nil {
-					return failure.Fail(failure.KindUsage, "receipts", err)
+					return err
 				}
 				f.Since = t
 			}
@@ -97,21 +97,6 @@ Examples:
 	fl.StringVar(&since, "since", "", "only receipts from this long ago (10m, 24h) or since this time (RFC 3339)")
 	fl.IntVar(&f.Limit, "limit", 0, "only the last N")
 	return cmd
-}
-
-// parseSince reads --since: a duration back from now, or an RFC 3339 time.
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, fmt.Errorf("--since %s: a duration back from now is positive", s)
-		}
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("--since %q: want a duration (10m, 24h) or an RFC 3339 time (2026-03-01T12:00:00Z)", s)
-	}
-	return t, nil
 }
 
 // viewOf is a receipt with its suggestion. A denial recorded before

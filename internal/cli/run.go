@@ -372,6 +372,7 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 	if r.l.Gateway() != nil {
 		r.tr.mark("gateway")
 	}
+	r.announce()
 	if err := r.logToFile(); err != nil {
 		return failure.ExitRefused, err
 	}

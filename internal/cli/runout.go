@@ -103,6 +103,8 @@ type runLog struct {
 	dropped   int64
 	warnings  int
 	first     string
+	// header is the file's first line (the sandbox it is the log of).
+	header string
 }
 
 // Write sends p to stderr before the switch, and after it to the file a
@@ -180,6 +182,11 @@ func (l *runLog) toFile(path string, defaultDir string) error {
 	}
 	l.mu.Lock()
 	l.file, l.path, l.temporary = os.NewFile(uintptr(fd), path), path, defaultDir != ""
+	if l.header != "" {
+		// Not counted in written: a default log with nothing else in it
+		// is still removed at the end.
+		_, _ = l.file.WriteString(l.header + "\n")
+	}
 	l.mu.Unlock()
 	return nil
 }
@@ -245,13 +252,27 @@ func (r *aRun) logToFile() error {
 	if err != nil {
 		return err
 	}
+	r.log.header = "cordon run: sandbox " + r.out.SandboxID
 	return r.log.toFile(path, dir)
 }
 
-// endLog prints the run log's summary on stderr.
+// endLog prints the run log's summary on stderr, naming the sandbox.
 func (r *aRun) endLog() {
 	if s := r.log.close(); s != "" {
-		fmt.Fprintln(r.g.stderr, s)
+		fmt.Fprintf(r.g.stderr, "cordon: sandbox %s: %s\n", r.out.SandboxID, strings.TrimPrefix(s, "cordon: "))
+	}
+}
+
+// announce names the sandbox before the program starts, on stderr and
+// only when stderr is a terminal: a person sees which sandbox to look up
+// (cordon receipts, evidence, the run log), while a program's output
+// that is piped or redirected — stdout always, stderr when it is not a
+// terminal — carries nothing of cordon's. Machines get the id from
+// --json's outcome; the run log's first line and its default name carry
+// it too.
+func (r *aRun) announce() {
+	if isTerminal(r.g.stderr) {
+		fmt.Fprintf(r.g.stderr, "cordon: sandbox %s\n", r.out.SandboxID)
 	}
 }
 

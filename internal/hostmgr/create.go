@@ -160,7 +160,7 @@ func (d *Daemon) create(ctx context.Context, c *call, name string, prof Profile,
 	fail := func(err error) (any, error) {
 		d.cleanup(context.WithoutCancel(ctx), b, "create failed: "+err.Error())
 		// Without its record nothing would ever remove the log.
-		os.Remove(logPath(d.o.StateDir, spec.ID))
+		removeLog(d.o.StateDir, spec.ID)
 		_ = d.o.Store.DeleteDaemonSandbox(context.WithoutCancel(ctx), name)
 		d.forget(name)
 		return nil, err
@@ -262,6 +262,7 @@ func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
 	}
 	if len(b.spec.Argv) > 0 {
 		go d.watchMain(b, b.sb)
+		go d.indexLog(b, b.rec.ID)
 	}
 	d.log.Info("started", "name", b.rec.Name, "level", b.rec.Level, "profile", b.profile)
 	return d.info(b), nil

@@ -224,8 +224,23 @@ func (d *Daemon) opStatus(ctx context.Context, c *call) (any, error) {
 	i := d.info(b)
 	return struct {
 		Info
-		Evidence json.RawMessage `json:"evidence,omitempty"`
-	}{i, b.rec.Evidence}, nil
+		Limits        sandbox.Limits  `json:"limits"`
+		GatewayRoutes []string        `json:"gateway_routes,omitempty"`
+		Evidence      json.RawMessage `json:"evidence,omitempty"`
+	}{i, b.spec.Limits, gatewayRoutes(b.spec.GatewayEnv), b.rec.Evidence}, nil
+}
+
+// gatewayRoutes are the entries of a sandbox's gateway environment that
+// point its programs at the gateway (K=http://…), for status: the
+// placeholder keys beside them are left out.
+func gatewayRoutes(env []string) []string {
+	var out []string
+	for _, e := range env {
+		if _, v, ok := strings.Cut(e, "="); ok && strings.HasPrefix(v, "http://") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // maxReplyTraps bounds, as JSON, the workspace traps one reply carries:
@@ -247,12 +262,15 @@ func (d *Daemon) info(b *box) Info {
 
 // LogsArgs read a sandbox's log (its main program's stdout and stderr)
 // from Offset (negative: the end), at most Max bytes; Tail > 0 reads
-// from where the last Tail lines begin instead (see tailOffset).
+// from where the last Tail lines begin instead (see tailOffset); a
+// non-zero Since reads from where output written at or after it begins
+// (see sinceOffset), or from the later of the two with Tail.
 type LogsArgs struct {
-	Name   string `json:"name"`
-	Offset int64  `json:"offset"`
-	Max    int    `json:"max,omitempty"`
-	Tail   int    `json:"tail,omitempty"`
+	Name   string    `json:"name"`
+	Offset int64     `json:"offset"`
+	Max    int       `json:"max,omitempty"`
+	Tail   int       `json:"tail,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
 }
 
 // LogsChunk is a piece of the log.
@@ -297,6 +315,11 @@ func (d *Daemon) opLogs(ctx context.Context, c *call) (any, error) {
 	}
 	if a.Tail > 0 {
 		if a.Offset, err = tailOffset(f, fi.Size(), a.Tail); err != nil {
+			return nil, err
+		}
+	}
+	if !a.Since.IsZero() {
+		if a.Offset, err = d.sinceStart(id, a, fi.Size()); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,6 @@ package hostmgr
 import (
 	"context"
 	"encoding/json"
-	"os"
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
@@ -50,7 +49,7 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 		switch r.State {
 		case store.DCreating, store.DCreated, store.DStarting:
 			d.cleanup(ctx, b, "")
-			os.Remove(logPath(d.o.StateDir, r.ID))
+			removeLog(d.o.StateDir, r.ID)
 			_ = d.o.Store.DeleteDaemonSandbox(ctx, r.Name)
 			d.log.Warn("reconcile: removed a sandbox the daemon was creating or starting when it stopped (create it again)", "name", r.Name, "state", r.State)
 			rep.Removed = append(rep.Removed, r.Name)
@@ -77,7 +76,7 @@ func (d *Daemon) reconcile(ctx context.Context) Report {
 			d.mu.Unlock()
 		case store.DRemoving:
 			d.cleanup(ctx, b, "")
-			os.Remove(logPath(d.o.StateDir, r.ID))
+			removeLog(d.o.StateDir, r.ID)
 			_ = d.o.Store.DeleteDaemonSandbox(ctx, r.Name)
 			rep.Removed = append(rep.Removed, r.Name)
 		}
@@ -145,6 +144,9 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 	d.mu.Lock()
 	d.boxes[b.rec.Name] = b
 	d.mu.Unlock()
+	if len(b.spec.Argv) > 0 && b.rec.MainExit == "" {
+		go d.indexLog(b, b.rec.ID)
+	}
 	d.log.Info("adopted", "name", b.rec.Name, "init", b.rec.InitPid, "drain", b.rec.Drain)
 	return nil
 }

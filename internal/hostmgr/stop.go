@@ -159,7 +159,7 @@ func (d *Daemon) opRm(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	d.crash("rm.after_record")
-	os.Remove(logPath(d.o.StateDir, b.rec.ID))
+	removeLog(d.o.StateDir, b.rec.ID)
 	if err := d.o.Store.DeleteDaemonSandbox(ctx, b.rec.Name); err != nil {
 		return nil, err
 	}
