@@ -89,6 +89,7 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 	case main:
 		s.receipts.settled() // its receipt comes in a record
 		s.owe(req.Broker)
+		s.Trace.Settled(r.ID, req.Broker)
 	case held:
 		s.receipts.end(false) // a byte chunk: no receipt
 	}
@@ -121,7 +122,10 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 	}
 	rc.Policy = s.forget(r.ID)
 	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
+	sp := s.Trace.Take(r.ID, req.Broker)
+	sp.Stamp(&rc)
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
+	sp.End(&rc, 0, err)
 	if err != nil {
 		return st, err
 	}
@@ -166,6 +170,19 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	if rc.Policy != nil {
 		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 	}
+	// The crossing's span (internal/telemetry), made once the receipt
+	// is to be written (a dropped denial makes none): its ids in the
+	// receipt, ended with what the receipt says.
+	var (
+		id  int64
+		err error
+	)
+	write := func() {
+		sp := s.Trace.ForRecord(&rc)
+		sp.Stamp(&rc)
+		id, err = ops.Record(rc)
+		sp.End(&rc, id, err)
+	}
 	if rc.Decision != crossing.Allow {
 		// A refusal's receipt needs a slot of the receipt budget; past
 		// the bound it is counted, not written.
@@ -180,7 +197,7 @@ func (s *Authority) record(ops authorityOps, req call) error {
 		if dropped > 0 {
 			rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 		}
-		_, err := ops.Record(rc)
+		write()
 		s.receipts.end(err == nil)
 		return err
 	}
@@ -190,11 +207,11 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	// of its own and a token of the crossing rate, like the crossing it
 	// claims: past either bound it is refused.
 	if !s.paid(req.Broker) || !s.receipts.takePending() {
-		if err := s.admitCrossing(true, ops.Record); err != nil {
+		if err = s.admitCrossing(true, ops.Record); err != nil {
 			return err
 		}
 	}
-	_, err := ops.Record(rc)
+	write()
 	s.receipts.end(err == nil)
 	return err
 }
