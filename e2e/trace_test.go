@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -262,6 +264,80 @@ func TestTraceExportOffAndDown(t *testing.T) {
 		// most telemetry.ExportTimeout (2 s), plus slack for a loaded host.
 		if d > base+8*time.Second {
 			t.Errorf("receiver %s: the run took %v, %v without export", ep, d, base)
+		}
+	}
+}
+
+// A daemon whose own environment turns export on traces its sandboxes:
+// one trace from the gateway's start to the sandbox's removal, the model
+// turn and the egress connection it caused (no tool call: the egress
+// goes under the turn), and the receipts name that trace.
+func TestTraceDaemonSandbox(t *testing.T) {
+	testkit.RequireRoot(t)
+	st := newStateDir(t)
+	up := testkit.NewModelUpstream(t, fakeKey, "done")
+	target := testkit.NewTarget(t, "allowed-host-body")
+	recv := telemetrytest.NewReceiver(t)
+	cfg := gatewayConfig(t, up.URL(), fmt.Sprintf(`egress:
+  allow:
+    - host: allowed.test
+      ports: [%s]
+  unsafe_allow_ranges: ["127.0.0.1/32"]
+  resolve:
+    allowed.test: 127.0.0.1
+`, target.Port()))
+	d := startDaemon(t, st)
+	// The daemon again, with the OTEL_* variables in its environment
+	// (the harness starts it with PATH only): a wrapper that sets them
+	// and execs the same binary.
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	wrapper := filepath.Join(dir, "cordon-otel")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nOTEL_EXPORTER_OTLP_ENDPOINT="+recv.URL()+" exec "+hooksBin+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.kill()
+	d.bin = wrapper
+	d.start()
+	if r := d.cli("sandbox", "create", "traced", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
+		t.Fatalf("create: %s", r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", "traced"); r.Code != 0 {
+		t.Fatalf("start: %s", r.Stderr)
+	}
+	script := `curl -sS --max-time 20 -H 'content-type: application/json' -d '{"model":"claude-d","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' "$ANTHROPIC_BASE_URL/v1/messages"; echo; ` +
+		`curl -sS --max-time 10 http://allowed.test:` + target.Port() + `/; echo; env`
+	r := d.cli("sandbox", "exec", "traced", "--", "/bin/sh", "-c", script)
+	if !strings.Contains(r.Stdout, "done") || !strings.Contains(r.Stdout, "allowed-host-body") || strings.Contains(r.Stdout, "OTEL_") {
+		t.Fatalf("exec = %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := d.cli("sandbox", "rm", "traced"); r.Code != 0 {
+		t.Fatalf("rm: %s", r.Stderr)
+	}
+	var spans []telemetrytest.Span
+	waitFor(t, func() bool {
+		spans = recv.Spans()
+		for _, s := range spans {
+			if s.Name == "session" {
+				return true
+			}
+		}
+		return false
+	}, "the daemon sandbox's session span")
+	by := map[string]telemetrytest.Span{}
+	for _, s := range spans {
+		by[s.Name] = s
+		if strings.Contains(s.Raw, fakeKey) {
+			t.Errorf("span %s carries the key", s.Name)
+		}
+	}
+	session, turn, egress := by["session"], by["model.turn"], by["egress.connect"]
+	if turn.ParentID != session.SpanID || egress.ParentID != turn.SpanID || turn.TraceID != session.TraceID || egress.TraceID != session.TraceID {
+		t.Fatalf("daemon trace links: %v", names(spans))
+	}
+	for _, rc := range receiptLines[tracedReceipt](t, st) {
+		if (rc.Broker == "model" || rc.Broker == "egress") && rc.TraceID != session.TraceID {
+			t.Errorf("receipt %d (%s): trace %q, want %s", rc.ID, rc.Broker, rc.TraceID, session.TraceID)
 		}
 	}
 }
