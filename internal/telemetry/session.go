@@ -248,15 +248,21 @@ func brokerName(broker string) string {
 // rule's state (a model turn becomes the latest turn and forgets the
 // previous turn's tool call; a tool call becomes the latest tool call).
 func (s *Session) startLocked(broker string, attrs []attribute.KeyValue) trace.Span {
-	parent := s.parentLocked(broker)
-	ctx := trace.ContextWithSpanContext(s.ctx, parent)
-	_, sp := s.tracer.Start(ctx, spanName(broker), trace.WithAttributes(append(attrs, attribute.String("cordon.broker", brokerName(broker)))...))
+	sp := s.spanLocked(broker, attrs)
 	switch broker {
 	case "model":
 		s.turn, s.tool = sp.SpanContext(), trace.SpanContext{}
 	case "tool":
 		s.tool = sp.SpanContext()
 	}
+	return sp
+}
+
+// spanLocked starts a crossing span of broker by the rule without moving
+// the rule's state: a refused turn or tool call caused nothing after it.
+func (s *Session) spanLocked(broker string, attrs []attribute.KeyValue) trace.Span {
+	ctx := trace.ContextWithSpanContext(s.ctx, s.parentLocked(broker))
+	_, sp := s.tracer.Start(ctx, spanName(broker), trace.WithAttributes(append(attrs, attribute.String("cordon.broker", brokerName(broker)))...))
 	return sp
 }
 
@@ -353,8 +359,9 @@ func (s *Session) ForRecord(rc *crossing.Receipt) Span {
 			s.owed[rc.Broker] = append(os[:pick:pick], os[pick+1:]...)
 			return Span{sp, s.red}
 		}
+		return Span{s.startLocked(rc.Broker, nil), s.red}
 	}
-	return Span{s.startLocked(rc.Broker, nil), s.red}
+	return Span{s.spanLocked(rc.Broker, nil), s.red}
 }
 
 // Start starts a span of broker by the rule (a state operation, a

@@ -62,6 +62,12 @@ func TestSessionAttribution(t *testing.T) {
 	s.Opened(4, "model", nil)
 	turn2 := s.Take(4, "model")
 	turn2.End(nil, 0, nil)
+	// A refused tool call and a refused turn cause nothing: the next
+	// egress still goes under turn2.
+	deniedCall := s.ForRecord(&crossing.Receipt{Broker: "tool", Decision: crossing.Deny})
+	deniedCall.End(nil, 0, nil)
+	deniedTurn := s.ForRecord(&crossing.Receipt{Broker: "model", Decision: crossing.Deny})
+	deniedTurn.End(nil, 0, nil)
 	eg3 := s.ForRecord(&crossing.Receipt{Broker: "egress", Decision: crossing.Deny})
 	eg3.End(nil, 0, nil)
 	s.Opened(5, "ingress", nil)
@@ -78,6 +84,7 @@ func TestSessionAttribution(t *testing.T) {
 		{"turn1", turn1, Span{}}, {"egress before the tool", eg1, turn1}, {"tool call", call, turn1},
 		{"egress after the tool", eg2, call}, {"state after the tool", st, call}, {"turn2", turn2, Span{}},
 		{"egress of turn2", eg3, turn2}, {"ingress", in, Span{}},
+		{"refused tool call", deniedCall, turn2}, {"refused turn", deniedTurn, Span{}},
 	} {
 		ro := c.sp.sp.(sdktrace.ReadOnlySpan)
 		want := root
