@@ -161,3 +161,44 @@ func TestSessionAttributesRedacted(t *testing.T) {
 		t.Errorf("no redacted model id in %v", turn.Attributes())
 	}
 }
+
+// A tool call waiting for an operator: an approval.wait span under the
+// turn, with the approval's states as events, ended when the call is
+// begun with the approval (which the call's span records as used); a
+// denied approval ends its wait at once.
+func TestSessionApprovalWait(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w"})
+	s.Opened(1, "model", nil)
+	turn := s.Take(1, "model")
+	turn.End(nil, 0, nil)
+	s.ApprovalPending("ap-1", "srv", "deploy")
+	s.ApprovalPending("ap-1", "srv", "deploy") // the retried begin: one wait
+	s.ApprovalDecided("ap-1", "pending")
+	s.ApprovalDecided("ap-1", "approved")
+	s.ToolBegun(5, "srv", "deploy", "ap-1")
+	s.ToolEnded(5).End(nil, 0, nil)
+	s.ApprovalPending("ap-2", "srv", "deploy")
+	s.ApprovalDecided("ap-2", "denied")
+	got := ended(rec)
+	waits, calls := got[SpanApproval], got[SpanToolCall]
+	if len(waits) != 2 || len(calls) != 1 {
+		t.Fatalf("%d waits, %d calls ended; want 2 and 1", len(waits), len(calls))
+	}
+	for _, w := range waits {
+		if w.Parent().SpanID() != turn.sp.SpanContext().SpanID() {
+			t.Errorf("wait's parent %s, want the turn", w.Parent().SpanID())
+		}
+	}
+	var evs []string
+	for _, e := range waits[0].Events() {
+		evs = append(evs, e.Name)
+	}
+	if strings.Join(evs, ",") != "approval.pending,approval.approved" {
+		t.Errorf("wait events = %v", evs)
+	}
+	if ev := calls[0].Events(); len(ev) != 1 || ev[0].Name != "approval.used" {
+		t.Errorf("call events = %v", ev)
+	}
+	s.End(nil)
+}
