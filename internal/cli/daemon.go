@@ -122,8 +122,16 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 		return err
 	}
 	exe, _ := os.Executable()
+	// The daemon's own environment decides trace export for every
+	// sandbox it runs; a client's telemetry section is ignored.
+	tp, err := newTelemetry(ctx, nil, log)
+	if err != nil {
+		return err
+	}
+	defer tp.Shutdown(context.WithoutCancel(ctx))
 	d, err := hostmgr.New(hostmgr.Options{
-		StateDir: g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: log,
+		Telemetry: tp,
+		StateDir:  g.stateDir, Socket: socket, Group: gid, Store: st, Provider: prov, Logger: log,
 		Version:       Version,
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
 		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,

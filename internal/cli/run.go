@@ -293,8 +293,15 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	if err := r.applyAgent(&spec, plan); err != nil {
 		return failure.ExitRefused, err
 	}
+	tp, err := newTelemetry(ctx, plan, g.logger())
+	if err != nil {
+		return failure.ExitRefused, err
+	}
+	// After the session's own flush (launch Close): the exporter's last
+	// batch, bounded by telemetry.ExportTimeout.
+	defer tp.Shutdown(context.WithoutCancel(ctx))
 	host := &launch.Host{Provider: r.prov, Store: st, StateDir: g.stateDir, Logger: g.logger(), Version: Version,
-		ToolStderr: r.log, GatewayStderr: r.log, CheckpointEvery: checkpointEvery}
+		ToolStderr: r.log, GatewayStderr: r.log, CheckpointEvery: checkpointEvery, Telemetry: tp}
 	r.l, err = launch.Provision(ctx, host, spec, plan)
 	r.tr.mark("provision")
 	if err != nil {

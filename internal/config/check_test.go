@@ -23,7 +23,7 @@ func TestCheckListsEveryProblem(t *testing.T) {
 	}
 	want := []string{
 		`1:1: version: is "cordon/v2"; want "cordon/v1"`,
-		`5:1: egres: unknown field "egres"; want one of version, workload, tenant, purpose, egress, models, budgets, limits, secrets, tools, approvals, state, policy, crossings, ingress`,
+		`5:1: egres: unknown field "egres"; want one of version, workload, tenant, purpose, egress, models, budgets, limits, secrets, tools, approvals, state, policy, crossings, ingress, telemetry`,
 		`11:7: egress.allow[1].host: "10.0.0.1" is an IP address; name the host (use egress.resolve to pin its address)`,
 		`14:11: egress.allow[1].ports[1]: 70000 is not a port; want 1–65535`,
 		`16:3: budgets.requests: want an integer, not "1.5"`,

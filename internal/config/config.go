@@ -92,6 +92,9 @@ type Config struct {
 	// Policy holds the resolved, clean paths. Empty: the built-in
 	// permit-all policy, and the allow-lists decide alone. Key: policy.
 	Policy []string
+	// Telemetry is where the session's trace is exported (telemetry.go).
+	// Key: telemetry.
+	Telemetry Telemetry
 
 	// Source is the name the configuration was parsed from.
 	Source string

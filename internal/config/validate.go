@@ -39,6 +39,7 @@ type rawConfig struct {
 	Policy    []string             `yaml:"policy"`
 	Crossings rawCrossings         `yaml:"crossings"`
 	Ingress   []rawIngress         `yaml:"ingress"`
+	Telemetry rawTelemetry         `yaml:"telemetry"`
 }
 
 type rawEgress struct {
@@ -182,6 +183,7 @@ func build(raw *rawConfig, ix *index) *Config {
 	buildCrossings(c, &raw.Crossings, ix)
 	buildIngress(c, raw.Ingress, ix)
 	buildPolicy(c, raw.Policy, ix)
+	buildTelemetry(c, &raw.Telemetry, ix)
 	return c
 }
 

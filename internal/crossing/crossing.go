@@ -150,6 +150,14 @@ type Receipt struct {
 	// ResultDigest is "sha256:<hex>" of the result returned to the agent
 	// (readback).
 	ResultDigest string `json:"result_digest,omitempty"`
+	// TraceID and SpanID name the OpenTelemetry trace of the sandbox's
+	// session and the span of this crossing in it (32 and 16 lowercase
+	// hex digits; internal/telemetry). Only the root side sets them,
+	// before the store records the receipt, from what it observed; any a
+	// broker sends are overwritten. Set whether or not traces are
+	// exported, so a receipt can be matched to a trace later.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
 }
 
 // PolicyDecision is what policy said about one crossing.

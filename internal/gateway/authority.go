@@ -19,6 +19,7 @@ import (
 	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 )
 
 // maxAuthorityInFlight bounds the requests the privileged side serves at once.
@@ -100,6 +101,10 @@ type Authority struct {
 	// Crossings bound what the sandbox's crossings cost the host
 	// (crossbudget.go); the zero value limits nothing.
 	Crossings CrossingLimits
+	// Trace is the sandbox session's trace (internal/telemetry): a span
+	// per crossing, its ids in every receipt; nil makes none and clears
+	// whatever ids a broker's receipt carried.
+	Trace *telemetry.Session
 
 	receipts receiptBudget
 	// ingress grants the ingress broker's dials, one per admitted

@@ -210,7 +210,11 @@ func (s *Authority) admitCrossing(rate bool, rec func(crossing.Receipt) (int64, 
 	marker, err := s.receipts.admit(time.Now(), rate)
 	if marker != nil {
 		marker.Identity = s.ID
-		if _, rerr := rec(*marker); rerr != nil {
+		sp := s.Trace.Start("gateway")
+		sp.Stamp(marker)
+		id, rerr := rec(*marker)
+		sp.End(marker, id, rerr)
+		if rerr != nil {
 			s.log().Error("record the receipt budget's marker", "err", rerr)
 		}
 	}
@@ -228,7 +232,11 @@ func (s *Authority) finishReceipts(ctx context.Context) {
 	}
 	rc := crossing.Receipt{Time: time.Now().UTC(), Identity: s.ID, Broker: "gateway", Action: "receipt_budget", Decision: crossing.Deny,
 		Reason: fmt.Sprintf("%s: %d crossings were refused past the bound of %d receipts", ReasonReceiptBudgetRefusals, n, s.receipts.lim.MaxReceipts)}
-	if _, err := s.Store.RecordReceipt(ctx, rc); err != nil {
+	sp := s.Trace.Start("gateway")
+	sp.Stamp(&rc)
+	id, err := s.Store.RecordReceipt(ctx, rc)
+	sp.End(&rc, id, err)
+	if err != nil {
 		s.log().Error("record the receipt budget's refusals", "err", err, "refused", n)
 	}
 }
@@ -272,7 +280,10 @@ func (s *Authority) finishOwed(ctx context.Context) {
 		}
 		rc := crossing.Receipt{Time: time.Now().UTC(), Identity: s.ID, Broker: broker, Action: ReasonReceiptMissing, Decision: crossing.Allow,
 			Reason: fmt.Sprintf("%s: %d allowed crossings settled without the receipt the gateway owed", ReasonReceiptMissing, n)}
-		_, err := s.Store.RecordReceipt(ctx, rc)
+		sp := s.Trace.Start("gateway")
+		sp.Stamp(&rc)
+		id, err := s.Store.RecordReceipt(ctx, rc)
+		sp.End(&rc, id, err)
 		if err != nil {
 			s.log().Error("record the missing receipts", "err", err, "broker", broker, "missing", n)
 		}

@@ -87,6 +87,9 @@ func (s *Authority) opened(id int64, broker string, ask *crossing.Ask, main bool
 		s.open = map[int64]openCrossing{}
 	}
 	s.open[id] = openCrossing{broker: broker, ask: ask, main: main}
+	if main {
+		s.Trace.Opened(id, broker, ask)
+	}
 	if broker == ingress.Name && main && ask != nil {
 		s.ingress.grant(id, ask.Port) // its one dial into the sandbox
 	}
@@ -119,6 +122,13 @@ func (s *Authority) closed(id int64) (held, main bool) {
 func (s *Authority) chargeLost(ctx context.Context) ([]store.LostCrossing, error) {
 	lost, err := s.Store.ChargeReservations(ctx, s.ID.SandboxID, s.Budget, func(rc *crossing.Receipt, r crossing.Reservation) {
 		rc.Identity = s.ID
+		// The crossing's span ends with the lost receipt (ended at
+		// once: the store's id is not known here).
+		sp := s.Trace.Take(r.ID, r.Broker)
+		defer func() {
+			sp.Stamp(rc)
+			sp.End(rc, 0, nil)
+		}()
 		s.mu.Lock()
 		oc, ok := s.open[r.ID]
 		delete(s.open, r.ID)

@@ -89,6 +89,7 @@ func (s *Authority) settle(ops authorityOps, req call) (crossing.BudgetState, er
 	case main:
 		s.receipts.settled() // its receipt comes in a record
 		s.owe(req.Broker)
+		s.Trace.Settled(r.ID, req.Broker)
 	case held:
 		s.receipts.end(false) // a byte chunk: no receipt
 	}
@@ -122,7 +123,10 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 	rc.Policy = s.forget(r.ID)
 	rc.Approval = s.settledGrant(r.ID) // only an approval this side used
 	s.denied(&rc)
+	sp := s.Trace.Take(r.ID, req.Broker)
+	sp.Stamp(&rc)
 	st, err := ops.SettleRecord(r, req.Used, s.Budget, &rc)
+	sp.End(&rc, rc.ID, err) // the store set rc.ID when it recorded the receipt
 	if err != nil {
 		return st, err
 	}
@@ -169,6 +173,19 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	if rc.Policy != nil {
 		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
 	}
+	// The crossing's span (internal/telemetry), made once the receipt
+	// is to be written (a dropped denial makes none): its ids in the
+	// receipt, ended with what the receipt says.
+	var (
+		id  int64
+		err error
+	)
+	write := func() {
+		sp := s.Trace.ForRecord(&rc)
+		sp.Stamp(&rc)
+		id, err = ops.Record(rc)
+		sp.End(&rc, id, err)
+	}
 	if rc.Decision != crossing.Allow {
 		// A refusal's receipt needs a slot of the receipt budget; past
 		// the bound it is counted, not written.
@@ -184,7 +201,7 @@ func (s *Authority) record(ops authorityOps, req call) error {
 			rc.Reason += fmt.Sprintf(" (and %d more denials not recorded: rate limit)", dropped)
 		}
 		s.denied(&rc)
-		id, err := ops.Record(rc)
+		write()
 		s.receipts.end(err == nil)
 		if err == nil {
 			s.logDenial(id, rc)
@@ -197,11 +214,11 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	// of its own and a token of the crossing rate, like the crossing it
 	// claims: past either bound it is refused.
 	if !s.paid(req.Broker) || !s.receipts.takePending() {
-		if err := s.admitCrossing(true, ops.Record); err != nil {
+		if err = s.admitCrossing(true, ops.Record); err != nil {
 			return err
 		}
 	}
-	_, err := ops.Record(rc)
+	write()
 	s.receipts.end(err == nil)
 	return err
 }

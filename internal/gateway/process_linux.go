@@ -22,6 +22,7 @@ import (
 	"github.com/cordon-project/cordon/internal/gateway/proc"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 )
 
 // Argv0 makes the cordon binary act as a broker process; its first
@@ -64,6 +65,8 @@ type StartOptions struct {
 	// Crossings bound the host work and store growth of the sandbox's
 	// crossings (crossbudget.go); the zero value limits nothing.
 	Crossings CrossingLimits
+	// Trace is the sandbox session's trace (Authority.Trace); nil: none.
+	Trace *telemetry.Session
 	// CheckDeclaredAddrs holds the model routes' and remote tool servers'
 	// declared destinations to the egress broker's address checks when
 	// the checked dialer resolves them (a configuration from a daemon
@@ -312,7 +315,7 @@ func (p *Process) serve(o StartOptions) error {
 		}
 	}
 	srv := &Authority{Store: o.Store, ID: o.Config.Identity, Budget: o.Budget, Logger: o.Logger, Ready: ready, ReadyWant: want,
-		Policy: o.Policy, ConfigDigest: o.ConfigDigest, Tools: &tools, State: o.State, Crossings: o.Crossings, ingress: p.gate}
+		Policy: o.Policy, ConfigDigest: o.ConfigDigest, Tools: &tools, State: o.State, Crossings: o.Crossings, ingress: p.gate, Trace: o.Trace}
 	if err := srv.initReceipts(context.Background()); err != nil {
 		p.Stop()
 		return fmt.Errorf("count the sandbox's receipts: %w", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -44,7 +45,15 @@ func (s *Authority) handleState(req call) reply {
 		r = *req.State
 	}
 	r.Op = req.Op[len("state_"):] // the op is the message's, whatever the payload says
-	out, err := s.stateHalf().Do(context.Background(), r)
+	// The operation's span: its ids go into the receipt the trusted half
+	// writes (telemetry.StampFrom).
+	sp := s.Trace.Start(state.Name)
+	out, err := s.stateHalf().Do(telemetry.With(context.Background(), sp), r)
+	decision := crossing.Allow
+	if err != nil {
+		decision = crossing.Deny
+	}
+	sp.End(&crossing.Receipt{Decision: decision, Action: r.Op, Target: state.ScopeTarget}, out.Receipt, nil)
 	resp.StateResp = &out
 	if err != nil {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)

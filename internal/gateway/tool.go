@@ -11,6 +11,7 @@ import (
 	toolauthority "github.com/cordon-project/cordon/internal/broker/tool/authority"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/gateway/wire"
+	"github.com/cordon-project/cordon/internal/telemetry"
 	"golang.org/x/sync/semaphore"
 )
 
@@ -68,14 +69,22 @@ func (s *Authority) handleTool(req call) reply {
 		b, err = s.toolHalf().Begin(ctx, *req.Begin)
 		resp.Began = &b
 		s.toolBegun(b, err)
+		s.traceBegun(*req.Begin, b, err)
 	case "tool_await":
 		resp.ApprovalState, err = s.toolHalf().Await(ctx, req.Approval, req.Wait)
+		if err == nil {
+			s.Trace.ApprovalDecided(req.Approval, resp.ApprovalState)
+		}
 	case "tool_end":
 		if req.End == nil {
 			err = errors.New("tool_end without an outcome")
 			break
 		}
-		resp.ReceiptID, err = s.toolHalf().End(ctx, *req.End)
+		// The call's span: its ids go into the receipt the trusted
+		// half writes (telemetry.StampFrom).
+		sp := s.Trace.ToolEnded(req.End.Call)
+		resp.ReceiptID, err = s.toolHalf().End(telemetry.With(ctx, sp), *req.End)
+		sp.End(&crossing.Receipt{Decision: crossing.Allow, Action: "tools/call", Reason: req.End.Outcome}, resp.ReceiptID, err)
 		s.toolEnded(req.End.Call, err == nil)
 	default:
 		err = fmt.Errorf("unknown authority op %q", req.Op)
@@ -84,6 +93,19 @@ func (s *Authority) handleTool(req call) reply {
 		resp.Err, resp.Kind = err.Error(), wire.Kind(err)
 	}
 	return resp
+}
+
+// traceBegun starts the span of a tool call that goes ahead, or the span
+// of its wait for an operator's approval (internal/telemetry). The names
+// are the ones the configuration offers (Begin refused any other).
+func (s *Authority) traceBegun(in tool.Begin, b tool.Began, err error) {
+	switch {
+	case err != nil:
+	case b.Status == tool.StatusGo:
+		s.Trace.ToolBegun(b.Call, in.Server, in.Tool, b.ApprovalID)
+	case b.Status == tool.StatusApprovalPending && b.Approval != nil:
+		s.Trace.ApprovalPending(b.Approval.ID, in.Server, in.Tool)
+	}
 }
 
 // clipID bounds an identifier echoed in an error.

@@ -16,6 +16,7 @@ import (
 	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
@@ -24,8 +25,11 @@ const DefaultSocket = "/run/cordon/cordon.sock"
 
 // Options configure a Daemon.
 type Options struct {
-	StateDir string
-	Socket   string // default DefaultSocket
+	// Telemetry exports the sandboxes' traces (internal/telemetry); nil:
+	// receipts carry trace ids, nothing is exported.
+	Telemetry *telemetry.Provider
+	StateDir  string
+	Socket    string // default DefaultSocket
 	// Group, when >= 0, is the gid whose members may connect (socket mode
 	// 0660); otherwise only root (0600).
 	Group int
@@ -135,7 +139,7 @@ func New(o Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version}
+	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version, Telemetry: o.Telemetry}
 	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh}, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 )
 
 // Plan is a loaded configuration with its custodied values and policy,
@@ -42,6 +43,29 @@ type Plan struct {
 	unprivileged bool
 	// stderr gets the broker processes' stderr (Host.GatewayStderr).
 	stderr io.Writer
+	// trace is the session's trace the gateway (and the tool servers'
+	// gateways) make crossing spans in; nil: none.
+	trace *telemetry.Session
+	// traceByGateway: trace is the gateway's own (StartGateway).
+	traceByGateway bool
+}
+
+// identity is the identity of the plan's sandbox sandboxID (nil plan:
+// only the sandbox id).
+func (p *Plan) identity(sandboxID string) crossing.Identity {
+	if p == nil || p.cfg == nil {
+		return crossing.Identity{SandboxID: sandboxID}
+	}
+	return crossing.Identity{Workload: p.cfg.Workload, Tenant: p.cfg.Tenant, Purpose: p.cfg.Purpose, SandboxID: sandboxID}
+}
+
+// secretValues are the plan's custodied values, for the trace's redactor.
+func (p *Plan) secretValues() [][]byte {
+	out := make([][]byte, 0, len(p.secrets))
+	for _, v := range p.secrets {
+		out = append(out, v)
+	}
+	return out
 }
 
 // Config is the plan's configuration.
@@ -303,6 +327,7 @@ func startGateway(sb sandbox.Sandbox, st *store.Store, log *slog.Logger, cc gate
 		ToolPipes: pipes,
 		State:     state,
 		Crossings: gateway.CrossingLimits{MaxReceipts: c.Crossings.MaxReceipts, Rate: float64(c.Crossings.Rate), Burst: c.Crossings.Burst},
+		Trace:     p.trace,
 	})
 	if err != nil {
 		return nil, failure.Fail(failure.KindStart, "gateway", fmt.Errorf("%w", err))

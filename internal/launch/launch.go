@@ -14,6 +14,7 @@ import (
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 	"github.com/cordon-project/cordon/internal/trapscan"
 )
 
@@ -35,6 +36,9 @@ type Host struct {
 	// CheckpointEvery, when > 0, runs the evidence log's checkpointer
 	// while a gateway is up (cordon run: receipts are leaves of the log).
 	CheckpointEvery time.Duration
+	// Telemetry makes each session's trace (internal/telemetry); nil
+	// exports nothing, and receipts still carry trace and span ids.
+	Telemetry *telemetry.Provider
 }
 
 func (h *Host) logger() *slog.Logger {
@@ -59,6 +63,8 @@ type Launch struct {
 	Level sandbox.Level
 
 	gw *Gateway
+	// trace is the session's trace: from Provision to Close.
+	trace *telemetry.Session
 }
 
 // Provision validates spec, selects the provider (fail closed: a
@@ -77,11 +83,20 @@ func Provision(ctx context.Context, h *Host, spec sandbox.Spec, plan *Plan) (*La
 			return nil, err
 		}
 	}
+	tr := h.Telemetry.NewSession(ctx, plan.identity(""))
+	done := tr.Phase(telemetry.SpanProvision)
 	sb, err := h.Provider.Provision(ctx, spec)
+	done(err)
 	if err != nil {
+		tr.End(err)
 		return nil, err
 	}
-	return &Launch{host: h, spec: spec, plan: plan, sb: sb}, nil
+	tr.SetIdentity(plan.identity(sb.ID()))
+	if plan != nil {
+		tr.Redact(plan.secretValues())
+		plan.trace = tr
+	}
+	return &Launch{host: h, spec: spec, plan: plan, sb: sb, trace: tr}, nil
 }
 
 // Resume is a Launch for a sandbox provisioned elsewhere (the daemon's,
@@ -119,7 +134,9 @@ func (l *Launch) Spec() sandbox.Spec { return l.spec }
 // false admits whatever the evidence shows (FULL_CONTROL_LAB: the risk
 // was accepted); Record is set either way.
 func (l *Launch) Start(ctx context.Context, mark func(*evidence.Record), enforce bool) error {
+	done := l.trace.Phase(telemetry.SpanStart)
 	adm, err := l.sb.Start(ctx)
+	done(err)
 	l.Record = adm.Record
 	if l.Record != nil {
 		l.Record.LevelRequested = l.spec.Level
@@ -131,7 +148,9 @@ func (l *Launch) Start(ctx context.Context, mark func(*evidence.Record), enforce
 	if err != nil {
 		return err
 	}
+	done = l.trace.Phase(telemetry.SpanAdmission)
 	l.Level, err = Admit(adm, l.spec.Level)
+	done(err)
 	if err != nil && enforce {
 		return err
 	}
@@ -185,7 +204,9 @@ func (l *Launch) StartGateway(ctx context.Context) error {
 	if l.plan == nil {
 		return nil
 	}
+	done := l.trace.Phase(telemetry.SpanGateway)
 	gw, err := StartGateway(ctx, l.host, l.sb, l.plan)
+	done(err)
 	if err != nil {
 		return err
 	}
@@ -222,7 +243,11 @@ func (l *Launch) Close(ctx context.Context) {
 		l.gw = nil
 	}
 	_ = l.sb.Deprovision(ctx)
+	l.trace.End(nil) // flushes within telemetry.ExportTimeout
 }
+
+// TraceID is the session's trace id ("" when there is none).
+func (l *Launch) TraceID() string { return l.trace.TraceID() }
 
 // Gateway is a sandbox's running way out: the gateway process, the tool
 // servers it speaks to, and the evidence log's checkpointer.
@@ -231,6 +256,10 @@ type Gateway struct {
 	tools *toolServers
 	// stopLog stops the checkpointer after a final checkpoint; nil: none.
 	stopLog func()
+	// trace is a session this gateway began (a daemon sandbox's, whose
+	// gateway starts apart from its Launch) and ends at Stop; nil: the
+	// Launch's.
+	trace *telemetry.Session
 }
 
 // StartGateway starts sb's gateway from plan: the evidence log's
@@ -243,6 +272,13 @@ func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) 
 		return nil, failure.Failf(failure.KindStart, "gateway", "the sandbox has no leased identity for its gateway to run as")
 	}
 	gw := &Gateway{}
+	if plan.trace == nil || plan.traceByGateway {
+		// A daemon sandbox: its session's trace runs from its gateway's
+		// start to its stop (a new one at each start).
+		gw.trace = h.Telemetry.NewSession(ctx, plan.identity(sb.ID()))
+		gw.trace.Redact(plan.secretValues())
+		plan.trace, plan.traceByGateway = gw.trace, true
+	}
 	if h.CheckpointEvery > 0 {
 		// Receipts are leaves of the evidence log; it signs a checkpoint
 		// every few seconds and once more after the gateway has stopped
@@ -297,6 +333,7 @@ func (g *Gateway) Stop() error {
 		g.stopLog()
 		g.stopLog = nil
 	}
+	g.trace.End(nil)
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/cordon-project/cordon/internal/denial"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 )
 
 // Root is what the sandbox's authority (internal/gateway) gives the state
@@ -133,6 +134,7 @@ func (s *Authority) Do(ctx context.Context, r state.Request) (state.Response, er
 	start := time.Now()
 	id := s.Root.Identity()
 	rc := crossing.Receipt{Time: start.UTC(), Identity: id, Broker: state.Name, Action: r.Op, Target: state.ScopeTarget}
+	telemetry.StampFrom(ctx, &rc) // the root side's span of this operation
 	var out state.Response
 	deny := func(err error) (state.Response, error) {
 		s.recordDenial(ctx, rc, start, err)

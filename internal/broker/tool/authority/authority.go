@@ -12,6 +12,7 @@ import (
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/policy"
 	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
 )
 
 // Root is what the sandbox's authority (internal/gateway) gives the tool
@@ -243,6 +244,9 @@ func (s *Authority) End(ctx context.Context, e tool.End) (int64, error) {
 	if e.Result != nil {
 		rc.ResultDigest = tool.Digest(e.Result)
 	}
+	// The trace ids are the root side's span of this call, never the
+	// broker's (telemetry.StampFrom replaces them).
+	telemetry.StampFrom(ctx, &rc)
 	ambiguous := e.Outcome == tool.OutcomeAmbiguous
 	id, call, err := s.Store.EndToolCall(ctx, e.Call, me.SandboxID, e.Outcome, ambiguous, e.Result, rc)
 	if err != nil {

@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
+	"github.com/cordon-project/cordon/internal/telemetry"
+)
+
+// The receipts the root side records carry its own trace and span ids,
+// never the ones a (compromised) gateway process put in them: the model
+// turn's span for its settle_record, a new span for a refusal's record;
+// without a trace, forged ids are cleared. Read back from the store.
+func TestAuthorityStampsTraceIDs(t *testing.T) {
+	const forgedTrace, forgedSpan = "0123456789abcdef0123456789abcdef", "0123456789abcdef"
+	for _, traced := range []bool{true, false} {
+		st := testStore(t)
+		id := crossing.Identity{Workload: "mine", SandboxID: "sb1"}
+		rec := tracetest.NewSpanRecorder()
+		srv := &Authority{Store: st, ID: id, Budget: store.Budget{}}
+		if traced {
+			srv.Trace = telemetry.NewWithProcessor(rec).NewSession(context.Background(), id)
+		}
+		c := connect(t, srv)
+		ctx := modelAsk(context.Background())
+		r, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged := crossing.Receipt{Broker: "model", Decision: crossing.Allow, TraceID: forgedTrace, SpanID: forgedSpan}
+		if _, err := c.SettleRecord(ctx, r, crossing.Amount{Requests: 1}, forged); err != nil {
+			t.Fatal(err)
+		}
+		forged.Decision = crossing.Deny
+		if err := c.Record(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := st.Receipts(ctx, store.ReceiptFilter{})
+		if err != nil || len(rs) != 2 {
+			t.Fatalf("receipts = %+v, %v", rs, err)
+		}
+		for _, rc := range rs {
+			if rc.TraceID == forgedTrace || rc.SpanID == forgedSpan {
+				t.Errorf("traced=%v: receipt %d kept the gateway's ids %q/%q", traced, rc.ID, rc.TraceID, rc.SpanID)
+			}
+			if traced && (rc.TraceID != srv.Trace.TraceID() || len(rc.SpanID) != 16) {
+				t.Errorf("receipt %d: trace %q span %q, want the session's trace %s", rc.ID, rc.TraceID, rc.SpanID, srv.Trace.TraceID())
+			}
+			if !traced && (rc.TraceID != "" || rc.SpanID != "") {
+				t.Errorf("untraced receipt %d has ids %q/%q", rc.ID, rc.TraceID, rc.SpanID)
+			}
+		}
+		if !traced {
+			continue
+		}
+		// The settled turn's span is the one its receipt names.
+		var turn string
+		for _, s := range rec.Ended() {
+			if s.Name() == telemetry.SpanModelTurn && s.Parent().SpanID().String() != "" {
+				if turn == "" {
+					turn = s.SpanContext().SpanID().String()
+				}
+			}
+		}
+		if rs[0].SpanID != turn || rs[1].SpanID == turn {
+			t.Errorf("span ids: settle_record %s, record %s; the first turn span ended is %s", rs[0].SpanID, rs[1].SpanID, turn)
+		}
+	}
+}
