@@ -411,7 +411,8 @@ func TestServerServesAndCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Listen(a, New(Options{}), nil)
+	m := New(Options{})
+	s, err := Listen(a, m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,6 +435,13 @@ func TestServerServesAndCounts(t *testing.T) {
 	}
 	if n := s.Accepts(); n != 2 {
 		t.Errorf("Accepts = %d, want 2", n)
+	}
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(`
+# HELP cordon_metrics_connections_accepted_total Connections the metrics endpoint accepted (each scrape without keep-alive is one).
+# TYPE cordon_metrics_connections_accepted_total counter
+cordon_metrics_connections_accepted_total 2
+`), "cordon_metrics_connections_accepted_total"); err != nil {
+		t.Error(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close = %v", err)

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cordon-project/cordon/internal/failure"
@@ -86,6 +88,15 @@ func Listen(a Address, m *Metrics, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{}
 	s.l = &countingListener{Listener: l, n: &s.accepts}
+	// The endpoint's own accept count is a metric: an operator (and an
+	// escape test) sees from the host who connected, scrapes included.
+	if err := m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cordon_metrics_connections_accepted_total",
+		Help: "Connections the metrics endpoint accepted (each scrape without keep-alive is one).",
+	}, func() float64 { return float64(s.accepts.Load()) })); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	s.srv = &http.Server{
 		Handler:           Handler(m),
 		ReadHeaderTimeout: readHeaderTimeout,
