@@ -96,3 +96,33 @@ func TestObserveReceiptsAfterCommit(t *testing.T) {
 		t.Fatalf("RecordReceipt without observer = %v, observed %d more", err, len(seen)-before)
 	}
 }
+
+// BenchmarkRecordReceipt: one receipt's transaction, without and with an
+// observer (the daemon's metrics) — the observer must not cost a
+// crossing anything measurable next to the commit.
+func BenchmarkRecordReceipt(b *testing.B) {
+	for _, observed := range []bool{false, true} {
+		name := "unobserved"
+		if observed {
+			name = "observed"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := openTest(b, b.TempDir(), testPool)
+			var n int
+			if observed {
+				s.ObserveReceipts(func(crossing.Receipt) { n++ })
+			}
+			ctx := context.Background()
+			rc := testReceipt(1)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.RecordReceipt(ctx, rc); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if observed && n != b.N {
+				b.Fatalf("observed %d of %d receipts", n, b.N)
+			}
+		})
+	}
+}
