@@ -62,10 +62,10 @@ var reasonCodes = map[string]string{
 // reasonWords classify free-text reasons (the model, tool and state
 // brokers write sentences), first match wins.
 var reasonWords = []struct{ word, class string }{
+	{"unavailable", ReasonUnavailable}, // "the budget authority is unavailable" is not a budget refusal
 	{"approval", ReasonApproval},
 	{"budget", ReasonBudget},
 	{"policy", ReasonPolicy},
-	{"unavailable", ReasonUnavailable},
 	{"not allowed", ReasonNotDeclared},
 	{"does not offer", ReasonNotDeclared},
 	{"no tools[]", ReasonNotDeclared},
