@@ -203,8 +203,10 @@ func TestDaemonMetrics(t *testing.T) {
 	if total != float64(len(rcs)) {
 		t.Errorf("cordon_crossings_total sums to %v, the store holds %d receipts", total, len(rcs))
 	}
-	if metricValue(after, "cordon_store_size_bytes") <= 0 || metricValue(after, "go_goroutines") <= 0 {
-		t.Errorf("store size %v, go_goroutines %v: want both > 0", metricValue(after, "cordon_store_size_bytes"), metricValue(after, "go_goroutines"))
+	for _, name := range []string{"cordon_store_size_bytes", "cordon_evidence_log_size_bytes", "go_goroutines", "process_resident_memory_bytes"} {
+		if v := metricValue(after, name); v <= 0 {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
 	}
 
 	// The escape: the sandbox tries the endpoint three ways.

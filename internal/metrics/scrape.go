@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,20 @@ type Records interface {
 	LogSize(ctx context.Context) (int64, error)
 }
 
-var _ Records = (*store.Store)(nil)
+// LogBytes is what a Records may also tell: the evidence log's bytes,
+// costly to read (store.Store.EvidenceLogBytes visits the log's pages), so
+// a scrape rereads it at most every logBytesEvery.
+type LogBytes interface {
+	EvidenceLogBytes(ctx context.Context) (int64, error)
+}
+
+var (
+	_ Records  = (*store.Store)(nil)
+	_ LogBytes = (*store.Store)(nil)
+)
+
+// logBytesEvery is how stale the evidence log's byte size may be.
+const logBytesEvery = time.Minute
 
 // scrapeTimeout bounds a scrape's store reads.
 const scrapeTimeout = 5 * time.Second
@@ -29,6 +43,8 @@ var (
 		"Running sandboxes by the isolation level they were admitted at.", []string{"level"}, nil)
 	logLeavesDesc = prometheus.NewDesc("cordon_evidence_log_leaves",
 		"Leaves (receipts) in the Merkle evidence log.", nil, nil)
+	logBytesDesc = prometheus.NewDesc("cordon_evidence_log_size_bytes",
+		"Space the evidence log (receipts, leaves, hashes, checkpoints) takes in the store; reread at most every minute.", nil, nil)
 	storeBytesDesc = prometheus.NewDesc("cordon_store_size_bytes",
 		"Size of the store (cordon.db with its write-ahead log), which holds the evidence log.", nil, nil)
 	runLogBytesDesc = prometheus.NewDesc("cordon_run_logs_size_bytes",
@@ -41,10 +57,14 @@ var (
 type scrapeCollector struct {
 	recs     Records
 	stateDir string
+
+	mu       sync.Mutex
+	logBytes int64
+	logAt    time.Time // when logBytes was read; zero: never
 }
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{sandboxesDesc, levelsDesc, logLeavesDesc, storeBytesDesc, runLogBytesDesc, storeUpDesc} {
+	for _, d := range []*prometheus.Desc{sandboxesDesc, levelsDesc, logLeavesDesc, logBytesDesc, storeBytesDesc, runLogBytesDesc, storeUpDesc} {
 		ch <- d
 	}
 }
@@ -94,7 +114,27 @@ func (c *scrapeCollector) collectRecords(ch chan<- prometheus.Metric) {
 	} else {
 		up = 0
 	}
+	if lb, ok := c.recs.(LogBytes); ok {
+		if n, ok := c.cachedLogBytes(ctx, lb); ok {
+			ch <- prometheus.MustNewConstMetric(logBytesDesc, prometheus.GaugeValue, float64(n))
+		}
+	}
 	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up)
+}
+
+// cachedLogBytes is the evidence log's size, reread when older than
+// logBytesEvery (scrapes in between get the last value).
+func (c *scrapeCollector) cachedLogBytes(ctx context.Context, lb LogBytes) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logAt.IsZero() || time.Since(c.logAt) >= logBytesEvery {
+		n, err := lb.EvidenceLogBytes(ctx)
+		if err != nil {
+			return c.logBytes, !c.logAt.IsZero()
+		}
+		c.logBytes, c.logAt = n, time.Now()
+	}
+	return c.logBytes, true
 }
 
 // dirSize sums the regular files directly in dir (no symlink followed).

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -88,4 +90,20 @@ func receiptsRollback(tx *sql.Tx, mark int) {
 		w := v.(*txReceipts)
 		w.rcs = w.rcs[:mark]
 	}
+}
+
+// EvidenceLogBytes is the space the evidence log takes in the database
+// file: the pages of the receipts (the leaves' data), log_leaves,
+// log_hashes and log_checkpoints tables and their indexes, as SQLite's
+// dbstat reports them. It visits each of those pages: call it rarely
+// (the metrics cache it).
+func (s *Store) EvidenceLogBytes(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(pgsize), 0) FROM dbstat
+		WHERE name IN ('receipts', 'receipts_workload', 'log_leaves', 'log_hashes', 'log_checkpoints')
+		OR name LIKE 'sqlite_autoindex_log_%'`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("evidence log bytes: %w", err)
+	}
+	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/crossing"
@@ -94,6 +95,39 @@ func TestObserveReceiptsAfterCommit(t *testing.T) {
 	before := len(seen)
 	if _, err := s.RecordReceipt(ctx, testReceipt(5)); err != nil || len(seen) != before {
 		t.Fatalf("RecordReceipt without observer = %v, observed %d more", err, len(seen)-before)
+	}
+}
+
+// TestEvidenceLogBytes: the evidence log's pages grow with its receipts
+// and are a part of the file.
+func TestEvidenceLogBytes(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openTest(t, dir, testPool)
+	empty, err := s.EvidenceLogBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		rc := testReceipt(i)
+		rc.Reason = strings.Repeat("r", 500)
+		if _, err := s.RecordReceipt(ctx, rc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full, err := s.EvidenceLogBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full < empty+200*500 {
+		t.Errorf("evidence log bytes %d → %d after 200 receipts of > 500 bytes", empty, full)
+	}
+	var size int64
+	if err := s.db.QueryRowContext(ctx, "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()").Scan(&size); err != nil {
+		t.Fatal(err)
+	}
+	if full > size {
+		t.Errorf("evidence log bytes %d > the database's %d", full, size)
 	}
 }
 
