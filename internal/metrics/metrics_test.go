@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -454,5 +456,24 @@ cordon_metrics_connections_accepted_total 2
 	}
 	if _, err := c.Get("http://" + s.Addr().String() + "/metrics"); err == nil {
 		t.Error("the endpoint still answers after Close")
+	}
+}
+
+// TestListenWarnsOffLoopback: an address the operator named off loopback
+// is served with a warning that says who can read it; loopback at INFO.
+func TestListenWarnsOffLoopback(t *testing.T) {
+	for _, loopback := range []bool{true, false} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		a := Address{AddrPort: netip.MustParseAddrPort("127.0.0.1:0"), Loopback: loopback}
+		s, err := Listen(a, New(Options{}), log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "whoever reaches it")
+		if warned == loopback {
+			t.Errorf("loopback=%v: log %q, want a warning only off loopback", loopback, buf.String())
+		}
 	}
 }
