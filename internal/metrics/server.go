@@ -134,6 +134,7 @@ func (s *Server) Serve() error {
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	defer s.l.Close() // closed by Shutdown once Serve runs; by this otherwise
 	if err := s.srv.Shutdown(ctx); err != nil {
 		return s.srv.Close()
 	}
