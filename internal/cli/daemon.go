@@ -90,6 +90,7 @@ daemon adopts them.`,
 	fl.StringVar(&volumeDir, "volume-dir", hostmgr.DefaultVolumeDir, "where named volumes live (never under the state dir)")
 	fl.StringVar(&policyDir, "policy-dir", "", "host-wide Cedar policies (*.cedar) added to every sandbox's policy set; reloaded on SIGHUP; changes put sandboxes in DRAIN")
 	fl.DurationVar(&drift, "drift-interval", 10*time.Second, "how often drift is checked")
+	fl.StringVar(&g.daemonMetrics, "metrics-address", "", "serve Prometheus metrics on HOST:PORT, e.g. 127.0.0.1:9464 (default off; host network only; see docs/metrics.md)")
 	fl.StringArrayVar(&manifest, "base-manifest", nil, "files whose digest identifies the default base rootfs (default /var/lib/dpkg/status)")
 	_ = fl.MarkHidden("base-manifest")
 	addDaemonTestFlags(fl, g)
@@ -117,6 +118,11 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 		return err
 	}
 	defer st.Close()
+	lifecycle, stopMetrics, err := g.startMetrics(st, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip, Daemon: true})
 	if err != nil {
 		return err
@@ -135,7 +141,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 		Version:       Version,
 		RuntimeDigest: "sha256:" + binaryDigest(g.stateDir), Executable: exe,
 		PolicyDir: policyDir, VolumeDir: volumeDir, BaseManifest: manifest, DriftEvery: drift, CrashAt: g.crashAt,
-		Tenants: g.daemonTenants, MaxPerUser: g.daemonPerUser,
+		Tenants: g.daemonTenants, MaxPerUser: g.daemonPerUser, Lifecycle: lifecycle,
 	})
 	if err != nil {
 		return err

@@ -36,6 +36,7 @@ type globals struct {
 	// daemon flags passed to hostmgr
 	daemonTenants map[uint32][]string
 	daemonPerUser int
+	daemonMetrics string // --metrics-address (metrics.go)
 	stdout        io.Writer
 	stderr        io.Writer
 	// logw, when set, is where log lines go instead of stderr (cordon

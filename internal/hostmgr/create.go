@@ -59,7 +59,9 @@ func (d *Daemon) opCreate(ctx context.Context, c *call) (any, error) {
 	}
 	spec.ID, spec.Workload = d.o.Provider.NewID(), workloadOf(s)
 	spec.Env = append(spec.Env, s.GatewayEnv...)
-	return d.create(ctx, c, a.Name, prof, s, spec, policyDigest)
+	res, err := d.create(ctx, c, a.Name, prof, s, spec, policyDigest)
+	d.lifecycle("create", err)
+	return res, err
 }
 
 // createSpec checks what the caller sent and builds the sandbox spec:
@@ -255,7 +257,9 @@ func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
 	if err := d.setState(ctx, b, store.DStarting, store.DaemonUpdate{}); err != nil {
 		return nil, err
 	}
-	if err := d.start(ctx, b); err != nil {
+	err = d.start(ctx, b)
+	d.lifecycle("start", err)
+	if err != nil {
 		d.cleanup(context.WithoutCancel(ctx), b, "start failed: "+err.Error())
 		_ = d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Note: store.Ptr("start failed: " + err.Error())})
 		return nil, err

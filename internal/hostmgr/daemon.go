@@ -61,6 +61,9 @@ type Options struct {
 	// CrashAt, in test builds, names a point where the daemon SIGKILLs
 	// itself (crash-recovery tests); empty otherwise.
 	CrashAt string
+	// Lifecycle, when set, is told each create, start and stop the
+	// daemon carries out and its error (nil: done) — the metrics' hook.
+	Lifecycle func(op string, err error)
 }
 
 // Gateway is a running gateway.
@@ -183,6 +186,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go d.watchDrift(ctx)
 	d.log.Info("serving", "socket", d.o.Socket, "pid", os.Getpid(), "version", proto.Version, "policy_dir", d.o.PolicyDir)
 	return l.Serve(ctx, d.handle)
+}
+
+// lifecycle tells Options.Lifecycle an operation's outcome.
+func (d *Daemon) lifecycle(op string, err error) {
+	if d.o.Lifecycle != nil {
+		d.o.Lifecycle(op, err)
+	}
 }
 
 // crash SIGKILLs the daemon at a named point (test builds only).

@@ -86,7 +86,9 @@ func (d *Daemon) stop(ctx context.Context, b *box, emergency bool) error {
 	d.crash("stop.after_kill")
 	prof := string(SafeGuided)
 	b.profile = SafeGuided
-	return d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Profile: &prof})
+	err := d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Profile: &prof})
+	d.lifecycle("stop", err)
+	return err
 }
 
 // cleanup releases everything a sandbox holds on the host: its processes

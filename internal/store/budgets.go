@@ -139,19 +139,26 @@ func budgetState(ctx context.Context, q querier, workload string, b Budget) (cro
 	return crossing.BudgetState{Used: u, Limits: b.Limits, Streams: held}, nil
 }
 
-// inTx runs fn in one write transaction and commits it.
+// inTx runs fn in one write transaction and commits it. When a receipt
+// observer is set, the receipts fn recorded are told to it after the
+// commit (observe.go).
 func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
 	defer tx.Rollback()
+	obs := s.watch(tx)
+	if obs != nil {
+		defer obs.done()
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
+	obs.committed()
 	return nil
 }
 
@@ -233,10 +240,12 @@ func (t *Tx) op(fn func() error) error {
 	if _, err := t.tx.ExecContext(t.ctx, "SAVEPOINT ledger_op"); err != nil {
 		return fmt.Errorf("%w: %v", crossing.ErrUnavailable, err)
 	}
+	mark := receiptsMark(t.tx)
 	err := fn()
 	if err != nil {
 		_, _ = t.tx.ExecContext(t.ctx, "ROLLBACK TO ledger_op")
 		t.log.reset() // it may hold hashes the rollback removed
+		receiptsRollback(t.tx, mark)
 	}
 	if _, rerr := t.tx.ExecContext(t.ctx, "RELEASE ledger_op"); rerr != nil && err == nil {
 		err = fmt.Errorf("%w: %v", crossing.ErrUnavailable, rerr)
@@ -314,6 +323,8 @@ func recordIn(ctx context.Context, tx *sql.Tx, lc *logCache, rc crossing.Receipt
 	if err := appendLeaf(ctx, tx, lc, id, body); err != nil {
 		return 0, err
 	}
+	rc.ID = id
+	recorded(tx, rc)
 	return id, nil
 }
 

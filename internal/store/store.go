@@ -8,11 +8,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"modernc.org/sqlite" // registers the "sqlite" driver; pure Go, no cgo
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/cordon-project/cordon/internal/crossing"
 )
 
 // Sentinel errors. Inspect them with errors.Is.
@@ -101,7 +104,8 @@ type Record struct {
 type Store struct {
 	db   *sql.DB
 	pool Pool
-	now  func() time.Time // nil: time.Now; tests set a clock (approvals.go)
+	now  func() time.Time                       // nil: time.Now; tests set a clock (approvals.go)
+	obs  atomic.Pointer[func(crossing.Receipt)] // receipt observer (observe.go)
 }
 
 // hostFiles names the host databases a pool must not collide with. Tests
