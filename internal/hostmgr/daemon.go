@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +59,10 @@ type Options struct {
 	// CrashAt, in test builds, names a point where the daemon SIGKILLs
 	// itself (crash-recovery tests); empty otherwise.
 	CrashAt string
+	// Notifier tells a service manager the daemon is ready (nil: none).
+	Notifier *Notifier
+	// BuildVersion is cordon's version as the health operation reports it.
+	BuildVersion string
 }
 
 // Gateway is a running gateway.
@@ -83,8 +89,18 @@ type Daemon struct {
 	// refusedPolicy is the error of the last host policy set refused by a
 	// drift scan (logged once per content).
 	refusedPolicy string
+	// refusedReload is the error of the last host policy set a SIGHUP
+	// reload refused (health); cleared, like refusedPolicy, when a set
+	// loads.
+	refusedReload string
 	// host are the host identities as last read (drift).
 	host hostIDs
+	// started is when New returned; lastDrift when a drift scan last
+	// finished (health).
+	started   time.Time
+	lastDrift atomic.Int64 // unix nanoseconds; 0: none yet
+	// ready is closed once the daemon serves (Ready).
+	ready chan struct{}
 }
 
 // box is one sandbox the daemon holds in memory.
@@ -136,7 +152,7 @@ func New(o Options) (*Daemon, error) {
 		}
 	}
 	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version}
-	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh}, nil
+	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh, started: time.Now(), ready: make(chan struct{})}, nil
 }
 
 func logDir(state string) string    { return filepath.Join(state, "logs") }
@@ -177,9 +193,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer l.Close()
 	l.Logger = d.log
 	go d.watchDrift(ctx)
+	// Ready: the socket accepts (a connect succeeds from here on, served
+	// once Serve runs) and reconciliation is done.
 	d.log.Info("serving", "socket", d.o.Socket, "pid", os.Getpid(), "version", proto.Version, "policy_dir", d.o.PolicyDir)
+	d.o.Notifier.Ready(fmt.Sprintf("serving on %s; %d sandboxes adopted", d.o.Socket, len(rep.Adopted)))
+	d.log.Info("ready", "adopted", len(rep.Adopted), "notify", d.o.Notifier != nil)
+	close(d.ready)
 	return l.Serve(ctx, d.handle)
 }
+
+// Ready is closed once the daemon serves: its socket accepts and
+// reconciliation is done (READY=1 was sent).
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // crash SIGKILLs the daemon at a named point (test builds only).
 func (d *Daemon) crash(point string) {
@@ -197,6 +222,7 @@ func (d *Daemon) handle(ctx context.Context, peer proto.Peer, req proto.Request,
 			f.Close()
 		}
 	}
+	d.log.Debug("request", "op", req.Op, "uid", peer.UID, "pid", peer.PID, "files", len(files))
 	op, ok := ops[req.Op]
 	if !ok {
 		closeAll()
@@ -266,6 +292,7 @@ func init() {
 		"readmit":  {fn: (*Daemon).opReadmit},
 		"profile":  {fn: (*Daemon).opProfile},
 		"status":   {fn: (*Daemon).opStatus},
+		"health":   {fn: (*Daemon).opHealth},
 
 		"volume_create": {fn: (*Daemon).opVolumeCreate},
 		"volume_ls":     {fn: (*Daemon).opVolumeLs},

@@ -145,7 +145,7 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 	d.mu.Lock()
 	d.boxes[b.rec.Name] = b
 	d.mu.Unlock()
-	d.log.Info("adopted", "name", b.rec.Name, "init", b.rec.InitPid, "drain", b.rec.Drain)
+	d.log.Info("adopted", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "init", b.rec.InitPid, "drain", b.rec.Drain)
 	return nil
 }
 

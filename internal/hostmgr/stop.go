@@ -86,7 +86,11 @@ func (d *Daemon) stop(ctx context.Context, b *box, emergency bool) error {
 	d.crash("stop.after_kill")
 	prof := string(SafeGuided)
 	b.profile = SafeGuided
-	return d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Profile: &prof})
+	if err := d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Profile: &prof}); err != nil {
+		return err
+	}
+	d.log.Info("stopped", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "emergency", emergency)
+	return nil
 }
 
 // cleanup releases everything a sandbox holds on the host: its processes
@@ -164,6 +168,7 @@ func (d *Daemon) opRm(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	d.forget(b.rec.Name)
+	d.log.Info("removed", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID)
 	return struct {
 		Removed bool `json:"removed"`
 	}{true}, nil
