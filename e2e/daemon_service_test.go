@@ -329,7 +329,7 @@ func TestDaemonHealthStatus(t *testing.T) {
 	}, "healthy again after a good reload")
 
 	// No daemon: exit 3.
-	if r := cordon(t, cordonBin, st, "daemon", "status", "--socket", filepath.Join(t.TempDir(), "none.sock")); r.Code != 3 || !strings.Contains(r.Stderr, "no cordon daemon answers") {
+	if r := cordon(t, cordonBin, st, "daemon", "status", "--socket", filepath.Join(t.TempDir(), "none.sock")); r.Code != 3 || !strings.Contains(r.Stderr, "unreachable") {
 		t.Fatalf("no daemon: %d %s", r.Code, r.Stderr)
 	}
 }

@@ -17,8 +17,9 @@ import (
 
 // Exit statuses of 'cordon daemon status', as an LSB init script's
 // status action: 0 healthy, 1 the daemon answers but reports a problem,
-// 3 no daemon answers on the socket, 4 the answer could not be had or
-// read (refused, timed out, another protocol).
+// 3 no daemon answers on the socket (or the caller may not connect), 4
+// the answer could not be had or read (refused, timed out, another
+// protocol).
 const (
 	statusHealthy     = 0
 	statusUnhealthy   = 1
@@ -45,8 +46,9 @@ Root sees every sandbox on the host; another user (a member of the
 daemon's --group) sees counts of their own sandboxes only.
 
 Exit status: 0 healthy; 1 the daemon answers but is unhealthy (the
-problems are listed); 3 no daemon answers on the socket; 4 the daemon
-refused the question or its answer could not be read.`,
+problems are listed); 3 no daemon answers on the socket (none runs, or
+you may not connect to it); 4 the daemon refused the question or its
+answer could not be read.`,
 		Example: `  cordon daemon status
   cordon daemon status --json
   cordon daemon status --socket /run/cordon/cordon.sock`,
@@ -68,7 +70,7 @@ func (g *globals) daemonStatus(ctx context.Context, socket string, asJSON bool) 
 	defer cancel()
 	c, err := proto.Dial(socket)
 	if err != nil {
-		fmt.Fprintf(g.stderr, "cordon: daemon: no cordon daemon answers on %s: %s\n", textsafe.Line(socket), textsafe.Line(err.Error()))
+		fmt.Fprintf(g.stderr, "cordon: daemon: unreachable: %s\n", textsafe.Line(err.Error()))
 		return &exitError{statusUnreachable}
 	}
 	defer c.Close()
