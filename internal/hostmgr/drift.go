@@ -266,6 +266,6 @@ func (d *Daemon) opReadmit(ctx context.Context, c *call) (any, error) {
 			return nil, err
 		}
 	}
-	d.log.Info("re-admitted", "name", a.Name)
+	d.log.Info("re-admitted", "name", a.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "by", c.peer.UID)
 	return d.info(b), nil
 }
