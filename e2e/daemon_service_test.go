@@ -132,6 +132,7 @@ func TestDaemonNotifyReadyReloadStopAdopt(t *testing.T) {
 	if !strings.Contains(m.text, fmt.Sprintf("MAINPID=%d\n", pid)) || !strings.Contains(m.text, "STATUS=serving on "+d.socket) {
 		t.Fatalf("ready notification %q, want MAINPID=%d and a STATUS naming the socket", m.text, pid)
 	}
+	waitFor(t, func() bool { return strings.Contains(d.String(), "msg=ready") }, "the ready line")
 	log := d.String()
 	if i, j := strings.Index(log, "msg=serving"), strings.Index(log, "msg=ready"); i < 0 || j < i || !strings.Contains(log, "msg=reconciled") {
 		t.Fatalf("log order: want reconciled, serving, ready:\n%s", log)
@@ -221,7 +222,7 @@ func TestDaemonNotifyReadyReloadStopAdopt(t *testing.T) {
 	os.WriteFile(settings, []byte("log-level = info\n"), 0o644)
 	d.start("--settings", settings, "--drift-interval", "1h")
 	if m := n2.next(t, "READY=1"); !m.accepted || !strings.Contains(m.text, "1 sandboxes adopted") {
-		t.Fatalf("restart: ready %q (socket accepted then: %v)", m.text, m.accepted)
+		t.Fatalf("restart: ready %q (socket accepted then: %v)\n%s", m.text, m.accepted, d)
 	}
 	n.none(t, "the old notify socket after the restart")
 	if got := d.ls()["svc"]; got.State != "running" || got.InitPid != info.InitPid {

@@ -196,8 +196,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Ready: the socket accepts (a connect succeeds from here on, served
 	// once Serve runs) and reconciliation is done.
 	d.log.Info("serving", "socket", d.o.Socket, "pid", os.Getpid(), "version", proto.Version, "policy_dir", d.o.PolicyDir)
-	d.o.Notifier.Ready(fmt.Sprintf("serving on %s; %d sandboxes adopted", d.o.Socket, len(rep.Adopted)))
 	d.log.Info("ready", "adopted", len(rep.Adopted), "notify", d.o.Notifier != nil)
+	d.o.Notifier.Ready(fmt.Sprintf("serving on %s; %d sandboxes adopted", d.o.Socket, len(rep.Adopted)))
 	close(d.ready)
 	return l.Serve(ctx, d.handle)
 }
