@@ -33,6 +33,8 @@ type daemon struct {
 	failOK  bool // start may fail (cleanup)
 	// volumeDir is the daemon's volume directory (a temp dir per test).
 	volumeDir string
+	// env is added to the daemon's environment (NOTIFY_SOCKET, …).
+	env []string
 }
 
 // String is the daemon's log so far.
@@ -41,6 +43,13 @@ func (d *daemon) String() string { return readAll(d.logFile) }
 // startDaemon starts the test-hooks build of cordon as a daemon and waits
 // until it answers.
 func startDaemon(t *testing.T, state string, args ...string) *daemon {
+	t.Helper()
+	return startDaemonEnv(t, state, nil, args...)
+}
+
+// startDaemonEnv is startDaemon with env added to the daemon's
+// environment.
+func startDaemonEnv(t *testing.T, state string, env []string, args ...string) *daemon {
 	t.Helper()
 	// The socket's own directory: root's, 0755, so that a group member can
 	// reach the socket when --group lets them.
@@ -51,7 +60,7 @@ func startDaemon(t *testing.T, state string, args ...string) *daemon {
 	volDir := t.TempDir()
 	os.Chmod(volDir, 0o711)
 	d := &daemon{t: t, bin: hooksBin, state: state, socket: filepath.Join(sockDir, "d.sock"), log: &bytes.Buffer{}, done: make(chan struct{}),
-		ids: watchSandboxIDs(t, state), volumeDir: volDir}
+		ids: watchSandboxIDs(t, state), volumeDir: volDir, env: env}
 	d.start(args...)
 	t.Cleanup(func() {
 		d.kill()
@@ -78,7 +87,7 @@ func (d *daemon) start(args ...string) bool {
 	d.done = make(chan struct{})
 	d.log.Reset()
 	d.cmd = exec.Command(d.bin, append([]string{"--state-dir", d.state, "daemon", "--socket", d.socket, "--volume-dir", d.volumeDir}, args...)...)
-	d.cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	d.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, d.env...)
 	lf := tempOut(d.t)
 	d.logFile = lf
 	d.cmd.Stdout, d.cmd.Stderr = lf, lf

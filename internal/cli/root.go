@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +43,8 @@ type globals struct {
 	logw io.Writer
 	// fd3 is whether cordon was started with descriptor 3 open (run --json).
 	fd3 bool
+	// logf are the log flags (logging.go).
+	logf logFlags
 }
 
 // exitError carries an exit status out of a command.
@@ -96,6 +97,7 @@ trusted side reads off the live sandbox before the program's first instruction.`
 	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
 	_ = root.PersistentFlags().MarkHidden("lease-slots")
 	addTestFlags(root, g)
+	addLogFlags(root, g)
 	setVersionFlag(root)
 	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g), configCmd(g), genCmd(g))
 	addCompletions(root) // last: over every command and flag (completion.go)
@@ -126,14 +128,6 @@ func describe(err error) string {
 		return textsafe.Line(err.Error())
 	}
 	return textsafe.Line(fmt.Sprintf("%s: %v", failure.KindUsage, err))
-}
-
-func (g *globals) logger() *slog.Logger {
-	w := g.logw
-	if w == nil {
-		w = g.stderr
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // requireRoot fails closed with what is needed.

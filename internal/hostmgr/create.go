@@ -268,7 +268,7 @@ func (d *Daemon) opStart(ctx context.Context, c *call) (any, error) {
 		go d.watchMain(b, b.sb)
 		go d.indexLog(b, b.rec.ID)
 	}
-	d.log.Info("started", "name", b.rec.Name, "level", b.rec.Level, "profile", b.profile)
+	d.log.Info("started", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "level", b.rec.Level, "profile", b.profile, "init", b.rec.InitPid)
 	return d.info(b), nil
 }
 

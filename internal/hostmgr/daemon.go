@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,6 +66,10 @@ type Options struct {
 	// Lifecycle, when set, is told each create, start and stop the
 	// daemon carries out and its error (nil: done) — the metrics' hook.
 	Lifecycle func(op string, err error)
+	// Notifier tells a service manager the daemon is ready (nil: none).
+	Notifier *Notifier
+	// BuildVersion is cordon's version as the health operation reports it.
+	BuildVersion string
 }
 
 // Gateway is a running gateway.
@@ -90,8 +96,18 @@ type Daemon struct {
 	// refusedPolicy is the error of the last host policy set refused by a
 	// drift scan (logged once per content).
 	refusedPolicy string
+	// refusedReload is the error of the last host policy set a SIGHUP
+	// reload refused (health); cleared, like refusedPolicy, when a set
+	// loads.
+	refusedReload string
 	// host are the host identities as last read (drift).
 	host hostIDs
+	// started is when New returned; lastDrift when a drift scan last
+	// finished (health).
+	started   time.Time
+	lastDrift atomic.Int64 // unix nanoseconds; 0: none yet
+	// ready is closed once the daemon serves (Ready).
+	ready chan struct{}
 }
 
 // box is one sandbox the daemon holds in memory.
@@ -143,7 +159,7 @@ func New(o Options) (*Daemon, error) {
 		}
 	}
 	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version, Telemetry: o.Telemetry}
-	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh}, nil
+	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh, started: time.Now(), ready: make(chan struct{})}, nil
 }
 
 func logDir(state string) string    { return filepath.Join(state, "logs") }
@@ -184,7 +200,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer l.Close()
 	l.Logger = d.log
 	go d.watchDrift(ctx)
+	// Ready: the socket accepts (a connect succeeds from here on, served
+	// once Serve runs) and reconciliation is done.
 	d.log.Info("serving", "socket", d.o.Socket, "pid", os.Getpid(), "version", proto.Version, "policy_dir", d.o.PolicyDir)
+	d.log.Info("ready", "adopted", len(rep.Adopted), "notify", d.o.Notifier != nil)
+	d.o.Notifier.Ready(fmt.Sprintf("serving on %s; %d sandboxes adopted", d.o.Socket, len(rep.Adopted)))
+	close(d.ready)
 	return l.Serve(ctx, d.handle)
 }
 
@@ -194,6 +215,10 @@ func (d *Daemon) lifecycle(op string, err error) {
 		d.o.Lifecycle(op, err)
 	}
 }
+
+// Ready is closed once the daemon serves: its socket accepts and
+// reconciliation is done (READY=1 was sent).
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // crash SIGKILLs the daemon at a named point (test builds only).
 func (d *Daemon) crash(point string) {
@@ -211,6 +236,7 @@ func (d *Daemon) handle(ctx context.Context, peer proto.Peer, req proto.Request,
 			f.Close()
 		}
 	}
+	d.log.Debug("request", "op", req.Op, "uid", peer.UID, "pid", peer.PID, "files", len(files))
 	op, ok := ops[req.Op]
 	if !ok {
 		closeAll()
@@ -280,6 +306,7 @@ func init() {
 		"readmit":  {fn: (*Daemon).opReadmit},
 		"profile":  {fn: (*Daemon).opProfile},
 		"status":   {fn: (*Daemon).opStatus},
+		"health":   {fn: (*Daemon).opHealth},
 
 		"volume_create": {fn: (*Daemon).opVolumeCreate},
 		"volume_ls":     {fn: (*Daemon).opVolumeLs},

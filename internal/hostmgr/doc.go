@@ -33,8 +33,15 @@
 // a sandbox in DRAIN: its work continues, new starts and execs are
 // refused until it is re-admitted.
 //
+// As a service (notify.go, health.go): it tells a service manager READY=1
+// on $NOTIFY_SOCKET once its socket listens and reconciliation is done,
+// and takes the variable out of its environment so no child inherits it;
+// the health operation answers any caller, with counts of the caller's own
+// sandboxes only unless root.
+//
 // Plane: root. It must never open a path a caller names, never start a
 // sandbox that was not admitted from evidence (FULL_CONTROL_LAB excepted,
-// with the bypass written into the record), and never act for a caller
-// on another user's sandbox.
+// with the bypass written into the record), never act for a caller on
+// another user's sandbox nor tell them about one (ls, health), and never
+// let a readiness notification wait on the service manager.
 package hostmgr

@@ -197,6 +197,7 @@ func short(d string) string {
 
 // checkDrift compares every live sandbox with the current identities.
 func (d *Daemon) checkDrift(ctx context.Context) {
+	defer func() { d.lastDrift.Store(time.Now().UnixNano()) }()
 	d.refreshPolicy()
 	recs, err := d.o.Store.DaemonSandboxes(ctx)
 	if err != nil {
@@ -217,7 +218,7 @@ func (d *Daemon) checkDrift(ctx context.Context) {
 		if why := drifted(was, d.current(b, host)); why != "" && b.rec.Drain == "" {
 			if err := d.o.Store.UpdateDaemonSandbox(ctx, b.rec.Name, store.DaemonUpdate{Drain: &why}); err == nil {
 				b.rec.Drain = why
-				d.log.Warn("drift: sandbox draining", "name", b.rec.Name, "why", why)
+				d.log.Warn("drift: sandbox draining", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "why", why)
 			}
 		}
 		b.mu.Unlock()
@@ -265,6 +266,6 @@ func (d *Daemon) opReadmit(ctx context.Context, c *call) (any, error) {
 			return nil, err
 		}
 	}
-	d.log.Info("re-admitted", "name", a.Name)
+	d.log.Info("re-admitted", "name", a.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "by", c.peer.UID)
 	return d.info(b), nil
 }

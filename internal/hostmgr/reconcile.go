@@ -3,6 +3,10 @@ package hostmgr
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
@@ -130,7 +134,7 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 		return err
 	}
 	if b.spec.Gateway != nil {
-		if err := d.startGateway(ctx, b); err != nil {
+		if err := d.reopenGateway(ctx, b); err != nil {
 			return err
 		}
 	}
@@ -147,7 +151,7 @@ func (d *Daemon) adopt(ctx context.Context, b *box) error {
 	if len(b.spec.Argv) > 0 && b.rec.MainExit == "" {
 		go d.indexLog(b, b.rec.ID)
 	}
-	d.log.Info("adopted", "name", b.rec.Name, "init", b.rec.InitPid, "drain", b.rec.Drain)
+	d.log.Info("adopted", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "init", b.rec.InitPid, "drain", b.rec.Drain)
 	return nil
 }
 
@@ -190,4 +194,34 @@ func (d *Daemon) opProfile(ctx context.Context, c *call) (any, error) {
 		}
 	}
 	return d.info(b), nil
+}
+
+// gatewayPortWait bounds how long adoption waits for the previous
+// daemon's gateway processes to let go of the sandbox's listener ports.
+const gatewayPortWait = 10 * time.Second
+
+// reopenGateway starts an adopted sandbox's gateway again. The previous
+// daemon's gateway processes die with it (parent-death signal), but not
+// at once: a restart right after a stop or a crash can find a port in the
+// sandbox's network namespace still bound. That one error is retried for
+// a bounded time; any other fails at once.
+func (d *Daemon) reopenGateway(ctx context.Context, b *box) error {
+	deadline := time.Now().Add(gatewayPortWait)
+	for {
+		err := d.startGateway(ctx, b)
+		if err == nil || !addrInUse(err) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// addrInUse reports a listener port still bound (errno EADDRINUSE,
+// possibly flattened to text by a failure kind on the way).
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), syscall.EADDRINUSE.Error())
 }

@@ -37,7 +37,7 @@ func (d *Daemon) setHostPolicy(hp []PolicySource) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	changed := policySetDigest(nil, d.hostPolicy) != now
-	d.hostPolicy, d.refusedPolicy = hp, ""
+	d.hostPolicy, d.refusedPolicy, d.refusedReload = hp, "", ""
 	return changed
 }
 
@@ -47,6 +47,9 @@ func (d *Daemon) setHostPolicy(hp []PolicySource) bool {
 func (d *Daemon) Reload() error {
 	hp, err := d.loadHostPolicy()
 	if err != nil {
+		d.mu.Lock()
+		d.refusedReload = err.Error() // health reports it until a set loads
+		d.mu.Unlock()
 		d.log.Error("reload: host policy refused; the previous set stays in force", "dir", d.o.PolicyDir, "in_force", short(policySetDigest(nil, d.hostPolicies())), "err", err)
 		return err
 	}

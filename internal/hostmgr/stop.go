@@ -88,7 +88,11 @@ func (d *Daemon) stop(ctx context.Context, b *box, emergency bool) error {
 	b.profile = SafeGuided
 	err := d.setState(ctx, b, store.DStopped, store.DaemonUpdate{Profile: &prof})
 	d.lifecycle("stop", err)
-	return err
+	if err != nil {
+		return err
+	}
+	d.log.Info("stopped", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID, "emergency", emergency)
+	return nil
 }
 
 // cleanup releases everything a sandbox holds on the host: its processes
@@ -166,6 +170,7 @@ func (d *Daemon) opRm(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	d.forget(b.rec.Name)
+	d.log.Info("removed", "name", b.rec.Name, "id", b.rec.ID, "owner", b.rec.OwnerUID)
 	return struct {
 		Removed bool `json:"removed"`
 	}{true}, nil
