@@ -15,6 +15,10 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs)
 # The Debian package's install test builds a throwaway root (e2e/package_test.go).
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# The completion test drives bash with bash-completion in tmux.
+[ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
+# The unit file is checked with systemd-analyze (package systemd; PID 1 is not touched).
+command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 	echo "installing: ${need[*]}"
 	apt-get update -qq >/dev/null
