@@ -185,7 +185,7 @@ func New(o Options) (*Broker, error) {
 	}
 	b.transport = b.newTransport()
 	for _, u := range b.addrs.unsafe {
-		b.log.Warn("egress: unsafe address range allowed", slog.String("broker", Name), slog.String("range", u.String()))
+		b.log.Warn("egress: unsafe address range allowed", slog.String("range", u.String())) // the gateway tags its logger with the broker
 	}
 	return b, nil
 }
