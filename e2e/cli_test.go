@@ -186,12 +186,7 @@ func TestLogsSince(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
-	if r := d.cli("sandbox", "create", "talk", "--workspace", userWorkspace(t), "--", "/bin/sh", "-c", "echo early; sleep 4; printf late-no-newline"); r.Code != 0 {
-		t.Fatalf("create: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "talk"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("talk", "--workspace", userWorkspace(t), "--", "/bin/sh", "-c", "echo early; sleep 4; printf late-no-newline")
 	mid := time.Now().Add(2 * time.Second)
 	if out, ended := d.logsFollow("talk", 60*time.Second); !ended || out != "early\nlate-no-newline" {
 		t.Fatalf("logs -f = %v %q", ended, out)
@@ -231,12 +226,7 @@ func TestStatusReadable(t *testing.T) {
 	d := startDaemon(t, st)
 	up := testkit.NewModelUpstream(t, fakeKey, "x")
 	cfg := gatewayConfig(t, up.URL(), "")
-	if r := d.cli("sandbox", "create", "stat", "--workspace", userWorkspace(t), "--memory", "512M", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "stat"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("stat", "--workspace", userWorkspace(t), "--memory", "512M", "--config", cfg, "--", "/bin/sleep", "1000")
 	r := d.cli("sandbox", "status", "stat")
 	for _, want := range []string{"Name:", "stat", "ID:", "State:", "running", "Owner:", "root (uid 0)", "Profile:", "SAFE_GUIDED",
 		"Level:", "DEDICATED_CONTAINER", "Created:", " ago)", "Started:", "Program:", `"/bin/sleep" "1000"`, "Workspace:", "/workspace",
@@ -305,12 +295,7 @@ func TestLogsSinceAcrossRestart(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	d := startDaemon(t, st)
-	if r := d.cli("sandbox", "create", "talk", "--workspace", userWorkspace(t), "--", "/bin/sh", "-c", "echo early; sleep 6; printf late; exec sleep 1000"); r.Code != 0 {
-		t.Fatalf("create: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "talk"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("talk", "--workspace", userWorkspace(t), "--", "/bin/sh", "-c", "echo early; sleep 6; printf late; exec sleep 1000")
 	waitFor(t, func() bool { return d.cli("sandbox", "logs", "talk").Stdout == "early\n" }, "early in the log")
 	time.Sleep(time.Second) // the first daemon's sample of it
 	d.kill()

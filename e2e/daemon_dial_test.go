@@ -68,12 +68,7 @@ secrets:
 	}
 
 	// Control: root's configuration may name a local upstream.
-	if r := d.cli("sandbox", "create", "root-gw", "--config", conf("root.yaml", "root-agent", "root"), "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("root create: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "root-gw"); r.Code != 0 {
-		t.Fatalf("root start: %s", r.Stderr)
-	}
+	d.createStart("root-gw", "--config", conf("root.yaml", "root-agent", "root"), "--", "/bin/sleep", "1000")
 	if r := d.cli(append([]string{"sandbox", "exec", "root-gw"}, call...)...); r.Stdout != "200" || len(up.Seen()) != 1 {
 		t.Fatalf("control: root's model call = %d %q %s, upstream saw %d; want 200 and 1", r.Code, r.Stdout, r.Stderr, len(up.Seen()))
 	}

@@ -128,12 +128,7 @@ func TestDaemonRootfs(t *testing.T) {
 	if r := cordonSocket(t, d.socket, st, bob, "sandbox", "create", "bob-root", "--rootfs", root); r.Code != 125 || !strings.Contains(r.Stderr, "owned by uid 0") {
 		t.Errorf("bob's create on root's rootfs: %d %s; want refused", r.Code, r.Stderr)
 	}
-	if r := d.cli("sandbox", "create", "rootfs", "--rootfs", root); r.Code != 0 {
-		t.Fatalf("create --rootfs: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "rootfs"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("rootfs", "--rootfs", root)
 	if i := d.ls()["rootfs"]; i.Level != "DEDICATED_CONTAINER" {
 		t.Errorf("admitted %q, want DEDICATED_CONTAINER", i.Level)
 	}
@@ -196,12 +191,7 @@ func TestDaemonToolServers(t *testing.T) {
 	cfg := writeConfig(t, "tools:\n  - name: sh\n    command:\n      - /bin/sh\n      - -c\n      - |\n"+script.String())
 	w := watchCgroups(t)
 	w.created(t) // drain what came before
-	if r := d.cli("sandbox", "create", "tools", "--config", cfg, "--ro", probeDir+":/probe"); r.Code != 0 {
-		t.Fatalf("create with tool servers: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "tools"); r.Code != 0 {
-		t.Fatalf("start: %d %s\n%s", r.Code, r.Stderr, d)
-	}
+	d.createStart("tools", "--config", cfg, "--ro", probeDir+":/probe")
 	made := w.created(t)
 	i := d.ls()["tools"]
 	r := d.cli("sandbox", "exec", "tools", "--", "/probe/mcpclient", "call", "sh__whoami", "{}")

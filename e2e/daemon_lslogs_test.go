@@ -78,12 +78,7 @@ func TestDaemonLsCreated(t *testing.T) {
 	st := newStateDir(t)
 	d := startDaemon(t, st)
 	before := time.Now().Add(-2 * time.Second)
-	if r := d.cli("sandbox", "create", "c", "--workspace", userWorkspace(t), "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "c"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("c", "--workspace", userWorkspace(t), "--", "/bin/sleep", "1000")
 	after := time.Now().Add(2 * time.Second)
 	created := func() time.Time {
 		r := d.cli("sandbox", "ls", "--json")

@@ -145,12 +145,7 @@ func TestDaemonNotifyReadyReloadStopAdopt(t *testing.T) {
 
 	up := testkit.NewModelUpstream(t, fakeKey, "via-notify-daemon")
 	cfg := gatewayConfig(t, up.URL(), "")
-	if r := d.cli("sandbox", "create", "svc", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "svc"); r.Code != 0 {
-		t.Fatalf("start: %s", r.Stderr)
-	}
+	d.createStart("svc", "--config", cfg, "--", "/bin/sleep", "1000")
 	info := d.ls()["svc"]
 	if !alive(info.InitPid) {
 		t.Fatalf("sandbox init %d not alive", info.InitPid)

@@ -209,6 +209,18 @@ func (d *daemon) cli(args ...string) result {
 	return cordonSocket(d.t, d.socket, d.state, nil, args...)
 }
 
+// createStart creates sandbox name with the create arguments args and
+// starts it; either failing fails the test.
+func (d *daemon) createStart(name string, args ...string) {
+	d.t.Helper()
+	if r := d.cli(append([]string{"sandbox", "create", name}, args...)...); r.Code != 0 {
+		d.t.Fatalf("create %s: %d %s", name, r.Code, r.Stderr)
+	}
+	if r := d.cli("sandbox", "start", name); r.Code != 0 {
+		d.t.Fatalf("start %s: %d %s", name, r.Code, r.Stderr)
+	}
+}
+
 func cordonSocket(t *testing.T, socket, state string, cred *syscall.Credential, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(cordonBin, append([]string{"--state-dir", state}, args...)...)
@@ -618,12 +630,7 @@ func TestDaemonRestartAdoptsAndReopensGateway(t *testing.T) {
 	d := startDaemon(t, st)
 	up := testkit.NewModelUpstream(t, fakeKey, "via-adopted-gateway")
 	cfg := gatewayConfig(t, up.URL(), "")
-	if r := d.cli("sandbox", "create", "gw", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "gw"); r.Code != 0 {
-		t.Fatalf("start: %s", r.Stderr)
-	}
+	d.createStart("gw", "--config", cfg, "--", "/bin/sleep", "1000")
 	before := d.ls()["gw"]
 	// Managed state written before the daemon restart is there after it.
 	if r := d.cli("sandbox", "exec", "gw", "--", "/usr/bin/curl", "-sS", "--max-time", "10", "-X", "PUT", "--data-binary", "remembered",
@@ -659,12 +666,7 @@ func TestDaemonDriftDrains(t *testing.T) {
 	pdir := t.TempDir()
 	os.WriteFile(filepath.Join(pdir, "host.cedar"), []byte(`@id("no-evil") forbid(principal, action == Action::"model.invoke", resource == Model::"evil");`), 0o644)
 	d := startDaemon(t, st, "--policy-dir", pdir, "--drift-interval", "200ms")
-	if r := d.cli("sandbox", "create", "dr", "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "dr"); r.Code != 0 {
-		t.Fatalf("start: %s", r.Stderr)
-	}
+	d.createStart("dr", "--", "/bin/sleep", "1000")
 	if r := d.cli("sandbox", "exec", "dr", "--", "/bin/true"); r.Code != 0 {
 		t.Fatalf("exec before drift: %s", r.Stderr)
 	}
@@ -710,12 +712,7 @@ func TestDaemonProfiles(t *testing.T) {
 		t.Fatalf("lab without acceptance: %d %s", r.Code, r.Stderr)
 	}
 	phrase := "I accept that sandbox lab runs without policy, approval and budget gates"
-	if r := d.cli("sandbox", "create", "lab", "--profile", "FULL_CONTROL_LAB", "--accept", phrase, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("lab with acceptance: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "lab"); r.Code != 0 {
-		t.Fatalf("start: %s", r.Stderr)
-	}
+	d.createStart("lab", "--profile", "FULL_CONTROL_LAB", "--accept", phrase, "--", "/bin/sleep", "1000")
 	r = d.cli("sandbox", "status", "lab", "--json")
 	var s struct {
 		Profile  string   `json:"profile"`

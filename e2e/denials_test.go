@@ -304,12 +304,7 @@ func TestDaemonLogsDenials(t *testing.T) {
   resolve: {open.test: 127.0.0.1, denied.test: 127.0.0.1}
 `, port))
 	d := startDaemon(t, st)
-	if r := d.cli("sandbox", "create", "why", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "why"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("why", "--config", cfg, "--", "/bin/sleep", "1000")
 	curl := func(host string) result {
 		return d.cli("sandbox", "exec", "why", "--", "/usr/bin/curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "http://"+host+":"+port+"/")
 	}

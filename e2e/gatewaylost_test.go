@@ -404,12 +404,7 @@ func TestDaemonRestartChargesLostCrossings(t *testing.T) {
 	d := startDaemon(t, st)
 	up := newSlowUpstream(t)
 	cfg := gatewayConfig(t, up.srv.URL, "budgets:\n  output_tokens: 400\n")
-	if r := d.cli("sandbox", "create", "gw", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "gw"); r.Code != 0 {
-		t.Fatalf("start: %s", r.Stderr)
-	}
+	d.createStart("gw", "--config", cfg, "--", "/bin/sleep", "1000")
 	id := d.ls()["gw"].ID
 	stream := `curl -sS --max-time 60 -H 'content-type: application/json' -d '{"model":"claude-test-1","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"hi"}]}' http://127.0.0.1:80/v1/messages`
 	if r := d.cli("sandbox", "exec", "gw", "--", "/bin/sh", "-c", stream+" >/dev/null 2>&1 </dev/null &"); r.Code != 0 {

@@ -173,8 +173,20 @@ func cordon(t *testing.T, bin, state string, args ...string) result {
 
 func cordonStdin(t *testing.T, bin, state string, stdin []byte, args ...string) result {
 	t.Helper()
+	return cordonIn(t, bin, state, nil, stdin, args...)
+}
+
+// cordonEnv is cordon with env added to its environment (PATH only
+// otherwise).
+func cordonEnv(t *testing.T, env []string, state string, args ...string) result {
+	t.Helper()
+	return cordonIn(t, cordonBin, state, env, nil, args...)
+}
+
+func cordonIn(t *testing.T, bin, state string, env []string, stdin []byte, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"--state-dir", state}, args...)...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

@@ -429,13 +429,8 @@ func TestIngressDaemonSandbox(t *testing.T) {
 	ctl := t.TempDir()
 	os.Chmod(ctl, 0o755)
 	sb := &ingressSandbox{ctl: ctl, quit: fmt.Sprintf("quit-daemon-%d", time.Now().UnixNano())}
-	if r := d.cli("sandbox", "create", "web", "--config", cfg, "--ro", probeDir+":/probe", "--ro", ctl+":/ctl",
-		"--", "/probe/probe", "serve", "120", "/ctl/"+sb.quit, strconv.Itoa(ingressPort)); r.Code != 0 {
-		t.Fatalf("sandbox create = %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "web"); r.Code != 0 {
-		t.Fatalf("sandbox start = %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("web", "--config", cfg, "--ro", probeDir+":/probe", "--ro", ctl+":/ctl",
+		"--", "/probe/probe", "serve", "120", "/ctl/"+sb.quit, strconv.Itoa(ingressPort))
 	sb.proc = &cordonProc{done: make(chan struct{})} // never closes: the daemon runs it
 	sb.waitListening(t, ingressPort)
 	if body, err := httpGet(listen); err != nil || !strings.Contains(body, "ingress-ok") {

@@ -136,12 +136,7 @@ func TestDaemonMetrics(t *testing.T) {
 	if v := metricValue(before, "cordon_sandboxes", "state=running"); v != 0 {
 		t.Fatalf("cordon_sandboxes{running} = %v before any sandbox, want 0", v)
 	}
-	if r := d.cli("sandbox", "create", "m1", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %d %s", r.Code, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "m1"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("m1", "--config", cfg, "--", "/bin/sleep", "1000")
 	exec := func(argv ...string) result {
 		return d.cli(append([]string{"sandbox", "exec", "m1", "--"}, argv...)...)
 	}

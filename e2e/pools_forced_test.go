@@ -391,12 +391,7 @@ func TestHostPoolTCPWatchAfterDaemonRestart(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(ws, "probe"), b, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if r := d.cli("sandbox", "create", "net", "--memory", "64M", "--workspace", ws, "--", "/bin/sleep", "1000"); r.Code != 0 {
-			t.Fatalf("create: %d %s", r.Code, r.Stderr)
-		}
-		if r := d.cli("sandbox", "start", "net"); r.Code != 0 {
-			t.Fatalf("start: %d %s", r.Code, r.Stderr)
-		}
+		d.createStart("net", "--memory", "64M", "--workspace", ws, "--", "/bin/sleep", "1000")
 		before := d.ls()["net"]
 		d.kill()
 		if !alive(before.InitPid) {

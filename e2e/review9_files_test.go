@@ -399,12 +399,7 @@ func TestDaemonTrapReportFitsReplies(t *testing.T) {
 	script := `L=/$(printf '%0300d' 0); i=0; set --
 while [ $i -lt 1000 ]; do set -- "$@" "$L/t$i"; i=$((i+1)); done
 ln -s "$@" . && touch done; exec sleep 1000`
-	if r := d.cli("sandbox", "create", "hog", "--workspace", ws, "--", "/bin/sh", "-c", script); r.Code != 0 {
-		t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "hog"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("hog", "--workspace", ws, "--", "/bin/sh", "-c", script)
 	waitFor(t, func() bool { _, err := os.Lstat(filepath.Join(ws, "done")); return err == nil }, "the program's links")
 	r := d.cli("sandbox", "stop", "--json", "hog")
 	if r.Code != 0 {
@@ -519,12 +514,7 @@ func TestDaemonVolumeTrapsAtStop(t *testing.T) {
 	if r := d.cli("volume", "create", "vol"); r.Code != 0 {
 		t.Fatalf("volume create: %d %s", r.Code, r.Stderr)
 	}
-	if r := d.cli("sandbox", "create", "v", "--volume", "vol:/vol", "--", "/bin/sh", "-c", "ln -s /root/.ssh/id_rsa /vol/README.md && exec sleep 1000"); r.Code != 0 {
-		t.Fatalf("create: %d %s %s", r.Code, r.Stdout, r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "v"); r.Code != 0 {
-		t.Fatalf("start: %d %s", r.Code, r.Stderr)
-	}
+	d.createStart("v", "--volume", "vol:/vol", "--", "/bin/sh", "-c", "ln -s /root/.ssh/id_rsa /vol/README.md && exec sleep 1000")
 	link := filepath.Join(d.volumeDir, "vol", "README.md")
 	waitFor(t, func() bool { _, err := os.Lstat(link); return err == nil }, "the program's link in the volume")
 	r := d.cli("sandbox", "stop", "--json", "v")

@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,29 +12,6 @@ import (
 	"github.com/cordon-project/cordon/internal/telemetry/telemetrytest"
 	"github.com/cordon-project/cordon/internal/testkit"
 )
-
-// cordonEnv is cordon with extra variables in its own (root-side)
-// environment.
-func cordonEnv(t *testing.T, env []string, st string, args ...string) result {
-	t.Helper()
-	cmd := exec.Command(cordonBin, append([]string{"--state-dir", st}, args...)...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("cordon %v: did not finish in 2 minutes", args)
-	}
-	return parseResult(cmd.ProcessState.ExitCode(), out.String(), errb.String(), "")
-}
 
 // traceConfig is a config with the fake model upstream, a tool server
 // offering echo, and an egress rule for allowed.test on port.
@@ -299,12 +274,7 @@ func TestTraceDaemonSandbox(t *testing.T) {
 	d.kill()
 	d.bin = wrapper
 	d.start()
-	if r := d.cli("sandbox", "create", "traced", "--config", cfg, "--", "/bin/sleep", "1000"); r.Code != 0 {
-		t.Fatalf("create: %s", r.Stderr)
-	}
-	if r := d.cli("sandbox", "start", "traced"); r.Code != 0 {
-		t.Fatalf("start: %s", r.Stderr)
-	}
+	d.createStart("traced", "--config", cfg, "--", "/bin/sleep", "1000")
 	script := `curl -sS --max-time 20 -H 'content-type: application/json' -d '{"model":"claude-d","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}' "$ANTHROPIC_BASE_URL/v1/messages"; echo; ` +
 		`curl -sS --max-time 10 http://allowed.test:` + target.Port() + `/; echo; env`
 	r := d.cli("sandbox", "exec", "traced", "--", "/bin/sh", "-c", script)
