@@ -3,9 +3,12 @@ package metrics
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -64,5 +67,59 @@ cordon_evidence_log_size_bytes 4096
 	}
 	if n := bad.calls.Load(); n != 1 {
 		t.Errorf("20 scrapes with a failing size read walked the log %d times, want 1 (at most once a minute)", n)
+	}
+}
+
+// TestServerHoldsBoundedConnections: any local user can connect to a
+// loopback endpoint. One who opens connections and never sends a request
+// (or idles a keep-alive) must not make the daemon hold a descriptor per
+// connection without bound — the daemon's descriptors are its socket,
+// its store and its sandboxes'. The endpoint accepts at most maxConns at
+// once; the rest wait in the kernel's backlog and are served once the
+// holders go (control: a scrape then succeeds).
+func TestServerHoldsBoundedConnections(t *testing.T) {
+	a, err := ParseAddress("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Listen(a, New(Options{}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range maxConns + 24 {
+		c, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for s.Accepts() < maxConns && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // room for any further accept
+	if n := s.Accepts(); n != maxConns {
+		t.Fatalf("%d idle connections: the endpoint accepted %d, want exactly %d", len(held), n, maxConns)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + s.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatalf("after the holders left: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the holders left: GET /healthz = %d", resp.StatusCode)
 	}
 }
