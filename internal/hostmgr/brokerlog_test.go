@@ -1,0 +1,67 @@
+package hostmgr
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/sandbox/fake"
+	"github.com/cordon-project/cordon/internal/store"
+)
+
+// TestBrokerStderrCannotForgeTheDaemonLog: the gateway's broker processes
+// are agent-facing and unprivileged; one that is compromised writes what
+// it likes to its stderr. In the daemon that stream must reach the
+// daemon's log only as a value of a record the daemon writes — never as
+// raw bytes that drive the operator's terminal, nor as lines that pass
+// for the daemon's own records (a forged reload, a forged JSON record).
+func TestBrokerStderrCannotForgeTheDaemonLog(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"), store.DefaultPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	d, err := New(Options{StateDir: filepath.Join(dir, "state"), Store: st, Provider: &fake.Provider{}, VolumeDir: filepath.Join(dir, "volumes"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := d.launchHost.GatewayStderr
+	if w == nil {
+		t.Fatal("the daemon hands its broker processes its own raw stderr")
+	}
+	forged := `{"time":"2026-01-01T00:00:00Z","level":"INFO","msg":"reload: host policy in force","component":"daemon"}`
+	hostile := "\x1b]0;owned\x07\x1b[2J" + "time=x level=WARN msg=broker-said\n" + forged + "\npartial "
+	if _, err := io.WriteString(w, hostile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(w, "line\n"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if strings.Contains(out, "\x1b") || strings.Contains(out, "\x07") {
+		t.Errorf("terminal control bytes reached the daemon's log: %q", out)
+	}
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("a line of the daemon's log is not a record of its own: %q", l)
+		}
+		if rec["msg"] != "gateway process stderr" {
+			t.Errorf("a broker's line became a record of its own: %v", rec)
+		}
+		lines = append(lines, rec)
+	}
+	// Control: every line the broker wrote is there, as a value.
+	if len(lines) != 3 || !strings.Contains(lines[0]["line"].(string), "msg=broker-said") ||
+		lines[1]["line"] != forged || lines[2]["line"] != "partial line" {
+		t.Errorf("broker lines = %v", lines)
+	}
+}
