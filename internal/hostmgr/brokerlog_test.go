@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,4 +65,42 @@ func TestBrokerStderrCannotForgeTheDaemonLog(t *testing.T) {
 		lines[1]["line"] != forged || lines[2]["line"] != "partial line" {
 		t.Errorf("broker lines = %v", lines)
 	}
+}
+
+// FuzzBrokerLog: whatever a broker writes, in whatever pieces, the
+// daemon's log gets only its own records ("gateway process stderr", the
+// broker's text a value), with no terminal control byte and no line
+// longer than the bound allows.
+func FuzzBrokerLog(f *testing.F) {
+	ents, _ := os.ReadDir(filepath.Join("testdata", "brokerlog"))
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join("testdata", "brokerlog", e.Name())); err == nil {
+			f.Add(b, uint8(7))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte, cut uint8) {
+		var buf bytes.Buffer
+		w := newBrokerLog(slog.New(slog.NewJSONHandler(&buf, nil)))
+		for len(b) > 0 {
+			n := int(cut)%len(b) + 1
+			if _, err := w.Write(b[:n]); err != nil {
+				t.Fatal(err)
+			}
+			b = b[n:]
+		}
+		out := buf.String()
+		if out == "" {
+			return
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(l), &rec); err != nil || rec["msg"] != "gateway process stderr" || rec["component"] != "gateway" {
+				t.Fatalf("not a record of the daemon's: %q", l)
+			}
+			line, _ := rec["line"].(string)
+			if strings.ContainsAny(line, "\x1b\x07\r\n\u202e") || len(line) > 8*maxBrokerLine {
+				t.Fatalf("line value not escaped or bounded: %q", line)
+			}
+		}
+	})
 }
