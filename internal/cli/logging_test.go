@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/failure"
@@ -146,4 +148,49 @@ func FuzzParseSettings(f *testing.F) {
 			t.Fatalf("level %v", *s.LogLevel)
 		}
 	})
+}
+
+// TestLoadSettingsNotARegularFile: the settings file is read as root at
+// start and on every SIGHUP, from a path the operator chose. A FIFO put
+// there must not hang the read (a SIGHUP would wedge the daemon's signal
+// loop, and SIGTERM after it never finishes), and a device must not be
+// read without end: anything but a regular file is a usage error at once.
+func TestLoadSettingsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "daemon.conf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		done := make(chan error, 1)
+		go func() { _, err := loadSettings(path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || failure.KindOf(err) != failure.KindUsage || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("loadSettings(%s) = %v, want a usage error saying it is not a regular file", path, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("loadSettings(%s) still reading after 5s", path)
+		}
+	}
+	// A file over the bound is refused without reading it whole; a
+	// regular file (through a symlink too) still loads.
+	big := filepath.Join(dir, "big.conf")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("# comment\n"), maxSettings), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadSettings(big); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("loadSettings(big) = %v, want larger than", err)
+	}
+	good := filepath.Join(dir, "good.conf")
+	if err := os.WriteFile(good, []byte("log-level = debug\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.conf")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := loadSettings(link); err != nil || s.LogLevel == nil || *s.LogLevel != slog.LevelDebug {
+		t.Errorf("loadSettings(link) = %v, %v; want debug", s.LogLevel, err)
+	}
 }

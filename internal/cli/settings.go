@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cordon-project/cordon/internal/failure"
 )
@@ -72,15 +75,28 @@ func parseSettings(name string, b []byte) (daemonSettings, error) {
 }
 
 // loadSettings reads the settings file at path. An absent file is no
-// settings; any other failure is an error.
+// settings; any other failure is an error. Only a regular file is read
+// (a FIFO would hang the daemon's SIGHUP loop, a device would be read
+// without end), and no more of it than maxSettings allows.
 func loadSettings(path string) (daemonSettings, error) {
 	if path == "" {
 		return daemonSettings{}, nil
 	}
-	b, err := os.ReadFile(path)
+	// O_NONBLOCK: opening a FIFO must not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return daemonSettings{}, nil
 	}
+	if err != nil {
+		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%v", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%v", err)
+	} else if !fi.Mode().IsRegular() {
+		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%s: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSettings+1))
 	if err != nil {
 		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%v", err)
 	}

@@ -158,7 +158,8 @@ func New(o Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
-	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version, Telemetry: o.Telemetry}
+	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version, Telemetry: o.Telemetry,
+		GatewayStderr: newBrokerLog(o.Logger)} // brokerlog.go: never the daemon's raw stderr
 	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh, started: time.Now(), ready: make(chan struct{})}, nil
 }
 

@@ -61,6 +61,11 @@ type scrapeCollector struct {
 	mu       sync.Mutex
 	logBytes int64
 	logAt    time.Time // when logBytes was read; zero: never
+	// triedAt is when the size was last asked for, whatever came of it:
+	// a read that failed (too slow on a big store) waits as long as one
+	// that worked, so scraping in a loop cannot make the daemon walk the
+	// log on every request.
+	triedAt time.Time
 }
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -122,19 +127,19 @@ func (c *scrapeCollector) collectRecords(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(storeUpDesc, prometheus.GaugeValue, up)
 }
 
-// cachedLogBytes is the evidence log's size, reread when older than
-// logBytesEvery (scrapes in between get the last value).
+// cachedLogBytes is the evidence log's size, reread at most every
+// logBytesEvery, failed reads included (scrapes in between get the last
+// value read, if any).
 func (c *scrapeCollector) cachedLogBytes(ctx context.Context, lb LogBytes) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.logAt.IsZero() || time.Since(c.logAt) >= logBytesEvery {
-		n, err := lb.EvidenceLogBytes(ctx)
-		if err != nil {
-			return c.logBytes, !c.logAt.IsZero()
+	if c.triedAt.IsZero() || time.Since(c.triedAt) >= logBytesEvery {
+		c.triedAt = time.Now()
+		if n, err := lb.EvidenceLogBytes(ctx); err == nil {
+			c.logBytes, c.logAt = n, c.triedAt
 		}
-		c.logBytes, c.logAt = n, time.Now()
 	}
-	return c.logBytes, true
+	return c.logBytes, !c.logAt.IsZero()
 }
 
 // dirSize sums the regular files directly in dir (no symlink followed).

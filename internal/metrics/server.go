@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,11 @@ const (
 	idleTimeout       = 60 * time.Second
 	maxHeaderBytes    = 8 << 10
 	maxInFlight       = 4
+	// maxConns bounds the connections the endpoint holds at once (idle
+	// keep-alives and slow clients included): every one is a descriptor
+	// of the daemon's, which needs them for its socket, store and
+	// sandboxes. Past it, connections wait in the kernel's backlog.
+	maxConns = 16
 )
 
 // Address is a checked --metrics-address.
@@ -87,7 +93,7 @@ func Listen(a Address, m *Metrics, log *slog.Logger) (*Server, error) {
 		return nil, failure.Fail(failure.KindUsage, "metrics", err)
 	}
 	s := &Server{}
-	s.l = &countingListener{Listener: l, n: &s.accepts}
+	s.l = &countingListener{Listener: l, n: &s.accepts, slots: make(chan struct{}, maxConns), closed: make(chan struct{})}
 	// The endpoint's own accept count is a metric: an operator (and an
 	// escape test) sees from the host who connected, scrapes included.
 	if err := m.reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -171,16 +177,45 @@ func Handler(m *Metrics) http.Handler {
 	})
 }
 
-// countingListener counts accepted connections.
+// countingListener counts accepted connections and holds at most
+// cap(slots) at once: Accept waits for a held one to close.
 type countingListener struct {
 	net.Listener
-	n *atomic.Int64
+	n      *atomic.Int64
+	slots  chan struct{}
+	closed chan struct{}
+	once   sync.Once
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
 	}
-	return c, err
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	l.n.Add(1)
+	return &slotConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *countingListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// slotConn gives its listener's slot back when it closes (once).
+type slotConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -92,14 +93,57 @@ func receiptsRollback(tx *sql.Tx, mark int) {
 	}
 }
 
+// sideDB is a second connection to the store's file, opened at first
+// use, for EvidenceLogBytes alone: its dbstat walk visits every page of
+// the log, and on the Store's one connection every crossing's receipt
+// would queue behind it (a metrics scrape, which any local user can make,
+// would stall every sandbox for as long as the walk ran). In WAL mode a
+// reader beside the writer neither waits for it nor holds it up.
+type sideDB struct {
+	mu     sync.Mutex
+	db     *sql.DB
+	closed bool
+}
+
+func (s *Store) sideConn() (*sql.DB, error) {
+	s.side.mu.Lock()
+	defer s.side.mu.Unlock()
+	if s.side.closed {
+		return nil, errors.New("store closed")
+	}
+	if s.side.db == nil {
+		db, err := sql.Open("sqlite", dsn(s.path))
+		if err != nil {
+			return nil, err
+		}
+		db.SetMaxOpenConns(1)
+		s.side.db = db
+	}
+	return s.side.db, nil
+}
+
+func (d *sideDB) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	if d.db != nil {
+		_ = d.db.Close()
+	}
+}
+
 // EvidenceLogBytes is the space the evidence log takes in the database
 // file: the pages of the receipts (the leaves' data), log_leaves,
 // log_hashes and log_checkpoints tables and their indexes, as SQLite's
-// dbstat reports them. It visits each of those pages: call it rarely
-// (the metrics cache it).
+// dbstat reports them, as committed. It visits each of those pages: call
+// it rarely (the metrics cache it). It runs on a connection of its own
+// (sideDB), never the one the crossings record on.
 func (s *Store) EvidenceLogBytes(ctx context.Context) (int64, error) {
+	db, err := s.sideConn()
+	if err != nil {
+		return 0, fmt.Errorf("evidence log bytes: %w", err)
+	}
 	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT coalesce(sum(pgsize), 0) FROM dbstat
+	err = db.QueryRowContext(ctx, `SELECT coalesce(sum(pgsize), 0) FROM dbstat
 		WHERE name IN ('receipts', 'receipts_workload', 'log_leaves', 'log_hashes', 'log_checkpoints')
 		OR name LIKE 'sqlite_autoindex_log_%'`).Scan(&n)
 	if err != nil {

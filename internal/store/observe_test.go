@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 )
@@ -158,5 +159,53 @@ func BenchmarkRecordReceipt(b *testing.B) {
 				b.Fatalf("observed %d of %d receipts", n, b.N)
 			}
 		})
+	}
+}
+
+// TestEvidenceLogBytesBesideTheWriter: the evidence log's size is a walk
+// of every log page (dbstat), done at a metrics scrape — which any local
+// user can cause. It must not run on the store's one connection, where
+// every crossing's receipt queues behind it: a walk of a big store would
+// stall every sandbox's crossings for as long as it ran. Seen from
+// outside: while a write transaction holds the store's connection, the
+// walk still answers (a reader beside the WAL writer); and the size it
+// reads is the committed one.
+func TestEvidenceLogBytesBesideTheWriter(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, t.TempDir(), testPool)
+	before, err := s.EvidenceLogBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holding, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Batch(ctx, func(tx *Tx) {
+			rc := testReceipt(1)
+			rc.Reason = strings.Repeat("r", 64<<10)
+			if _, err := tx.Record(rc); err != nil {
+				t.Error(err)
+			}
+			close(holding)
+			<-release
+		})
+	}()
+	<-holding
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	n, err := s.EvidenceLogBytes(wctx)
+	cancel()
+	close(release)
+	if err != nil {
+		t.Fatalf("EvidenceLogBytes while a crossing's transaction is open = %v: it waits on the store's only connection", err)
+	}
+	if n != before {
+		t.Errorf("EvidenceLogBytes = %d while the transaction is open, want the committed %d", n, before)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.EvidenceLogBytes(ctx)
+	if err != nil || after <= before {
+		t.Errorf("EvidenceLogBytes after the commit = %d, %v; want more than %d", after, err, before)
 	}
 }

@@ -106,6 +106,8 @@ type Store struct {
 	pool Pool
 	now  func() time.Time                       // nil: time.Now; tests set a clock (approvals.go)
 	obs  atomic.Pointer[func(crossing.Receipt)] // receipt observer (observe.go)
+	path string                                 // the database file
+	side sideDB                                 // second connection for EvidenceLogBytes (observe.go)
 }
 
 // hostFiles names the host databases a pool must not collide with. Tests
@@ -235,7 +237,7 @@ func open(stateDir string, pool Pool, host hostFiles) (*Store, error) {
 	// one connection setup only. Other processes still serialize through
 	// SQLite's file locks.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, pool: pool}
+	s := &Store{db: db, pool: pool, path: path}
 	// The first connection to a new database switches it to WAL, which
 	// takes an exclusive lock without SQLite's busy handler: another process
 	// opening the same new database then gets SQLITE_BUSY at once. Retry.
@@ -398,5 +400,6 @@ func addColumns(ctx context.Context, tx *sql.Tx, cols [][3]string) error {
 
 // Close closes the database. Records and leases stay in it.
 func (s *Store) Close() error {
+	s.side.close()
 	return s.db.Close()
 }
