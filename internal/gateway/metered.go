@@ -113,6 +113,9 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 		// tool or state receipt comes only from their trusted halves).
 		return crossing.BudgetState{}, fmt.Errorf("%w: settle_record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
 	}
+	if err := validDecision(rc.Decision); err != nil {
+		return crossing.BudgetState{}, err
+	}
 	rc.Identity = s.ID
 	rc.CallKey, rc.ResultDigest = "", "" // a tool call's, set by tool_end only
 	if req.Broker == ingress.Name {
@@ -147,6 +150,9 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	}
 	rc := *req.Receipt
 	rc.Identity = s.ID
+	if err := validDecision(rc.Decision); err != nil {
+		return err
+	}
 	switch {
 	case rc.Broker != req.Broker:
 		// A channel records its own broker's receipts only.
@@ -229,6 +235,17 @@ func (s *Authority) record(ops authorityOps, req call) error {
 func (s *Authority) ownReservation(broker string, id int64) error {
 	if by, ok := s.openedBy(id); ok && by != broker {
 		return fmt.Errorf("%w: reservation %d is the %s broker's, not the %s broker's", crossing.ErrPolicyDenied, id, by, broker)
+	}
+	return nil
+}
+
+// validDecision refuses a receipt whose decision is neither allow nor
+// deny: the gateway's text would otherwise be recorded as a denial's
+// decision (an escape sequence on the operator's terminal, a "Deny"
+// that receipts --decision deny never lists).
+func validDecision(d string) error {
+	if d != crossing.Allow && d != crossing.Deny {
+		return fmt.Errorf("%w: a receipt's decision is allow or deny, not %q", crossing.ErrPolicyDenied, clipID(d))
 	}
 	return nil
 }
