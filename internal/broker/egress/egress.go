@@ -128,6 +128,7 @@ type Broker struct {
 
 	mu     sync.Mutex
 	active map[string]int64 // open connections per workload
+	warns  logLimit         // the crossings' WARN/ERROR lines (loglimit.go)
 }
 
 var (
@@ -295,6 +296,15 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 		if err != nil {
 			level = slog.LevelError
 			attrs = append(attrs, slog.String("receipt_error", err.Error()))
+		}
+	}
+	if level > slog.LevelInfo {
+		dropped, ok := b.warns.admit(time.Now())
+		if !ok {
+			return
+		}
+		if dropped > 0 {
+			attrs = append(attrs, slog.Int64("suppressed", dropped))
 		}
 	}
 	b.log.LogAttrs(ctx, level, "egress crossing", attrs...)
