@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/loglimit"
 )
 
 // Name is the broker's name in budgets, receipts and logs.
@@ -128,7 +129,7 @@ type Broker struct {
 
 	mu     sync.Mutex
 	active map[string]int64 // open connections per workload
-	warns  logLimit         // the crossings' WARN/ERROR lines (loglimit.go)
+	warns  loglimit.Bucket  // the crossings' WARN/ERROR lines
 }
 
 var (
@@ -299,7 +300,7 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 		}
 	}
 	if level > slog.LevelInfo {
-		dropped, ok := b.warns.admit(time.Now())
+		dropped, ok := b.warns.Admit(time.Now())
 		if !ok {
 			return
 		}

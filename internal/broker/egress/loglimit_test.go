@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/loglimit"
 )
 
 // syncBuf is a bytes.Buffer safe for the broker's concurrent log writes.
@@ -66,8 +67,8 @@ func TestDenialLogLinesAreRateLimited(t *testing.T) {
 	if lines == 0 {
 		t.Fatalf("no denial was logged (control):\n%s", logs.String())
 	}
-	if lines > warnLogBurst {
-		t.Fatalf("%d denials made %d log lines, want at most %d", n, lines, warnLogBurst)
+	if lines > loglimit.Burst {
+		t.Fatalf("%d denials made %d log lines, want at most %d", n, lines, loglimit.Burst)
 	}
 	time.Sleep(time.Second + 100*time.Millisecond)
 	deny()
