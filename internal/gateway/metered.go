@@ -116,6 +116,7 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 	if err := validDecision(rc.Decision); err != nil {
 		return crossing.BudgetState{}, err
 	}
+	s.boundTime(&rc)
 	rc.Identity = s.ID
 	rc.CallKey, rc.ResultDigest = "", "" // a tool call's, set by tool_end only
 	if req.Broker == ingress.Name {
@@ -153,6 +154,7 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	if err := validDecision(rc.Decision); err != nil {
 		return err
 	}
+	s.boundTime(&rc)
 	switch {
 	case rc.Broker != req.Broker:
 		// A channel records its own broker's receipts only.
@@ -248,4 +250,19 @@ func validDecision(d string) error {
 		return fmt.Errorf("%w: a receipt's decision is allow or deny, not %q", crossing.ErrPolicyDenied, clipID(d))
 	}
 	return nil
+}
+
+// timeSlack is how much earlier than this side began serving a
+// crossing's recorded start may be (clocks read in two processes).
+const timeSlack = time.Minute
+
+// boundTime keeps a broker's receipt time (its crossing's start) only
+// between this side beginning to serve and now; any other is now. The
+// store indexes the time and receipts --since selects on it: a broker's
+// receipt dated 2001 or 2100 would be missed by every "since" question.
+func (s *Authority) boundTime(rc *crossing.Receipt) {
+	now := time.Now()
+	if rc.Time.After(now) || rc.Time.Before(s.served.Add(-timeSlack)) {
+		rc.Time = now.UTC()
+	}
 }
