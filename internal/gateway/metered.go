@@ -9,6 +9,7 @@ import (
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/denial"
 )
 
 // The metered operations (model, egress; record also for the tool
@@ -180,6 +181,9 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	rc.Rule, rc.ConfigDigest = "", s.ConfigDigest // a denial's rule is named below
 	if rc.Policy != nil {
 		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
+		if rc.Decision == crossing.Deny && denial.Classify(rc) == denial.KindCedarForbid {
+			s.checkClaimedForbids(rc.Policy)
+		}
 	}
 	// The crossing's span (internal/telemetry), made once the receipt
 	// is to be written (a dropped denial makes none): its ids in the
@@ -264,5 +268,22 @@ func (s *Authority) boundTime(rc *crossing.Receipt) {
 	now := time.Now()
 	if rc.Time.After(now) || rc.Time.Before(s.served.Add(-timeSlack)) {
 		rc.Time = now.UTC()
+	}
+}
+
+// checkClaimedForbids keeps a broker's claim that forbids denied its
+// crossing (a receipt whose rule would be "forbidden by") only if each
+// is a forbid of this side's set: the rule named
+// from it (and the suggestion to narrow or remove that forbid) reaches
+// the operator. Any other claim becomes an evaluation error naming it,
+// which names no forbid and suggests nothing.
+func (s *Authority) checkClaimedForbids(d *crossing.PolicyDecision) {
+	set := s.policy()
+	for _, id := range d.Determining {
+		if !set.Forbids(id) {
+			d.Errors = append(d.Errors, fmt.Sprintf("the gateway named policies that are not forbids of this set as determining: %q", d.Determining))
+			d.Determining = nil
+			return
+		}
 	}
 }
