@@ -275,7 +275,7 @@ func printStages(w io.Writer, x ExplainReport) {
 		printSuggestion(w, x.Suggestion)
 	}
 	if rp := x.Replay; rp != nil {
-		fmt.Fprintf(w, "receipt %d: recorded %s (%s); now %s", rp.Receipt, rp.RecordedDecision, textsafe.Line(orNone(rp.RecordedRule)), rp.Decision)
+		fmt.Fprintf(w, "receipt %d: recorded %s (%s); now %s", rp.Receipt, textsafe.Line(rp.RecordedDecision), textsafe.Line(orNone(rp.RecordedRule)), rp.Decision)
 		if rp.Changed {
 			fmt.Fprintln(w, ": the answer changed")
 		} else {

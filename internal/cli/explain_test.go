@@ -131,3 +131,40 @@ func TestReceiptsDecisionSinceAndReplay(t *testing.T) {
 		t.Error("explain --receipt 999: no error")
 	}
 }
+
+// A store written before the privileged side refused a forged decision
+// holds a receipt whose decision is a gateway's text: policy explain
+// --receipt printed it raw, an escape sequence on the operator's
+// terminal. Observed in the printed replay: every control byte escaped.
+// Control: the same receipt's decision is in --json as recorded.
+func TestReplayPrintsARecordedDecisionEscaped(t *testing.T) {
+	testkit.RequireRoot(t)
+	dir := t.TempDir()
+	st, err := store.Open(dir, store.DefaultPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := "deny\x1b]0;owned\x07\x1b[2J"
+	n, err := st.RecordReceipt(context.Background(), crossing.Receipt{Time: time.Now(), Identity: crossing.Identity{Workload: "agent", Tenant: "t", Purpose: "p", SandboxID: "sb1"},
+		Broker: "egress", Action: "connect", Target: "evil.test:443", Decision: forged, Reason: "host-not-allowed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	cfg := filepath.Join(t.TempDir(), "cordon.yaml")
+	if err := os.WriteFile(cfg, []byte(replayConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runIn(t, dir, policyCmd, "explain", "--config", cfg, "--receipt", strconv.FormatInt(n, 10))
+	if err != nil || !strings.Contains(out, "receipt "+strconv.FormatInt(n, 10)+": recorded deny") {
+		t.Fatalf("explain --receipt = %v\n%q", err, out)
+	}
+	if strings.ContainsAny(out, "\x1b\x07") {
+		t.Errorf("explain --receipt printed the recorded decision raw: %q", out)
+	}
+	out, err = runIn(t, dir, policyCmd, "explain", "--config", cfg, "--json", "--receipt", strconv.FormatInt(n, 10))
+	var x ExplainReport
+	if err != nil || json.Unmarshal([]byte(out), &x) != nil || x.Replay == nil || x.Replay.RecordedDecision != forged {
+		t.Errorf("explain --receipt --json = %v, %q; want the decision as recorded", err, out)
+	}
+}

@@ -252,11 +252,12 @@ func explain(cfg *config.Config, set *policy.Set, r explainRequest) ExplainRepor
 	// The budget: a model call reserves a request, a connection a
 	// connection, and the store refuses either past a limit whatever
 	// policy says (tokens and bytes are reserved with the request's size,
-	// known only when it is made).
+	// known only when it is made: at least one input token and one byte,
+	// its body being a JSON object).
 	var want crossing.Amount
 	switch r.Action {
 	case policy.ActionModelInvoke:
-		want.Requests = 1
+		want.Requests, want.InputTokens, want.Bytes = 1, 1, 1
 	case policy.ActionEgressConnect:
 		want.Connections = 1
 	case policy.ActionIngressConnect:

@@ -335,3 +335,48 @@ secrets:
 		}
 	}
 }
+
+// Every model call reserves at least one input token (its body is a
+// JSON object; the broker reserves (bytes+3)/4 input tokens): with the
+// input_tokens budget spent the runtime refuses every call, while
+// explain reserved only the request and said allow. Observed in
+// explain's verdict: deny at the budget stage, naming the limit.
+// Control: one token below the limit, allow.
+func TestPolicyExplainBudgetOfEveryModelCall(t *testing.T) {
+	dir := t.TempDir()
+	writeTemp(t, dir, "policy/p.cedar", `@id("all") permit (principal, action, resource);`+"\n")
+	cfg := writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
+workload: demo
+tenant: acme
+purpose: coding
+policy: [policy/p.cedar]
+models:
+  - name: claude
+    api: anthropic
+    upstream: https://api.anthropic.com
+    credential: key
+    models: ["claude-*"]
+budgets:
+  input_tokens: 1000
+secrets:
+  key: {env: CORDON_TEST_UNSET}
+`)
+	for _, tt := range []struct {
+		used  string
+		allow bool
+		names string
+	}{
+		{`{"input_tokens":999}`, true, ""},
+		{`{"input_tokens":1000}`, false, "input_tokens"},
+	} {
+		req := `{"action":"model.invoke","resource":{"type":"Model","id":"claude-x"},"context":{"budget":{"used":` + tt.used + `}}}`
+		out, errOut, code := runPolicy(t, "", "explain", "--json", "--config", cfg, "--request", req)
+		var x ExplainReport
+		if err := json.Unmarshal([]byte(out), &x); err != nil || code != 0 {
+			t.Fatalf("explain %s = %d, %q, %q", req, code, out, errOut)
+		}
+		if x.Allow != tt.allow || (!tt.allow && (x.DeniedAt != "budget" || !strings.Contains(x.Rule, tt.names))) {
+			t.Errorf("explain with used %s = allow %v at %q rule %q; want allow %v (%s)", tt.used, x.Allow, x.DeniedAt, x.Rule, tt.allow, tt.names)
+		}
+	}
+}

@@ -32,6 +32,12 @@ func Suggest(rc crossing.Receipt) *Suggestion {
 	host, port := HostPort(rc.Target)
 	switch Classify(rc) {
 	case KindEgressHost, KindEgressPort:
+		if strings.Contains(host, "*") {
+			// Not a name the egress broker lets through (a forged
+			// receipt's, or a request's): as an entry it would be a
+			// wildcard pattern allowing every name under it.
+			return &Suggestion{Kind: "config", Note: "the target is not a hostname: no egress.allow entry allows exactly it"}
+		}
 		return &Suggestion{Kind: "config", Text: EgressEntry(host, port),
 			Note: "add this entry to egress.allow (or the port to the ports of the host's entry)"}
 	case KindModelRoute:
@@ -39,7 +45,7 @@ func Suggest(rc crossing.Receipt) *Suggestion {
 			Note: "add this id to the models list of the models[] route of its API"}
 	case KindToolOffer:
 		server, tool, _ := strings.Cut(rc.Target, "/")
-		return &Suggestion{Kind: "config", Text: "allow: [" + yamlString(tool) + "]",
+		return &Suggestion{Kind: "config", Text: "allow: [" + yamlString(globLiteral(tool)) + "]",
 			Note: "add this tool to the allow list of the tools[] server " + yamlString(server)}
 	case KindBudget:
 		return budgetSuggestion(rc.Budget)

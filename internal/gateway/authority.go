@@ -122,6 +122,9 @@ type Authority struct {
 	owed map[string]int64
 
 	denials bucket
+	// served is when this side began serving (initLimits): no receipt
+	// it writes for a broker is of a crossing older than that.
+	served time.Time
 	// approvals are the approvals used by open crossings (approvals.go).
 	approvals grants
 	mu        sync.Mutex
@@ -245,6 +248,7 @@ func (s *Authority) ready(broker string) {
 // channel of the sandbox.
 func (s *Authority) initLimits() {
 	s.limitsOnce.Do(func() {
+		s.served = time.Now()
 		s.toolOps = semaphore.NewWeighted(maxToolOps)
 		s.stateOps = semaphore.NewWeighted(maxStateOps)
 	})

@@ -46,7 +46,7 @@ func (r root) Logger() *slog.Logger { return r.s.log() }
 
 // initHalves makes the brokers' trusted halves of this sandbox, once.
 func (s *Authority) initHalves() {
-	s.stateAuth = &stateauthority.Authority{Root: root{s}, Store: s.Store, Policy: s.State}
+	s.stateAuth = &stateauthority.Authority{Root: root{s}, Store: s.Store, Policy: s.State, ConfigDigest: s.ConfigDigest}
 	s.toolAuth = &toolauthority.Authority{Root: root{s}, Store: s.Store, Policy: s.Tools}
 }
 

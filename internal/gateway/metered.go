@@ -9,6 +9,7 @@ import (
 	"github.com/cordon-project/cordon/internal/broker/state"
 	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/denial"
 )
 
 // The metered operations (model, egress; record also for the tool
@@ -113,6 +114,10 @@ func (s *Authority) settleRecord(ops authorityOps, req call) (crossing.BudgetSta
 		// tool or state receipt comes only from their trusted halves).
 		return crossing.BudgetState{}, fmt.Errorf("%w: settle_record: a %s receipt on the %s broker's channel", crossing.ErrPolicyDenied, clipID(rc.Broker), req.Broker)
 	}
+	if err := validDecision(rc.Decision); err != nil {
+		return crossing.BudgetState{}, err
+	}
+	s.boundTime(&rc)
 	rc.Identity = s.ID
 	rc.CallKey, rc.ResultDigest = "", "" // a tool call's, set by tool_end only
 	if req.Broker == ingress.Name {
@@ -147,6 +152,10 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	}
 	rc := *req.Receipt
 	rc.Identity = s.ID
+	if err := validDecision(rc.Decision); err != nil {
+		return err
+	}
+	s.boundTime(&rc)
 	switch {
 	case rc.Broker != req.Broker:
 		// A channel records its own broker's receipts only.
@@ -172,6 +181,9 @@ func (s *Authority) record(ops authorityOps, req call) error {
 	rc.Rule, rc.ConfigDigest = "", s.ConfigDigest // a denial's rule is named below
 	if rc.Policy != nil {
 		rc.Policy.Digest = s.policy().Digest() // what decided is this side's set
+		if rc.Decision == crossing.Deny && denial.Classify(rc) == denial.KindCedarForbid {
+			s.checkClaimedForbids(rc.Policy)
+		}
 	}
 	// The crossing's span (internal/telemetry), made once the receipt
 	// is to be written (a dropped denial makes none): its ids in the
@@ -231,4 +243,47 @@ func (s *Authority) ownReservation(broker string, id int64) error {
 		return fmt.Errorf("%w: reservation %d is the %s broker's, not the %s broker's", crossing.ErrPolicyDenied, id, by, broker)
 	}
 	return nil
+}
+
+// validDecision refuses a receipt whose decision is neither allow nor
+// deny: the gateway's text would otherwise be recorded as a denial's
+// decision (an escape sequence on the operator's terminal, a "Deny"
+// that receipts --decision deny never lists).
+func validDecision(d string) error {
+	if d != crossing.Allow && d != crossing.Deny {
+		return fmt.Errorf("%w: a receipt's decision is allow or deny, not %q", crossing.ErrPolicyDenied, clipID(d))
+	}
+	return nil
+}
+
+// timeSlack is how much earlier than this side began serving a
+// crossing's recorded start may be (clocks read in two processes).
+const timeSlack = time.Minute
+
+// boundTime keeps a broker's receipt time (its crossing's start) only
+// between this side beginning to serve and now; any other is now. The
+// store indexes the time and receipts --since selects on it: a broker's
+// receipt dated 2001 or 2100 would be missed by every "since" question.
+func (s *Authority) boundTime(rc *crossing.Receipt) {
+	now := time.Now()
+	if rc.Time.After(now) || rc.Time.Before(s.served.Add(-timeSlack)) {
+		rc.Time = now.UTC()
+	}
+}
+
+// checkClaimedForbids keeps a broker's claim that forbids denied its
+// crossing (a receipt whose rule would be "forbidden by") only if each
+// is a forbid of this side's set: the rule named
+// from it (and the suggestion to narrow or remove that forbid) reaches
+// the operator. Any other claim becomes an evaluation error naming it,
+// which names no forbid and suggests nothing.
+func (s *Authority) checkClaimedForbids(d *crossing.PolicyDecision) {
+	set := s.policy()
+	for _, id := range d.Determining {
+		if !set.Forbids(id) {
+			d.Errors = append(d.Errors, fmt.Sprintf("the gateway named policies that are not forbids of this set as determining: %q", d.Determining))
+			d.Determining = nil
+			return
+		}
+	}
 }

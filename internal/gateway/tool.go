@@ -83,7 +83,12 @@ func (s *Authority) handleTool(req call) reply {
 		// The call's span: its ids go into the receipt the trusted
 		// half writes (telemetry.StampFrom).
 		sp := s.Trace.ToolEnded(req.End.Call)
-		resp.ReceiptID, err = s.toolHalf().End(telemetry.With(ctx, sp), *req.End)
+		end := *req.End
+		// The receipt's fields this side sets (as record does): no rule
+		// on an allowed call, this side's configuration, a bounded time.
+		end.Receipt.Rule, end.Receipt.ConfigDigest = "", s.ConfigDigest
+		s.boundTime(&end.Receipt)
+		resp.ReceiptID, err = s.toolHalf().End(telemetry.With(ctx, sp), end)
 		sp.End(&crossing.Receipt{Decision: crossing.Allow, Action: "tools/call", Reason: req.End.Outcome}, resp.ReceiptID, err)
 		s.toolEnded(req.End.Call, err == nil)
 	default:

@@ -257,6 +257,12 @@ func (s *Set) Files() []string { return append([]string(nil), s.files...) }
 // Len returns the number of policies in the set.
 func (s *Set) Len() int { return len(s.policies) }
 
+// Forbids reports whether id is a forbid policy of the set.
+func (s *Set) Forbids(id string) bool {
+	e, ok := s.byID[cedar.PolicyID(id)]
+	return ok && e.forbid
+}
+
 // IDs returns the policy ids in file order.
 func (s *Set) IDs() []string {
 	ids := make([]string, len(s.policies))

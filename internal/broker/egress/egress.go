@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/loglimit"
 )
 
 // Name is the broker's name in budgets, receipts and logs.
@@ -128,6 +129,7 @@ type Broker struct {
 
 	mu     sync.Mutex
 	active map[string]int64 // open connections per workload
+	warns  loglimit.Bucket  // the crossings' WARN/ERROR lines
 }
 
 var (
@@ -295,6 +297,15 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 		if err != nil {
 			level = slog.LevelError
 			attrs = append(attrs, slog.String("receipt_error", err.Error()))
+		}
+	}
+	if level > slog.LevelInfo {
+		dropped, ok := b.warns.Admit(time.Now())
+		if !ok {
+			return
+		}
+		if dropped > 0 {
+			attrs = append(attrs, slog.Int64("suppressed", dropped))
 		}
 	}
 	b.log.LogAttrs(ctx, level, "egress crossing", attrs...)

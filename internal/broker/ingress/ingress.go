@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/loglimit"
 )
 
 // Name is the broker's name: in receipts and as its channel's broker.
@@ -86,6 +87,7 @@ type Broker struct {
 	log   *slog.Logger
 	slots []chan struct{} // per route: one token per open connection
 	wg    sync.WaitGroup
+	warns loglimit.Bucket // the WARN/ERROR lines of refused connections
 }
 
 // New checks o and returns the broker.
@@ -281,6 +283,15 @@ func (b *Broker) record(ctx context.Context, at *attempt, decision, reason strin
 	if err != nil {
 		level = slog.LevelError
 		attrs = append(attrs, slog.String("receipt_error", err.Error()))
+	}
+	if level > slog.LevelInfo {
+		dropped, ok := b.warns.Admit(time.Now())
+		if !ok {
+			return
+		}
+		if dropped > 0 {
+			attrs = append(attrs, slog.Int64("suppressed", dropped))
+		}
 	}
 	b.log.LogAttrs(ctx, level, "ingress crossing", attrs...)
 }

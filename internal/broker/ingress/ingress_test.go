@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -148,7 +149,7 @@ func (tg *target) count() int {
 
 // start serves one route to tg through a broker over auth; it returns the
 // route's address.
-func start(t *testing.T, auth *fakeAuthority, tg *target, maxConc int, chunk int64) string {
+func start(t *testing.T, auth *fakeAuthority, tg *target, maxConc int, chunk int64, log ...*slog.Logger) string {
 	t.Helper()
 	host, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -158,7 +159,7 @@ func start(t *testing.T, auth *fakeAuthority, tg *target, maxConc int, chunk int
 	var d net.Dialer
 	b, err := New(Options{
 		Routes:    []Route{{Name: "ui", Port: 8080, Listen: host.Addr().String(), MaxConcurrent: maxConc}},
-		Listeners: []net.Listener{host}, Identity: crossing.Identity{Workload: "w", SandboxID: "s"}, Authority: auth, Chunk: chunk,
+		Listeners: []net.Listener{host}, Identity: crossing.Identity{Workload: "w", SandboxID: "s"}, Authority: auth, Chunk: chunk, Logger: first(log),
 		// The checked dialer's part: the declared port inside the sandbox
 		// is the target's here.
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -291,4 +292,11 @@ func TestMaxConcurrent(t *testing.T) {
 	if tg.count() != 1 {
 		t.Errorf("target accepted %d, want 1", tg.count())
 	}
+}
+
+func first(l []*slog.Logger) *slog.Logger {
+	if len(l) == 0 {
+		return nil
+	}
+	return l[0]
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/loglimit"
 )
 
 // Error types in the JSON body of every refusal: {"error": {"type": …,
@@ -47,6 +48,7 @@ type Options struct {
 type Broker struct {
 	authority Authority
 	log       *slog.Logger
+	warns     loglimit.Bucket // the WARN lines of refusals (the agent's to repeat)
 }
 
 // New returns the state broker.
@@ -355,7 +357,17 @@ func (b *Broker) logOutcome(ctx context.Context, o *outcome) {
 	if !b.log.Enabled(ctx, lvl) {
 		return
 	}
-	b.log.LogAttrs(ctx, lvl, "state crossing",
+	var extra []slog.Attr
+	if lvl > slog.LevelInfo {
+		dropped, ok := b.warns.Admit(time.Now())
+		if !ok {
+			return
+		}
+		if dropped > 0 {
+			extra = append(extra, slog.Int64("suppressed", dropped))
+		}
+	}
+	b.log.LogAttrs(ctx, lvl, "state crossing", append([]slog.Attr{
 		slog.String("workload", o.id.Workload),
 		slog.String("broker", Name),
 		slog.String("decision", decision),
@@ -366,5 +378,5 @@ func (b *Broker) logOutcome(ctx context.Context, o *outcome) {
 		slog.String("action", o.op),
 		slog.String("key", o.key),
 		slog.Int("status", o.status),
-		slog.Duration("duration", time.Since(o.start)))
+		slog.Duration("duration", time.Since(o.start))}, extra...)...)
 }

@@ -49,6 +49,9 @@ type Authority struct {
 	Store *store.Store
 	// Policy bounds the scope; nil refuses every operation.
 	Policy *Policy
+	// ConfigDigest is the sandbox configuration's digest, recorded in
+	// every receipt (policy explain --receipt compares it).
+	ConfigDigest string
 }
 
 // Policy is the root side's configuration of the state broker:
@@ -133,7 +136,7 @@ func (sp *Policy) Ask(r state.Request) (string, string, error) {
 func (s *Authority) Do(ctx context.Context, r state.Request) (state.Response, error) {
 	start := time.Now()
 	id := s.Root.Identity()
-	rc := crossing.Receipt{Time: start.UTC(), Identity: id, Broker: state.Name, Action: r.Op, Target: state.ScopeTarget}
+	rc := crossing.Receipt{Time: start.UTC(), Identity: id, Broker: state.Name, Action: r.Op, Target: state.ScopeTarget, ConfigDigest: s.ConfigDigest}
 	telemetry.StampFrom(ctx, &rc) // the root side's span of this operation
 	var out state.Response
 	deny := func(err error) (state.Response, error) {
