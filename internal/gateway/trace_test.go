@@ -71,3 +71,57 @@ func TestAuthorityStampsTraceIDs(t *testing.T) {
 		}
 	}
 }
+
+// A compromised gateway process settles reservations that do not exist
+// (settle_record is neither rate-limited nor budgeted): the store refuses
+// each, and none of them may become a span — exported, it would flood
+// the collector's queue every sandbox of a daemon shares, and as the
+// latest model turn it would become the parent of the crossings that
+// follow. Control: the real turn's span is exported, and parents the
+// egress connection made after the forged settles.
+func TestTraceForgedSettleMakesNoSpan(t *testing.T) {
+	st := testStore(t)
+	id := crossing.Identity{Workload: "mine", SandboxID: "sb1"}
+	rec := tracetest.NewSpanRecorder()
+	srv := &Authority{Store: st, ID: id, Budget: store.Budget{}}
+	srv.Trace = telemetry.NewWithProcessor(rec).NewSession(context.Background(), id)
+	c := connect(t, srv)
+	ctx := modelAsk(context.Background())
+	r, _, err := c.Reserve(ctx, crossing.Identity{}, "model", crossing.Amount{Requests: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SettleRecord(ctx, r, crossing.Amount{Requests: 1}, crossing.Receipt{Broker: "model", Decision: crossing.Allow}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		bogus := crossing.Reservation{ID: 1_000_000 + int64(i), Broker: "model"}
+		if _, err := c.SettleRecord(ctx, bogus, crossing.Amount{}, crossing.Receipt{Broker: "model", Decision: crossing.Allow}); err == nil {
+			t.Fatalf("the store settled reservation %d, which was never made", bogus.ID)
+		}
+	}
+	ectx := crossing.WithAsk(context.Background(), crossing.Ask{Action: "egress.connect", Resource: "Host", Target: "a.test", Port: 443})
+	er, _, err := c.Reserve(ectx, crossing.Identity{}, "egress", crossing.Amount{Connections: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SettleRecord(ectx, er, crossing.Amount{Connections: 1}, crossing.Receipt{Broker: "egress", Decision: crossing.Allow, Target: "a.test:443"}); err != nil {
+		t.Fatal(err)
+	}
+	var turns []string
+	egressParent := ""
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case telemetry.SpanModelTurn:
+			turns = append(turns, s.SpanContext().SpanID().String())
+		case telemetry.SpanEgress:
+			egressParent = s.Parent().SpanID().String()
+		}
+	}
+	if len(turns) != 1 {
+		t.Fatalf("%d model turn spans exported, want the one real turn (forged settles made spans)", len(turns))
+	}
+	if egressParent != turns[0] {
+		t.Errorf("the egress connection's parent is %s, want the real turn %s", egressParent, turns[0])
+	}
+}

@@ -315,10 +315,16 @@ func (s *Session) Settled(res int64, broker string) {
 type Span struct {
 	sp  trace.Span
 	red *custody.Redactor
+	// orphan: made for a reservation or tool call this session never saw
+	// open — an earlier gateway's, or an id a compromised broker made up.
+	// It moved no attribution, and when the store refuses what it stands
+	// for, End drops it unexported (no flood of the shared export queue).
+	orphan bool
 }
 
 // Take removes and returns the span of reservation res (settle_record);
-// a reservation without one (an earlier gateway's) gets a new span.
+// a reservation without one (an earlier gateway's, or a made-up id) gets
+// a new orphan span.
 func (s *Session) Take(res int64, broker string) Span {
 	if s == nil {
 		return Span{}
@@ -327,9 +333,9 @@ func (s *Session) Take(res int64, broker string) Span {
 	defer s.mu.Unlock()
 	if o, ok := s.open[res]; ok {
 		delete(s.open, res)
-		return Span{o.span, s.red}
+		return Span{sp: o.span, red: s.red}
 	}
-	return Span{s.startLocked(broker, nil), s.red}
+	return Span{sp: s.spanLocked(broker, nil), red: s.red, orphan: true}
 }
 
 // ForRecord is the span of a receipt recorded on its own: the oldest
@@ -357,11 +363,11 @@ func (s *Session) ForRecord(rc *crossing.Receipt) Span {
 		if pick >= 0 {
 			sp := os[pick].span
 			s.owed[rc.Broker] = append(os[:pick:pick], os[pick+1:]...)
-			return Span{sp, s.red}
+			return Span{sp: sp, red: s.red}
 		}
-		return Span{s.startLocked(rc.Broker, nil), s.red}
+		return Span{sp: s.startLocked(rc.Broker, nil), red: s.red}
 	}
-	return Span{s.spanLocked(rc.Broker, nil), s.red}
+	return Span{sp: s.spanLocked(rc.Broker, nil), red: s.red}
 }
 
 // Start starts a span of broker by the rule (a state operation, a
@@ -372,7 +378,7 @@ func (s *Session) Start(broker string) Span {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Span{s.startLocked(broker, nil), s.red}
+	return Span{sp: s.startLocked(broker, nil), red: s.red}
 }
 
 // ToolBegun starts the span of a tool call the store began (call is the
@@ -450,7 +456,7 @@ func approvalState(st string) string {
 
 // ToolEnded returns the span of a tool call the store began (call),
 // to stamp its receipt with and end; a call without one (begun by an
-// earlier gateway) gets a new span.
+// earlier gateway, or a made-up id) gets a new orphan span.
 func (s *Session) ToolEnded(call int64) Span {
 	if s == nil {
 		return Span{}
@@ -459,9 +465,9 @@ func (s *Session) ToolEnded(call int64) Span {
 	defer s.mu.Unlock()
 	if sp, ok := s.tools[call]; ok {
 		delete(s.tools, call)
-		return Span{sp, s.red}
+		return Span{sp: sp, red: s.red}
 	}
-	return Span{s.startLocked("tool", nil), s.red}
+	return Span{sp: s.spanLocked("tool", nil), red: s.red, orphan: true}
 }
 
 // Stamp writes the span's trace and span ids into rc, replacing whatever
@@ -481,7 +487,9 @@ func (sp Span) Stamp(rc *crossing.Receipt) {
 // End sets the span's attributes from the receipt recorded (id: the
 // store's receipt id, 0 when unknown) and ends it.
 func (sp Span) End(rc *crossing.Receipt, id int64, err error) {
-	if sp.sp == nil {
+	if sp.sp == nil || (sp.orphan && err != nil) {
+		// An orphan whose receipt the store refused stood for nothing:
+		// never ended, it is never exported (no processor keeps it).
 		return
 	}
 	if rc != nil {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -202,3 +203,36 @@ func TestSessionApprovalWait(t *testing.T) {
 	}
 	s.End(nil)
 }
+
+// A tool_end or settle_record for a call or reservation this session
+// never saw open gets an orphan span: it moves no attribution, and when
+// the store refuses the id (a made-up one) it is never exported.
+// Control: an orphan the store accepted (an earlier gateway's) is.
+func TestOrphanSpans(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w", SandboxID: "sb"})
+	s.Opened(1, "model", nil)
+	turn := s.Take(1, "model")
+	turn.End(nil, 1, nil)
+	for i := range 10 {
+		s.ToolEnded(int64(100+i)).End(nil, 0, errBogus)
+		s.Take(int64(200+i), "model").End(nil, 0, errBogus)
+	}
+	s.Take(300, "model").End(nil, 2, nil) // an earlier gateway's, recorded
+	s.Opened(2, "egress", nil)
+	s.Take(2, "egress").End(nil, 3, nil)
+	s.End(nil)
+	got := ended(rec)
+	if n := len(got[SpanToolCall]); n != 0 {
+		t.Errorf("%d tool call spans exported for calls the store refused", n)
+	}
+	if n := len(got[SpanModelTurn]); n != 2 {
+		t.Errorf("%d model turn spans exported, want the real one and the accepted orphan", n)
+	}
+	eg := got[SpanEgress]
+	if len(eg) != 1 || eg[0].Parent().SpanID() != turn.sp.SpanContext().SpanID() {
+		t.Errorf("egress spans %v: want one, under the real turn", eg)
+	}
+}
+
+var errBogus = errors.New("no such reservation")
