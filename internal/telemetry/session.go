@@ -78,9 +78,19 @@ type openSpan struct {
 	target string
 }
 
-// maxOpenSpans bounds the spans a session keeps open (each is a few
-// hundred bytes); past it a crossing's span is ended at once.
+// maxOpenSpans bounds the spans a session keeps open, in all its maps
+// together (each is about 1.3 KB of the root-side process, for as long
+// as a daemon sandbox lives); past it a crossing's span is ended at once.
 const maxOpenSpans = 8192
+
+// heldLocked is how many spans the session keeps open.
+func (s *Session) heldLocked() int {
+	n := len(s.open) + len(s.tools) + len(s.waits)
+	for _, os := range s.owed {
+		n += len(os)
+	}
+	return n
+}
 
 // NewSession starts the session's root span with the sandbox's identity.
 func (p *Provider) NewSession(ctx context.Context, id crossing.Identity, attrs ...attribute.KeyValue) *Session {
@@ -280,7 +290,7 @@ func (s *Session) Opened(res int64, broker string, ask *crossing.Ask) {
 		return
 	}
 	sp := s.startLocked(broker, attrs)
-	if len(s.open) >= maxOpenSpans {
+	if s.heldLocked() >= maxOpenSpans {
 		sp.End()
 		return
 	}
@@ -304,7 +314,7 @@ func (s *Session) Settled(res int64, broker string) {
 		return
 	}
 	delete(s.open, res)
-	if len(s.owed[broker]) >= maxOpenSpans {
+	if s.heldLocked() >= maxOpenSpans {
 		o.span.End()
 		return
 	}
@@ -401,7 +411,7 @@ func (s *Session) ToolBegun(call int64, server, tool, approval string) {
 			w.End()
 		}
 	}
-	if len(s.tools) >= maxOpenSpans {
+	if s.heldLocked() >= maxOpenSpans {
 		sp.End()
 		return
 	}
@@ -417,7 +427,7 @@ func (s *Session) ApprovalPending(approval, server, tool string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.waits[approval]; ok || s.ended || len(s.waits) >= maxOpenSpans {
+	if _, ok := s.waits[approval]; ok || s.ended || s.heldLocked() >= maxOpenSpans {
 		return
 	}
 	ctx := trace.ContextWithSpanContext(s.ctx, s.parentLocked("tool"))

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -236,3 +237,36 @@ func TestOrphanSpans(t *testing.T) {
 }
 
 var errBogus = errors.New("no such reservation")
+
+// A compromised broker that opens crossings and never finishes them —
+// model and egress reservations settled without their receipt, tool calls
+// begun and never ended, approvals waited on and never awaited — holds
+// at most maxOpenSpans open spans in the session altogether (each ~1.3
+// KB in the root-side process, for as long as a daemon sandbox lives),
+// not maxOpenSpans per map and per broker. Control: the spans are held
+// (up to the bound) until the session ends them.
+func TestSessionHeldSpansBounded(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w", SandboxID: "sb"})
+	n := int64(maxOpenSpans + 100)
+	for i := range n {
+		for j, b := range []string{"model", "egress", "ingress"} {
+			id := int64(j)*n + i
+			s.Opened(id, b, nil)
+			s.Settled(id, b)
+		}
+		s.ToolBegun(i, "srv", "t", "")
+		s.ApprovalPending(strconv.FormatInt(i, 10), "srv", "t")
+	}
+	held := len(rec.Started()) - len(rec.Ended()) - 1 // the session's root
+	if held > maxOpenSpans {
+		t.Errorf("the session holds %d open spans, over the bound of %d", held, maxOpenSpans)
+	}
+	if held < maxOpenSpans/2 {
+		t.Errorf("the session holds only %d open spans: the control expects them held", held)
+	}
+	s.End(nil)
+	if left := len(rec.Started()) - len(rec.Ended()); left != 0 {
+		t.Errorf("%d spans left open after the session ended", left)
+	}
+}
