@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/failure"
 )
@@ -160,10 +161,16 @@ func parseHeaders(s string, into map[string]string) error {
 	return nil
 }
 
-// clip bounds s for an error or an attribute.
+// clip bounds s for an error or an attribute, valid UTF-8 cut on a rune
+// boundary: OTLP's protobuf refuses to marshal invalid UTF-8, and one
+// such string would drop the whole export batch.
 func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
