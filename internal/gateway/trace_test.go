@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/cordon-project/cordon/internal/broker/tool"
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/telemetry"
@@ -123,5 +125,46 @@ func TestTraceForgedSettleMakesNoSpan(t *testing.T) {
 	}
 	if egressParent != turns[0] {
 		t.Errorf("the egress connection's parent is %s, want the real turn %s", egressParent, turns[0])
+	}
+}
+
+// A tool call's receipt is written by the trusted half from what the
+// broker sent at tool_end — forged trace and span ids included: the
+// stored receipt carries the call's own span, under the session's trace.
+// A tool_end for a call never begun (made up) is refused and exports no
+// span; the real call's span is exported (control).
+func TestTraceToolEndForgedIDs(t *testing.T) {
+	const forgedTrace, forgedSpan = "0123456789abcdef0123456789abcdef", "0123456789abcdef"
+	srv, c, st := policyServer(t)
+	rec := tracetest.NewSpanRecorder()
+	srv.Trace = telemetry.NewWithProcessor(rec).NewSession(context.Background(), srv.ID)
+	ctx := context.Background()
+	began, err := c.Begin(ctx, tool.Begin{Key: "k1", Server: "fs", Tool: "read", Arguments: json.RawMessage(`{}`)})
+	if err != nil || began.Status != tool.StatusGo {
+		t.Fatalf("begin: %+v %v", began, err)
+	}
+	if _, err := c.End(ctx, tool.End{Call: began.Call + 1000, Outcome: tool.OutcomeOK, Result: json.RawMessage(`{}`),
+		Receipt: crossing.Receipt{TraceID: forgedTrace, SpanID: forgedSpan}}); err == nil {
+		t.Fatal("tool_end of a call never begun was accepted")
+	}
+	if _, err := c.End(ctx, tool.End{Call: began.Call, Outcome: tool.OutcomeOK, Result: json.RawMessage(`{}`),
+		Receipt: crossing.Receipt{TraceID: forgedTrace, SpanID: forgedSpan}}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := st.Receipts(ctx, store.ReceiptFilter{})
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("receipts = %+v, %v", rs, err)
+	}
+	var calls []string
+	for _, s := range rec.Ended() {
+		if s.Name() == telemetry.SpanToolCall {
+			calls = append(calls, s.SpanContext().SpanID().String())
+		}
+	}
+	if len(calls) != 1 {
+		t.Fatalf("%d tool call spans exported, want the one real call", len(calls))
+	}
+	if rc := rs[0]; rc.TraceID != srv.Trace.TraceID() || rc.SpanID != calls[0] {
+		t.Errorf("receipt ids %q/%q, want the session's trace %s and the call's span %s", rc.TraceID, rc.SpanID, srv.Trace.TraceID(), calls[0])
 	}
 }
