@@ -296,7 +296,11 @@ func (s *Session) Opened(res int64, broker string, ask *crossing.Ask) {
 	}
 	o := openSpan{span: sp}
 	if ask != nil {
-		o.target = ask.Target
+		// What ForRecord matches a receipt by: a host or route name is
+		// short; a broker's ask may be most of a message, and the span
+		// may be held as long as the sandbox lives. A copy of the first
+		// bytes (a substring would keep the whole string).
+		o.target = strings.Clone(ask.Target[:min(len(ask.Target), MaxAttrLen)])
 	}
 	s.open[res] = o
 }

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -269,4 +270,32 @@ func TestSessionHeldSpansBounded(t *testing.T) {
 	if left := len(rec.Started()) - len(rec.Ended()); left != 0 {
 		t.Errorf("%d spans left open after the session ended", left)
 	}
+}
+
+// A compromised broker reports huge targets (a reservation's ask may be
+// most of a 256 KiB message) for crossings it settles and never
+// receipts: the session keeps each owed span for as long as a daemon
+// sandbox lives, and must not keep the reported target whole with it.
+// Observed as the heap the held spans retain (control: they are held).
+func TestHeldSpansDoNotRetainTargets(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w", SandboxID: "sb"})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 1000 {
+		big := strings.Repeat(strconv.Itoa(i%10), 100<<10) // a distinct 100 KiB string each time
+		s.Opened(int64(i), "egress", &crossing.Ask{Action: "egress.connect", Resource: "Host", Target: big, Port: 443})
+		s.Settled(int64(i), "egress")
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if held := len(rec.Started()) - len(rec.Ended()) - 1; held != 1000 {
+		t.Fatalf("%d spans held, want 1000 (control)", held)
+	}
+	if grown > 30<<20 {
+		t.Errorf("1000 owed spans retain %d MiB: the reported targets are kept whole", grown>>20)
+	}
+	runtime.KeepAlive(s)
 }
