@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -166,5 +168,38 @@ func TestTraceToolEndForgedIDs(t *testing.T) {
 	}
 	if rc := rs[0]; rc.TraceID != srv.Trace.TraceID() || rc.SpanID != calls[0] {
 		t.Errorf("receipt ids %q/%q, want the session's trace %s and the call's span %s", rc.TraceID, rc.SpanID, srv.Trace.TraceID(), calls[0])
+	}
+}
+
+// A compromised broker's reserve may carry an ask whose strings fill
+// most of a 256 KiB message; the default policy permits it, and the
+// root side keeps the ask of every open reservation (up to 4096), the
+// trace's span of it after it settles — hundreds of MiB in the root-side
+// process per sandbox. An ask with a field past maxAskField is refused
+// (policy_denied); control: an ordinary one is reserved.
+func TestReserveRefusesHugeAsk(t *testing.T) {
+	st := testStore(t)
+	id := crossing.Identity{Workload: "mine", SandboxID: "sb1"}
+	srv := &Authority{Store: st, ID: id, Budget: store.Budget{}}
+	c := connect(t, srv)
+	ask := func(a crossing.Ask) error {
+		ctx := crossing.WithAsk(context.Background(), a)
+		_, _, err := c.Reserve(ctx, crossing.Identity{}, "egress", crossing.Amount{Connections: 1}, 0)
+		return err
+	}
+	if err := ask(crossing.Ask{Action: "egress.connect", Resource: "Host", Target: strings.Repeat("a", 253), Port: 443}); err != nil {
+		t.Fatalf("an ordinary ask: %v", err)
+	}
+	huge := strings.Repeat("h", 200<<10)
+	for _, a := range []crossing.Ask{
+		{Action: "egress.connect", Resource: "Host", Target: huge, Port: 443},
+		{Action: "egress.connect", Resource: "Host", Target: "a.test", Port: 443, Operation: huge},
+		{Action: "egress.connect", Resource: "Host", Target: "a.test", Port: 443, Server: huge},
+		{Action: "egress.connect", Resource: "Host", Target: "a.test", Port: 443, RequestDigest: huge},
+		{Action: "egress.connect", Resource: "Host", Target: "a.test", Port: 443, ArgumentDigest: huge},
+	} {
+		if err := ask(a); !errors.Is(err, crossing.ErrPolicyDenied) {
+			t.Errorf("an ask with a %d-byte field: %v, want policy_denied", len(huge), err)
+		}
 	}
 }
