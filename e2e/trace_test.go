@@ -246,13 +246,19 @@ func TestTraceExportOffAndDown(t *testing.T) {
 // A daemon whose own environment turns export on traces its sandboxes:
 // one trace from the gateway's start to the sandbox's removal, the model
 // turn and the egress connection it caused (no tool call: the egress
-// goes under the turn), and the receipts name that trace.
+// goes under the turn), and the receipts name that trace. The telemetry
+// section of the client's configuration is ignored: nothing reaches the
+// endpoint it names (a client must not pick where the root side sends).
 func TestTraceDaemonSandbox(t *testing.T) {
 	testkit.RequireRoot(t)
 	st := newStateDir(t)
 	up := testkit.NewModelUpstream(t, fakeKey, "done")
 	target := testkit.NewTarget(t, "allowed-host-body")
 	recv := telemetrytest.NewReceiver(t)
+	// The client's configuration names an endpoint of its own: the
+	// daemon (root) must not send anything there — only where its own
+	// environment says (recv, the control).
+	clients := telemetrytest.NewReceiver(t)
 	cfg := gatewayConfig(t, up.URL(), fmt.Sprintf(`egress:
   allow:
     - host: allowed.test
@@ -260,7 +266,10 @@ func TestTraceDaemonSandbox(t *testing.T) {
   unsafe_allow_ranges: ["127.0.0.1/32"]
   resolve:
     allowed.test: 127.0.0.1
-`, target.Port()))
+telemetry:
+  traces:
+    endpoint: %s
+`, target.Port(), clients.URL()))
 	d := startDaemon(t, st)
 	// The daemon again, with the OTEL_* variables in its environment
 	// (the harness starts it with PATH only): a wrapper that sets them
@@ -294,6 +303,9 @@ func TestTraceDaemonSandbox(t *testing.T) {
 		}
 		return false
 	}, "the daemon sandbox's session span")
+	if n := clients.Accepted(); n != 0 {
+		t.Errorf("the daemon connected %d times to the endpoint the client's configuration named", n)
+	}
 	by := map[string]telemetrytest.Span{}
 	for _, s := range spans {
 		by[s.Name] = s

@@ -111,6 +111,11 @@ func (s *Authority) decideIn(ask crossing.Ask, read budgetReader) (*crossing.Pol
 	return &d, nil
 }
 
+// maxAskField bounds each string of a reserve's policy question: a host
+// name is at most 253 bytes, a model id, route name or digest shorter
+// than this.
+const maxAskField = 2048
+
 // askPolicy decides a reserve's crossing. Reservations that open a
 // crossing (every model request, every egress connection) must ask; the
 // byte chunks of an open egress tunnel need not.
@@ -129,6 +134,11 @@ func (s *Authority) askPolicyIn(req call, read budgetReader) (*crossing.PolicyDe
 	half, ok := meteredHalves[req.Broker]
 	if !ok {
 		return nil, fmt.Errorf("%w: broker %s asks no policy question here", crossing.ErrPolicyDenied, clipID(req.Broker))
+	}
+	if a := req.Ask; max(len(a.Action), len(a.Resource), len(a.Target), len(a.Server), len(a.ArgumentDigest), len(a.RequestDigest), len(a.Operation)) > maxAskField {
+		// This side keeps the ask of every open reservation (and the
+		// trace its span): a compromised broker's may fill a message.
+		return nil, fmt.Errorf("%w: a policy question with a field over %d bytes", crossing.ErrPolicyDenied, maxAskField)
 	}
 	if err := half.Check(*req.Ask); err != nil {
 		return nil, err

@@ -78,9 +78,19 @@ type openSpan struct {
 	target string
 }
 
-// maxOpenSpans bounds the spans a session keeps open (each is a few
-// hundred bytes); past it a crossing's span is ended at once.
+// maxOpenSpans bounds the spans a session keeps open, in all its maps
+// together (each is about 1.3 KB of the root-side process, for as long
+// as a daemon sandbox lives); past it a crossing's span is ended at once.
 const maxOpenSpans = 8192
+
+// heldLocked is how many spans the session keeps open.
+func (s *Session) heldLocked() int {
+	n := len(s.open) + len(s.tools) + len(s.waits)
+	for _, os := range s.owed {
+		n += len(os)
+	}
+	return n
+}
 
 // NewSession starts the session's root span with the sandbox's identity.
 func (p *Provider) NewSession(ctx context.Context, id crossing.Identity, attrs ...attribute.KeyValue) *Session {
@@ -280,13 +290,17 @@ func (s *Session) Opened(res int64, broker string, ask *crossing.Ask) {
 		return
 	}
 	sp := s.startLocked(broker, attrs)
-	if len(s.open) >= maxOpenSpans {
+	if s.heldLocked() >= maxOpenSpans {
 		sp.End()
 		return
 	}
 	o := openSpan{span: sp}
 	if ask != nil {
-		o.target = ask.Target
+		// What ForRecord matches a receipt by: a host or route name is
+		// short; a broker's ask may be most of a message, and the span
+		// may be held as long as the sandbox lives. A copy of the first
+		// bytes (a substring would keep the whole string).
+		o.target = strings.Clone(ask.Target[:min(len(ask.Target), MaxAttrLen)])
 	}
 	s.open[res] = o
 }
@@ -304,7 +318,7 @@ func (s *Session) Settled(res int64, broker string) {
 		return
 	}
 	delete(s.open, res)
-	if len(s.owed[broker]) >= maxOpenSpans {
+	if s.heldLocked() >= maxOpenSpans {
 		o.span.End()
 		return
 	}
@@ -315,10 +329,16 @@ func (s *Session) Settled(res int64, broker string) {
 type Span struct {
 	sp  trace.Span
 	red *custody.Redactor
+	// orphan: made for a reservation or tool call this session never saw
+	// open — an earlier gateway's, or an id a compromised broker made up.
+	// It moved no attribution, and when the store refuses what it stands
+	// for, End drops it unexported (no flood of the shared export queue).
+	orphan bool
 }
 
 // Take removes and returns the span of reservation res (settle_record);
-// a reservation without one (an earlier gateway's) gets a new span.
+// a reservation without one (an earlier gateway's, or a made-up id) gets
+// a new orphan span.
 func (s *Session) Take(res int64, broker string) Span {
 	if s == nil {
 		return Span{}
@@ -327,9 +347,9 @@ func (s *Session) Take(res int64, broker string) Span {
 	defer s.mu.Unlock()
 	if o, ok := s.open[res]; ok {
 		delete(s.open, res)
-		return Span{o.span, s.red}
+		return Span{sp: o.span, red: s.red}
 	}
-	return Span{s.startLocked(broker, nil), s.red}
+	return Span{sp: s.spanLocked(broker, nil), red: s.red, orphan: true}
 }
 
 // ForRecord is the span of a receipt recorded on its own: the oldest
@@ -357,11 +377,11 @@ func (s *Session) ForRecord(rc *crossing.Receipt) Span {
 		if pick >= 0 {
 			sp := os[pick].span
 			s.owed[rc.Broker] = append(os[:pick:pick], os[pick+1:]...)
-			return Span{sp, s.red}
+			return Span{sp: sp, red: s.red}
 		}
-		return Span{s.startLocked(rc.Broker, nil), s.red}
+		return Span{sp: s.startLocked(rc.Broker, nil), red: s.red}
 	}
-	return Span{s.spanLocked(rc.Broker, nil), s.red}
+	return Span{sp: s.spanLocked(rc.Broker, nil), red: s.red}
 }
 
 // Start starts a span of broker by the rule (a state operation, a
@@ -372,7 +392,7 @@ func (s *Session) Start(broker string) Span {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Span{s.startLocked(broker, nil), s.red}
+	return Span{sp: s.startLocked(broker, nil), red: s.red}
 }
 
 // ToolBegun starts the span of a tool call the store began (call is the
@@ -395,7 +415,7 @@ func (s *Session) ToolBegun(call int64, server, tool, approval string) {
 			w.End()
 		}
 	}
-	if len(s.tools) >= maxOpenSpans {
+	if s.heldLocked() >= maxOpenSpans {
 		sp.End()
 		return
 	}
@@ -411,7 +431,7 @@ func (s *Session) ApprovalPending(approval, server, tool string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.waits[approval]; ok || s.ended || len(s.waits) >= maxOpenSpans {
+	if _, ok := s.waits[approval]; ok || s.ended || s.heldLocked() >= maxOpenSpans {
 		return
 	}
 	ctx := trace.ContextWithSpanContext(s.ctx, s.parentLocked("tool"))
@@ -450,7 +470,7 @@ func approvalState(st string) string {
 
 // ToolEnded returns the span of a tool call the store began (call),
 // to stamp its receipt with and end; a call without one (begun by an
-// earlier gateway) gets a new span.
+// earlier gateway, or a made-up id) gets a new orphan span.
 func (s *Session) ToolEnded(call int64) Span {
 	if s == nil {
 		return Span{}
@@ -459,9 +479,9 @@ func (s *Session) ToolEnded(call int64) Span {
 	defer s.mu.Unlock()
 	if sp, ok := s.tools[call]; ok {
 		delete(s.tools, call)
-		return Span{sp, s.red}
+		return Span{sp: sp, red: s.red}
 	}
-	return Span{s.startLocked("tool", nil), s.red}
+	return Span{sp: s.spanLocked("tool", nil), red: s.red, orphan: true}
 }
 
 // Stamp writes the span's trace and span ids into rc, replacing whatever
@@ -481,7 +501,9 @@ func (sp Span) Stamp(rc *crossing.Receipt) {
 // End sets the span's attributes from the receipt recorded (id: the
 // store's receipt id, 0 when unknown) and ends it.
 func (sp Span) End(rc *crossing.Receipt, id int64, err error) {
-	if sp.sp == nil {
+	if sp.sp == nil || (sp.orphan && err != nil) {
+		// An orphan whose receipt the store refused stood for nothing:
+		// never ended, it is never exported (no processor keeps it).
 		return
 	}
 	if rc != nil {

@@ -2,6 +2,9 @@ package telemetry
 
 import (
 	"context"
+	"errors"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -201,4 +204,98 @@ func TestSessionApprovalWait(t *testing.T) {
 		t.Errorf("call events = %v", ev)
 	}
 	s.End(nil)
+}
+
+// A tool_end or settle_record for a call or reservation this session
+// never saw open gets an orphan span: it moves no attribution, and when
+// the store refuses the id (a made-up one) it is never exported.
+// Control: an orphan the store accepted (an earlier gateway's) is.
+func TestOrphanSpans(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w", SandboxID: "sb"})
+	s.Opened(1, "model", nil)
+	turn := s.Take(1, "model")
+	turn.End(nil, 1, nil)
+	for i := range 10 {
+		s.ToolEnded(int64(100+i)).End(nil, 0, errBogus)
+		s.Take(int64(200+i), "model").End(nil, 0, errBogus)
+	}
+	s.Take(300, "model").End(nil, 2, nil) // an earlier gateway's, recorded
+	s.Opened(2, "egress", nil)
+	s.Take(2, "egress").End(nil, 3, nil)
+	s.End(nil)
+	got := ended(rec)
+	if n := len(got[SpanToolCall]); n != 0 {
+		t.Errorf("%d tool call spans exported for calls the store refused", n)
+	}
+	if n := len(got[SpanModelTurn]); n != 2 {
+		t.Errorf("%d model turn spans exported, want the real one and the accepted orphan", n)
+	}
+	eg := got[SpanEgress]
+	if len(eg) != 1 || eg[0].Parent().SpanID() != turn.sp.SpanContext().SpanID() {
+		t.Errorf("egress spans %v: want one, under the real turn", eg)
+	}
+}
+
+var errBogus = errors.New("no such reservation")
+
+// A compromised broker that opens crossings and never finishes them —
+// model and egress reservations settled without their receipt, tool calls
+// begun and never ended, approvals waited on and never awaited — holds
+// at most maxOpenSpans open spans in the session altogether (each ~1.3
+// KB in the root-side process, for as long as a daemon sandbox lives),
+// not maxOpenSpans per map and per broker. Control: the spans are held
+// (up to the bound) until the session ends them.
+func TestSessionHeldSpansBounded(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w", SandboxID: "sb"})
+	n := int64(maxOpenSpans + 100)
+	for i := range n {
+		for j, b := range []string{"model", "egress", "ingress"} {
+			id := int64(j)*n + i
+			s.Opened(id, b, nil)
+			s.Settled(id, b)
+		}
+		s.ToolBegun(i, "srv", "t", "")
+		s.ApprovalPending(strconv.FormatInt(i, 10), "srv", "t")
+	}
+	held := len(rec.Started()) - len(rec.Ended()) - 1 // the session's root
+	if held > maxOpenSpans {
+		t.Errorf("the session holds %d open spans, over the bound of %d", held, maxOpenSpans)
+	}
+	if held < maxOpenSpans/2 {
+		t.Errorf("the session holds only %d open spans: the control expects them held", held)
+	}
+	s.End(nil)
+	if left := len(rec.Started()) - len(rec.Ended()); left != 0 {
+		t.Errorf("%d spans left open after the session ended", left)
+	}
+}
+
+// A compromised broker reports huge targets (a reservation's ask may be
+// most of a 256 KiB message) for crossings it settles and never
+// receipts: the session keeps each owed span for as long as a daemon
+// sandbox lives, and must not keep the reported target whole with it.
+// Observed as the heap the held spans retain (control: they are held).
+func TestHeldSpansDoNotRetainTargets(t *testing.T) {
+	p, rec := recorded(t)
+	s := p.NewSession(context.Background(), crossing.Identity{Workload: "w", SandboxID: "sb"})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 1000 {
+		big := strings.Repeat(strconv.Itoa(i%10), 100<<10) // a distinct 100 KiB string each time
+		s.Opened(int64(i), "egress", &crossing.Ask{Action: "egress.connect", Resource: "Host", Target: big, Port: 443})
+		s.Settled(int64(i), "egress")
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	if held := len(rec.Started()) - len(rec.Ended()) - 1; held != 1000 {
+		t.Fatalf("%d spans held, want 1000 (control)", held)
+	}
+	if grown > 30<<20 {
+		t.Errorf("1000 owed spans retain %d MiB: the reported targets are kept whole", grown>>20)
+	}
+	runtime.KeepAlive(s)
 }

@@ -3,7 +3,9 @@ package telemetry
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cordon-project/cordon/internal/failure"
 )
@@ -109,9 +111,27 @@ func Resolve(file Settings, getenv func(string) string) (Settings, error) {
 		}
 	}
 	for k, v := range file.Headers {
+		if !headerName.MatchString(k) || !headerValue(v) {
+			return Settings{}, failure.Failf(failure.KindUsage, "telemetry", "telemetry.traces.headers: %q is not an HTTP header name and printable value", clip(k, 40))
+		}
 		out.Headers[k] = v
 	}
 	return out, nil
+}
+
+// headerName is an HTTP header name (a token): net/http refuses to send
+// any other, and every export would fail.
+var headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]{1,128}$`)
+
+// headerValue reports whether net/http sends v as a header value: no
+// control character but a tab.
+func headerValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // checkEndpoint accepts an http or https URL with a host and no
@@ -148,11 +168,11 @@ func parseHeaders(s string, into map[string]string) error {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		k = strings.TrimSpace(k)
-		if !ok || k == "" || strings.ContainsAny(k, " \t\r\n:") {
-			return fmt.Errorf("entry %d is not key=value", i+1)
+		if !ok || !headerName.MatchString(k) {
+			return fmt.Errorf("entry %d is not key=value with an HTTP header name", i+1)
 		}
 		dv, err := url.PathUnescape(strings.TrimSpace(v))
-		if err != nil || strings.ContainsAny(dv, "\r\n") {
+		if err != nil || !headerValue(dv) {
 			return fmt.Errorf("the value of %s is not URL-encoded text", clip(k, 40))
 		}
 		into[k] = dv
@@ -160,10 +180,16 @@ func parseHeaders(s string, into map[string]string) error {
 	return nil
 }
 
-// clip bounds s for an error or an attribute.
+// clip bounds s for an error or an attribute, valid UTF-8 cut on a rune
+// boundary: OTLP's protobuf refuses to marshal invalid UTF-8, and one
+// such string would drop the whole export batch.
 func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
