@@ -89,6 +89,20 @@ func (e *LeakError) Unwrap() error { return ErrSecretLeak }
 // more there were.
 const maxErrors = 1000
 
+// The shapes the node walk refuses before the strict decoder sees the
+// file, because yaml.v3's cost on them is not linear in the file's size
+// and a daemon client sends a configuration for root to parse
+// (ParseDetached): the decoder compares every key of a mapping with every
+// later one and builds one error string per equal pair (a quarter
+// megabyte of "k: 1" lines repeated is gigabytes), and each nesting level
+// repeats the whole path above it in the index. No valid configuration
+// comes near either bound.
+const (
+	maxDepth       = 64   // mappings and sequences inside one another
+	maxMappingKeys = 4096 // keys in one mapping
+	maxDupPairs    = maxErrors
+)
+
 // pos is a place in the file, 1-based.
 type pos struct{ line, col int }
 
@@ -108,6 +122,10 @@ type index struct {
 	// field, so the semantic checks are skipped.
 	decoded  []string
 	unplaced bool
+	// stop is a shape refused before decoding (maxDepth, ...): the one
+	// problem reported. dupPairs counts equal key pairs so far.
+	stop     *Error
+	dupPairs int
 	// detached: parse without touching the filesystem (ParseDetached).
 	detached bool
 }
@@ -124,14 +142,27 @@ func newIndex(source string, doc *yaml.Node) (*index, *Error) {
 		return nil, &Error{Source: source, Line: root.Line, Column: root.Column, Msg: "want a mapping of keys such as version, workload, tenant and purpose"}
 	}
 	ix.paths[""] = pos{root.Line, root.Column}
-	ix.walk(root, "", false)
+	ix.walk(root, "", false, 0)
+	if ix.stop != nil {
+		return nil, ix.stop
+	}
 	return ix, nil
 }
 
 // walk records the line of every key and item under n. Aliases and merge
 // keys are refused: what the file says is what is enforced, spelled out.
-func (ix *index) walk(n *yaml.Node, at string, flow bool) {
+func (ix *index) walk(n *yaml.Node, at string, flow bool, depth int) {
+	if ix.stop != nil {
+		return
+	}
 	flow = flow || n.Style&yaml.FlowStyle != 0
+	if depth > maxDepth && (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) {
+		ix.stop = &Error{Source: ix.source, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("nested more than %d levels deep", maxDepth)}
+		return
+	}
+	if n.Kind == yaml.MappingNode && !ix.boundedKeys(n) {
+		return
+	}
 	switch n.Kind {
 	case yaml.AliasNode:
 		ix.add(pos{n.Line, n.Column}, at, "aliases (*%s) are not supported; write the value out", n.Value)
@@ -149,7 +180,7 @@ func (ix *index) walk(n *yaml.Node, at string, flow bool) {
 			if !flow {
 				ix.lines[k.Line], ix.cols[k.Line] = p, k.Column
 			}
-			ix.walk(v, p, flow)
+			ix.walk(v, p, flow, depth+1)
 		}
 	case yaml.SequenceNode:
 		for i, v := range n.Content {
@@ -158,9 +189,31 @@ func (ix *index) walk(n *yaml.Node, at string, flow bool) {
 			if !flow {
 				ix.lines[v.Line], ix.cols[v.Line] = p, v.Column
 			}
-			ix.walk(v, p, flow)
+			ix.walk(v, p, flow, depth+1)
 		}
 	}
+}
+
+// boundedKeys sets ix.stop when mapping n has more than maxMappingKeys
+// keys or brings the file's equal key pairs past maxDupPairs (each is one
+// error string of the decoder's).
+func (ix *index) boundedKeys(n *yaml.Node) bool {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		key := strconv.Itoa(int(k.Kind)) + ":" + k.Value
+		ix.dupPairs += seen[key] // this key equals each earlier one
+		seen[key]++
+		if ix.dupPairs > maxDupPairs {
+			ix.stop = &Error{Source: ix.source, Line: k.Line, Column: k.Column, Msg: fmt.Sprintf("key %q repeated too often (more than %d duplicate key pairs in the file)", k.Value, maxDupPairs)}
+			return false
+		}
+	}
+	if len(n.Content)/2 > maxMappingKeys {
+		ix.stop = &Error{Source: ix.source, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("a mapping of %d keys; at most %d", len(n.Content)/2, maxMappingKeys)}
+		return false
+	}
+	return true
 }
 
 // join appends key to path; keys that are not plain words are quoted.
