@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"gopkg.in/yaml.v3"
 )
@@ -103,6 +104,10 @@ const (
 	maxDupPairs    = maxErrors
 )
 
+// refusalLookups counts the comparisons errf makes with refused fields
+// (a test bounds them).
+var refusalLookups atomic.Int64
+
 // pos is a place in the file, 1-based.
 type pos struct{ line, col int }
 
@@ -120,7 +125,7 @@ type index struct {
 	// checks say nothing more at or under them (the value there is not
 	// what the file says). unplaced: a refusal could not be tied to a
 	// field, so the semantic checks are skipped.
-	decoded  []string
+	decoded  map[string]bool
 	unplaced bool
 	// stop is a shape refused before decoding (maxDepth, ...): the one
 	// problem reported. dupPairs counts equal key pairs so far.
@@ -256,9 +261,25 @@ func (ix *index) add(at pos, p, format string, a ...any) {
 // errf records a semantic problem with the field at path p, unless the
 // decoder already refused p or a field above it.
 func (ix *index) errf(p, format string, a ...any) {
-	for _, d := range ix.decoded {
-		if p == d || strings.HasPrefix(p, d+".") || strings.HasPrefix(p, d+"[") {
-			return
+	// p or a field above it: p itself and each prefix of p that ends
+	// before a '.' or a '[' — or, when there are fewer refused fields than
+	// such prefixes (a long key full of '['), each refused field.
+	if len(ix.decoded) <= strings.Count(p, ".")+strings.Count(p, "[") {
+		for d := range ix.decoded {
+			refusalLookups.Add(1)
+			if p == d || strings.HasPrefix(p, d+".") || strings.HasPrefix(p, d+"[") {
+				return
+			}
+		}
+	} else {
+		for i := 0; i <= len(p); i++ {
+			if i < len(p) && p[i] != '.' && p[i] != '[' {
+				continue
+			}
+			refusalLookups.Add(1)
+			if ix.decoded[p[:i]] {
+				return
+			}
 		}
 	}
 	ix.add(pos{}, p, format, a...)
@@ -373,7 +394,10 @@ func (ix *index) refuse(field string, dup bool) {
 	if field == "" {
 		ix.unplaced = true
 	}
-	ix.decoded = append(ix.decoded, field)
+	if ix.decoded == nil {
+		ix.decoded = map[string]bool{}
+	}
+	ix.decoded[field] = true
 }
 
 // parentPath returns the path of the mapping or list holding p.
