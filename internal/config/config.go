@@ -298,6 +298,10 @@ func CheckFile(path string) ([]*Error, error) {
 	return Check(b, path), nil
 }
 
+// ReadFile reads a configuration file as Load does (sandbox create sends
+// the bytes to the daemon): see readFile.
+func ReadFile(path string) ([]byte, error) { return readFile(path) }
+
 // readFile reads a configuration file of at most MaxFileBytes+1 bytes.
 // Opening never blocks (O_NONBLOCK: a FIFO nobody writes reads as empty
 // instead of hanging `cordon config check`), and only a regular file or a
