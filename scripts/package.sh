@@ -31,7 +31,9 @@ esac
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/man" "$stage/completions" dist
+# gen writes only into a directory no one else may write (0755 whatever the umask).
+mkdir -m 0755 "$stage/man" "$stage/completions"
+mkdir -p dist
 
 # -buildvcs=true records vcs.revision (the commit `cordon --version`
 # prints); GOFLAGS may turn it off for the test builds.

@@ -89,3 +89,63 @@ func TestCompletionFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestGenRefusesPlantedFiles checks that `cordon gen man|completions DIR`,
+// run as root by a packager, never writes through a name planted in DIR:
+// a symlink named like a page or a script is refused and its target left
+// as it was, and a DIR another user could write (mode 0777, or a symlink
+// to a directory) is refused before anything is written. Control: a fresh
+// DIR gets every file.
+func TestGenRefusesPlantedFiles(t *testing.T) {
+	for _, sub := range []struct{ kind, planted string }{{"man", "cordon.1"}, {"completions", "cordon"}} {
+		victim := filepath.Join(t.TempDir(), "victim")
+		if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.Symlink(victim, filepath.Join(dir, sub.planted)); err != nil {
+			t.Fatal(err)
+		}
+		code := genExit(sub.kind, dir)
+		if b, _ := os.ReadFile(victim); string(b) != "precious\n" || code == 0 {
+			t.Errorf("gen %s into a DIR with %s a symlink = exit %d, victim now %.40q; want refused, victim untouched", sub.kind, sub.planted, code, b)
+		}
+		open := t.TempDir()
+		if err := os.Chmod(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if code := genExit(sub.kind, open); code == 0 {
+			t.Errorf("gen %s into a mode-0777 DIR = exit 0, want refused", sub.kind)
+		}
+		if ents, _ := os.ReadDir(open); len(ents) != 0 {
+			t.Errorf("gen %s into a mode-0777 DIR wrote %d files", sub.kind, len(ents))
+		}
+		link := filepath.Join(t.TempDir(), "link")
+		if err := os.Symlink(t.TempDir(), link); err != nil {
+			t.Fatal(err)
+		}
+		if code := genExit(sub.kind, link); code == 0 {
+			t.Errorf("gen %s into a DIR that is a symlink = exit 0, want refused", sub.kind)
+		}
+		fresh := filepath.Join(t.TempDir(), "out")
+		if code, out, errs := execCLI(t, "gen", sub.kind, fresh); code != 0 {
+			t.Errorf("control: gen %s into a fresh DIR = %d, %q, %q", sub.kind, code, out, errs)
+		}
+		if _, err := os.Stat(filepath.Join(fresh, sub.planted)); err != nil {
+			t.Errorf("control: gen %s wrote no %s: %v", sub.kind, sub.planted, err)
+		}
+	}
+}
+
+// genExit runs cordon gen KIND DIR: 0, or 1 when it fails.
+func genExit(kind, dir string) int {
+	var out strings.Builder
+	root := newRoot(&globals{stdout: &out, stderr: &out})
+	root.SetArgs([]string{"gen", kind, dir})
+	root.SetOut(&out)
+	root.SetErr(&out)
+	if root.Execute() != nil {
+		return 1
+	}
+	return 0
+}

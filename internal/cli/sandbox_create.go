@@ -203,7 +203,7 @@ func (f *createFlags) openEach(s *hostmgr.Spec, files []*os.File) ([]*os.File, e
 // gatewaySpec reads a configuration, its policy files and its secrets as
 // the caller, for the daemon.
 func gatewaySpec(path string) (*hostmgr.GatewaySpec, error) {
-	b, err := os.ReadFile(path)
+	b, err := config.ReadFile(path)
 	if err != nil {
 		return nil, failure.Fail(failure.KindUsage, "config", err)
 	}

@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,5 +77,32 @@ func TestPrintInfoAge(t *testing.T) {
 	}
 	if f := strings.Fields(lines[2]); len(f) < 5 || f[0] != "unknown" || f[4] != "-" {
 		t.Errorf("row %q, want unknown ... -", lines[2])
+	}
+}
+
+// TestGatewaySpecSpecialFiles checks that sandbox create --config reads
+// its file as run --config and config check do: a FIFO nobody writes is
+// an empty configuration at once (it used to block in open forever), a
+// device is refused before it is read (/dev/zero was read without end).
+// Control: a regular file is read.
+func TestGatewaySpecSpecialFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{{fifo, "empty configuration"}, {"/dev/zero", "not a regular file"}} {
+		done := make(chan error, 1)
+		go func() { _, err := gatewaySpec(c.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("gatewaySpec(%s) err = %v, want %q", c.path, err, c.want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("gatewaySpec(%s) still reading after 20s", c.path)
+		}
+	}
+	if gs, err := gatewaySpec("../../examples/minimal.yaml"); err != nil || len(gs.Config) == 0 {
+		t.Errorf("control: gatewaySpec(minimal.yaml) = %v, %v", gs, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"gopkg.in/yaml.v3"
 )
@@ -89,6 +90,24 @@ func (e *LeakError) Unwrap() error { return ErrSecretLeak }
 // more there were.
 const maxErrors = 1000
 
+// The shapes the node walk refuses before the strict decoder sees the
+// file, because yaml.v3's cost on them is not linear in the file's size
+// and a daemon client sends a configuration for root to parse
+// (ParseDetached): the decoder compares every key of a mapping with every
+// later one and builds one error string per equal pair (a quarter
+// megabyte of "k: 1" lines repeated is gigabytes), and each nesting level
+// repeats the whole path above it in the index. No valid configuration
+// comes near either bound.
+const (
+	maxDepth       = 64   // mappings and sequences inside one another
+	maxMappingKeys = 4096 // keys in one mapping
+	maxDupPairs    = maxErrors
+)
+
+// refusalLookups counts the comparisons errf makes with refused fields
+// (a test bounds them).
+var refusalLookups atomic.Int64
+
 // pos is a place in the file, 1-based.
 type pos struct{ line, col int }
 
@@ -106,8 +125,12 @@ type index struct {
 	// checks say nothing more at or under them (the value there is not
 	// what the file says). unplaced: a refusal could not be tied to a
 	// field, so the semantic checks are skipped.
-	decoded  []string
+	decoded  map[string]bool
 	unplaced bool
+	// stop is a shape refused before decoding (maxDepth, ...): the one
+	// problem reported. dupPairs counts equal key pairs so far.
+	stop     *Error
+	dupPairs int
 	// detached: parse without touching the filesystem (ParseDetached).
 	detached bool
 }
@@ -124,14 +147,27 @@ func newIndex(source string, doc *yaml.Node) (*index, *Error) {
 		return nil, &Error{Source: source, Line: root.Line, Column: root.Column, Msg: "want a mapping of keys such as version, workload, tenant and purpose"}
 	}
 	ix.paths[""] = pos{root.Line, root.Column}
-	ix.walk(root, "", false)
+	ix.walk(root, "", false, 0)
+	if ix.stop != nil {
+		return nil, ix.stop
+	}
 	return ix, nil
 }
 
 // walk records the line of every key and item under n. Aliases and merge
 // keys are refused: what the file says is what is enforced, spelled out.
-func (ix *index) walk(n *yaml.Node, at string, flow bool) {
+func (ix *index) walk(n *yaml.Node, at string, flow bool, depth int) {
+	if ix.stop != nil {
+		return
+	}
 	flow = flow || n.Style&yaml.FlowStyle != 0
+	if depth > maxDepth && (n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode) {
+		ix.stop = &Error{Source: ix.source, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("nested more than %d levels deep", maxDepth)}
+		return
+	}
+	if n.Kind == yaml.MappingNode && !ix.boundedKeys(n) {
+		return
+	}
 	switch n.Kind {
 	case yaml.AliasNode:
 		ix.add(pos{n.Line, n.Column}, at, "aliases (*%s) are not supported; write the value out", n.Value)
@@ -149,7 +185,7 @@ func (ix *index) walk(n *yaml.Node, at string, flow bool) {
 			if !flow {
 				ix.lines[k.Line], ix.cols[k.Line] = p, k.Column
 			}
-			ix.walk(v, p, flow)
+			ix.walk(v, p, flow, depth+1)
 		}
 	case yaml.SequenceNode:
 		for i, v := range n.Content {
@@ -158,9 +194,31 @@ func (ix *index) walk(n *yaml.Node, at string, flow bool) {
 			if !flow {
 				ix.lines[v.Line], ix.cols[v.Line] = p, v.Column
 			}
-			ix.walk(v, p, flow)
+			ix.walk(v, p, flow, depth+1)
 		}
 	}
+}
+
+// boundedKeys sets ix.stop when mapping n has more than maxMappingKeys
+// keys or brings the file's equal key pairs past maxDupPairs (each is one
+// error string of the decoder's).
+func (ix *index) boundedKeys(n *yaml.Node) bool {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		key := strconv.Itoa(int(k.Kind)) + ":" + k.Value
+		ix.dupPairs += seen[key] // this key equals each earlier one
+		seen[key]++
+		if ix.dupPairs > maxDupPairs {
+			ix.stop = &Error{Source: ix.source, Line: k.Line, Column: k.Column, Msg: fmt.Sprintf("key %q repeated too often (more than %d duplicate key pairs in the file)", k.Value, maxDupPairs)}
+			return false
+		}
+	}
+	if len(n.Content)/2 > maxMappingKeys {
+		ix.stop = &Error{Source: ix.source, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("a mapping of %d keys; at most %d", len(n.Content)/2, maxMappingKeys)}
+		return false
+	}
+	return true
 }
 
 // join appends key to path; keys that are not plain words are quoted.
@@ -203,9 +261,25 @@ func (ix *index) add(at pos, p, format string, a ...any) {
 // errf records a semantic problem with the field at path p, unless the
 // decoder already refused p or a field above it.
 func (ix *index) errf(p, format string, a ...any) {
-	for _, d := range ix.decoded {
-		if p == d || strings.HasPrefix(p, d+".") || strings.HasPrefix(p, d+"[") {
-			return
+	// p or a field above it: p itself and each prefix of p that ends
+	// before a '.' or a '[' — or, when there are fewer refused fields than
+	// such prefixes (a long key full of '['), each refused field.
+	if len(ix.decoded) <= strings.Count(p, ".")+strings.Count(p, "[") {
+		for d := range ix.decoded {
+			refusalLookups.Add(1)
+			if p == d || strings.HasPrefix(p, d+".") || strings.HasPrefix(p, d+"[") {
+				return
+			}
+		}
+	} else {
+		for i := 0; i <= len(p); i++ {
+			if i < len(p) && p[i] != '.' && p[i] != '[' {
+				continue
+			}
+			refusalLookups.Add(1)
+			if ix.decoded[p[:i]] {
+				return
+			}
 		}
 	}
 	ix.add(pos{}, p, format, a...)
@@ -320,7 +394,10 @@ func (ix *index) refuse(field string, dup bool) {
 	if field == "" {
 		ix.unplaced = true
 	}
-	ix.decoded = append(ix.decoded, field)
+	if ix.decoded == nil {
+		ix.decoded = map[string]bool{}
+	}
+	ix.decoded[field] = true
 }
 
 // parentPath returns the path of the mapping or list holding p.

@@ -158,6 +158,22 @@ func New(o Options) (*Daemon, error) {
 			return nil, err
 		}
 	}
+	// Root reads back and appends to files in these by name (logs, time
+	// indexes, gateway secrets): no one else may plant a link there.
+	for _, d := range []string{o.StateDir, logDir(o.StateDir), secretDir(o.StateDir)} {
+		stat := os.Lstat
+		if d == o.StateDir {
+			stat = os.Stat // the state directory itself may be a symlink
+		}
+		fi, err := stat(d)
+		if err != nil {
+			return nil, err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+			return nil, fmt.Errorf("hostmgr: %s must be a directory owned by uid %d and writable by no one else (mode %v)", d, os.Geteuid(), fi.Mode())
+		}
+	}
 	lh := &launch.Host{Provider: o.Provider, Store: o.Store, StateDir: o.StateDir, Logger: o.Logger, Version: o.Version, Telemetry: o.Telemetry,
 		GatewayStderr: newBrokerLog(o.Logger)} // brokerlog.go: never the daemon's raw stderr
 	return &Daemon{o: o, log: o.Logger.With("component", "daemon"), boxes: map[string]*box{}, launchHost: lh, started: time.Now(), ready: make(chan struct{})}, nil
