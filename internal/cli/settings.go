@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/safefile"
 )
 
 // The daemon's settings file: what a running daemon reads again on
@@ -82,21 +80,11 @@ func loadSettings(path string) (daemonSettings, error) {
 	if path == "" {
 		return daemonSettings{}, nil
 	}
-	// O_NONBLOCK: opening a FIFO must not wait for a writer.
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	// Never blocks on a FIFO; only a regular file (safefile.ReadBounded).
+	b, err := safefile.ReadBounded(path, maxSettings, false)
 	if errors.Is(err, os.ErrNotExist) {
 		return daemonSettings{}, nil
 	}
-	if err != nil {
-		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%v", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%v", err)
-	} else if !fi.Mode().IsRegular() {
-		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%s: not a regular file (%s)", path, fi.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSettings+1))
 	if err != nil {
 		return daemonSettings{}, failure.Failf(failure.KindUsage, "settings", "%v", err)
 	}

@@ -9,13 +9,12 @@ import (
 	"io"
 	"net/netip"
 	"net/url"
-	"os"
 	"path"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/custody"
+	"github.com/cordon-project/cordon/internal/safefile"
 
 	"gopkg.in/yaml.v3"
 
@@ -302,38 +301,14 @@ func CheckFile(path string) ([]*Error, error) {
 // the bytes to the daemon): see readFile.
 func ReadFile(path string) ([]byte, error) { return readFile(path) }
 
-// readFile reads a configuration file of at most MaxFileBytes+1 bytes.
-// Opening never blocks (O_NONBLOCK: a FIFO nobody writes reads as empty
-// instead of hanging `cordon config check`), and only a regular file or a
-// pipe is read: a device or a directory is refused by the type of what was
-// opened (stat first: opening some devices acts, a watchdog or a tape).
+// readFile reads a configuration file of at most MaxFileBytes+1 bytes
+// with safefile.ReadBounded: opening never blocks (a FIFO nobody writes
+// reads as empty instead of hanging `cordon config check`), and only a
+// regular file or a pipe is read, never a device or a directory.
 func readFile(path string) ([]byte, error) {
-	notRegular := func(m os.FileMode) error {
-		if m.IsRegular() || m&os.ModeNamedPipe != 0 {
-			return nil
-		}
-		return fmt.Errorf("config: %s is not a regular file (%s)", path, m.Type())
-	}
-	if fi, err := os.Stat(path); err == nil {
-		if err := notRegular(fi.Mode()); err != nil {
-			return nil, err
-		}
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	b, err := safefile.ReadBounded(path, MaxFileBytes, true)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if err := notRegular(fi.Mode()); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("config: read %s: %w", path, err)
 	}
 	return b, nil
 }

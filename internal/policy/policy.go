@@ -7,9 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"iter"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -23,6 +21,7 @@ import (
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+	"github.com/cordon-project/cordon/internal/safefile"
 )
 
 // Actions, as Cedar action ids: Action::"model.invoke" and so on.
@@ -205,12 +204,8 @@ func LoadSources(srcs ...Source) (*Set, error) {
 }
 
 func readFile(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	// Never blocks on a FIFO, never opens a device (safefile.ReadBounded).
+	b, err := safefile.ReadBounded(name, MaxFileBytes, true)
 	if err != nil {
 		return nil, err
 	}

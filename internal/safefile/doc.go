@@ -12,6 +12,10 @@
 // fsynced. A symlink or a non-regular file (FIFO, socket, device,
 // directory) at the target is an error, never followed or replaced.
 //
+// ReadBounded is the read side for inputs a caller names (configuration,
+// policy files, the daemon's settings): it never blocks on a FIFO, never
+// opens a device or a directory, and reads at most a bound.
+//
 // It must never open, create or replace anything through a path component
 // that a sandbox could have turned into a symlink: a sandbox may own the
 // directory (its workspace), and it may change it while cordon runs.
