@@ -1,37 +1,19 @@
 package egress
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/loglimit"
 )
-
-// syncBuf is a bytes.Buffer safe for the broker's concurrent log writes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The broker process logs at WARN to its stderr, which is the daemon's
 // (journald's) or the run's log: one WARN line per denied connection,
@@ -44,7 +26,7 @@ func (s *syncBuf) String() string {
 // after the bucket refills the next line counts what was left out. Every
 // denial still gets its receipt.
 func TestDenialLogLinesAreRateLimited(t *testing.T) {
-	var logs syncBuf
+	var logs testkit.SyncBuffer
 	l := newFakeAuthority(crossing.Amount{})
 	b, _ := testBroker(t, Options{Allow: []Rule{{Host: "api.example.com"}}, Authority: l,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})

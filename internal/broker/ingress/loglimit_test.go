@@ -1,34 +1,17 @@
 package ingress
 
 import (
-	"bytes"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 
 	"github.com/cordon-project/cordon/internal/crossing"
 	"github.com/cordon-project/cordon/internal/loglimit"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Every refused ingress connection was one WARN line of the broker
 // process (its stderr: the run's or the daemon's log), unbounded: a
@@ -38,7 +21,7 @@ func (s *syncBuf) String() string {
 // the bucket refills the next line counts what was left out. Every
 // refusal still has its receipt.
 func TestRefusalLogLinesAreRateLimited(t *testing.T) {
-	var logs syncBuf
+	var logs testkit.SyncBuffer
 	auth, tg := newFake(crossing.Amount{}), newTarget(t)
 	auth.deny = crossing.ErrPolicyDenied
 	addr := start(t, auth, tg, 4, 0, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))

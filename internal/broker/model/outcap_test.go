@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
 )
 
 // An OpenAI request that sets no output cap reaches the provider with the
@@ -183,7 +185,7 @@ func TestOutputSettlement(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				io.WriteString(w, tt.reply)
 			})
-			var logs syncBuffer
+			var logs testkit.SyncBuffer
 			s := newSetup(t, up.URL, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 			if resp, out := s.post(t, tt.path, tt.body); resp.StatusCode != 200 {
 				t.Fatalf("status %d: %s", resp.StatusCode, out)
@@ -197,23 +199,6 @@ func TestOutputSettlement(t *testing.T) {
 			}
 		})
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func TestCapEditsAtOffsets(t *testing.T) {
