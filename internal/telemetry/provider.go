@@ -92,14 +92,18 @@ func (p *Provider) Settings() Settings {
 
 func (p *Provider) tracer() trace.Tracer {
 	if p == nil || p.tp == nil {
-		return idOnly.Tracer(tracerName)
+		return idOnly().Tracer(tracerName)
 	}
 	return p.tp.Tracer(tracerName)
 }
 
 // idOnly makes spans (and their ids) that go nowhere: the ids of a nil
-// Provider's sessions, for the receipts.
-var idOnly = sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+// Provider's sessions, for the receipts. Made at first use, not at
+// package init: every cordon process (the sandbox init is the same
+// binary re-executed) would pay for it on its start path.
+var idOnly = sync.OnceValue(func() *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+})
 
 const tracerName = "github.com/cordon-project/cordon"
 
