@@ -36,7 +36,7 @@ func lsDaemon(t *testing.T, names ...string) string {
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	l, err := proto.Listen(sock, 0, -1)
 	if err != nil {
-		t.Skipf("unix socket: %v", err)
+		t.Fatalf("unix socket: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); l.Close() })
@@ -105,7 +105,7 @@ func TestCompleteWithoutDaemon(t *testing.T) {
 	hang := filepath.Join(dir, "hang.sock")
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: hang, Net: "unixpacket"})
 	if err != nil {
-		t.Skipf("unix socket: %v", err)
+		t.Fatalf("unix socket: %v", err)
 	}
 	defer l.Close()
 	go func() {
