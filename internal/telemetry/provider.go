@@ -3,12 +3,13 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -57,14 +58,13 @@ func New(ctx context.Context, s Settings, version string, log *slog.Logger) (*Pr
 		}),
 	}
 	if s.Enabled() {
-		exp, err := otlptracehttp.New(ctx,
-			otlptracehttp.WithEndpointURL(s.Endpoint),
-			otlptracehttp.WithHeaders(s.Headers),
-			otlptracehttp.WithTimeout(ExportTimeout),
-			// A retry would hold the flush at a session's end past its
-			// bound; a lost batch is a lost batch.
-			otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}),
-		)
+		// client.go: no retry (a retry would hold the flush at a
+		// session's end past its bound; a lost batch is a lost batch).
+		c, err := newClient(s, os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		exp, err := otlptrace.New(ctx, c)
 		if err != nil {
 			return nil, err
 		}
