@@ -288,12 +288,12 @@ secrets:
 	}
 }
 
-// A model call or connection over the configured budget is refused at
-// runtime whatever policy says: explain says so too.
-func TestPolicyExplainChecksTheBudget(t *testing.T) {
+// budgetConfig writes a configuration that permits everything by policy,
+// routes claude-* and adds extra (egress, budgets) for the budget tests.
+func budgetConfig(t *testing.T, extra string) string {
 	dir := t.TempDir()
 	writeTemp(t, dir, "policy/p.cedar", `@id("all") permit (principal, action, resource);`+"\n")
-	cfg := writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
+	return writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
 workload: demo
 tenant: acme
 purpose: coding
@@ -304,15 +304,21 @@ models:
     upstream: https://api.anthropic.com
     credential: key
     models: ["claude-*"]
-egress:
+secrets:
+  key: {env: CORDON_TEST_UNSET}
+`+extra)
+}
+
+// A model call or connection over the configured budget is refused at
+// runtime whatever policy says: explain says so too.
+func TestPolicyExplainChecksTheBudget(t *testing.T) {
+	cfg := budgetConfig(t, `egress:
   allow:
     - host: api.github.com
       ports: [443]
 budgets:
   requests: 100
   connections: 10
-secrets:
-  key: {env: CORDON_TEST_UNSET}
 `)
 	for _, tt := range []struct {
 		req  string
@@ -343,23 +349,8 @@ secrets:
 // explain's verdict: deny at the budget stage, naming the limit.
 // Control: one token below the limit, allow.
 func TestPolicyExplainBudgetOfEveryModelCall(t *testing.T) {
-	dir := t.TempDir()
-	writeTemp(t, dir, "policy/p.cedar", `@id("all") permit (principal, action, resource);`+"\n")
-	cfg := writeTemp(t, dir, "cordon.yaml", `version: cordon/v1
-workload: demo
-tenant: acme
-purpose: coding
-policy: [policy/p.cedar]
-models:
-  - name: claude
-    api: anthropic
-    upstream: https://api.anthropic.com
-    credential: key
-    models: ["claude-*"]
-budgets:
+	cfg := budgetConfig(t, `budgets:
   input_tokens: 1000
-secrets:
-  key: {env: CORDON_TEST_UNSET}
 `)
 	for _, tt := range []struct {
 		used  string
