@@ -38,8 +38,9 @@ mkdir -p dist
 # -buildvcs=true records vcs.revision (the commit `cordon --version`
 # prints); GOFLAGS may turn it off for the test builds.
 built=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
-# cli.Commit covers builds where Go records no vcs.revision (a git
-# worktree); the revision Go records, when it does, wins.
+# cli.Commit covers builds where Go records no vcs.revision
+# (GOFLAGS=-buildvcs=false, or no git checkout); the revision Go records,
+# when it does, wins.
 cli=github.com/cordon-project/cordon/internal/cli
 ldflags="-s -w -X $cli.Version=$VERSION -X $cli.BuildTime=$built -X $cli.Commit=$(git rev-parse HEAD)"
 GOOS=linux GOARCH=$arch go build -trimpath -buildvcs=true -ldflags "$ldflags" -o "$stage/cordon" ./cmd/cordon

@@ -14,8 +14,9 @@ import (
 var BuildTime = ""
 
 // Commit is set at build time with -ldflags "-X …/cli.Commit=…" by
-// scripts/package.sh: the Go toolchain records vcs.revision only in a
-// plain git checkout (not in a git worktree, nor with -buildvcs=false).
+// scripts/package.sh: the Go toolchain records no vcs.revision with
+// -buildvcs=false (these machines set GOFLAGS=-buildvcs=false) or outside
+// a git checkout.
 // The build information's revision, when present, wins.
 var Commit = ""
 
