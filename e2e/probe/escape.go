@@ -225,10 +225,18 @@ func pid1([]string) (string, error) {
 	out["mem_ro"] = outcome("", openMem("/proc/1/mem", unix.O_RDONLY))
 	out["self_mem_rw"] = outcome("", openMem("/proc/self/mem", unix.O_RDWR))
 	out["self_mem_ro"] = outcome("", openMem("/proc/self/mem", unix.O_RDONLY))
+	// The child holds until its stdin closes: with /dev/null as stdin it
+	// would exit at once, and a parent slow to attach (a loaded host)
+	// would meet a zombie, which ptrace refuses with EPERM too.
 	child := exec.Command("/proc/self/exe", "hold", "ids")
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		return "", err
+	}
 	if err := child.Start(); err != nil {
 		return "", err
 	}
+	defer stdin.Close()
 	err = unix.PtraceAttach(child.Process.Pid)
 	if err == nil {
 		var ws unix.WaitStatus
