@@ -66,4 +66,3 @@ func exactKeys(b []byte, what string, want ...string) error {
 	}
 	return nil
 }
-
