@@ -239,3 +239,41 @@ func namesLog(rep *verifyReport, want string) bool {
 	}
 	return false
 }
+
+// TestConformanceReport: a verified record is rendered; one signed by
+// another key is refused, and rendered under NOT VERIFIED only when asked.
+func TestConformanceReport(t *testing.T) {
+	f := newConformanceFixture(t)
+	out := filepath.Join(t.TempDir(), "r.html")
+	run := func(args ...string) error {
+		cmd := conformanceCmd(f.g)
+		cmd.SetArgs(append([]string{"report", f.recPath, "-o", out}, args...))
+		cmd.SetOut(f.out)
+		cmd.SetErr(f.out)
+		return cmd.ExecuteContext(context.Background())
+	}
+	if err := run("--key", f.pub); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(b), `id="matrix"`) || !strings.Contains(string(b), "Signature verified with key") {
+		t.Fatalf("report = %v\n%.300s", err, b)
+	}
+	os.Remove(out)
+	other := filepath.Join(t.TempDir(), "evidence")
+	if _, err := evlog.GenerateKey(other, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("--key", filepath.Join(other, evlog.PubFile)); err == nil {
+		t.Fatal("a record signed by another key was rendered")
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("the refused report was written")
+	}
+	if err := run("--key", filepath.Join(other, evlog.PubFile), "--unverified"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "NOT VERIFIED") {
+		t.Fatal("--unverified report lacks the NOT VERIFIED banner")
+	}
+}
