@@ -3,6 +3,7 @@
 // provider, host, config, policy, rootfs), the TCB, assumptions and
 // non-claims, and every probe's verdict with the facts behind it.
 //
-// Plane: data only (CLI and root side read and write it). It must never
+// Plane: root (the runner writes it) and CLI (verify, report). It must
+// never
 // treat what a probe inside a sandbox printed (Hint) as a fact.
 package record
