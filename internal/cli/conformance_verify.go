@@ -42,8 +42,8 @@ type verifyProblem struct {
 	Check  string `json:"check"` // envelope, signature, statement, binding, log
 	Where  string `json:"where"`
 	Detail string `json:"detail"`
-	Logged string `json:"logged,omitempty"`
-	Given  string `json:"given,omitempty"`
+	Logged string `json:"logged,omitempty"` // the logged copy's value, or the digest the record binds
+	Given  string `json:"given,omitempty"`  // the given record's value, or the file's digest
 }
 
 // verifyReport is conformance verify's result (--json prints it).
@@ -345,8 +345,12 @@ func printConformanceVerify(w io.Writer, rep *verifyReport, asJSON bool) error {
 		fmt.Fprintf(w, "NOT VERIFIED: %s\n", textsafe.Line(rep.Record))
 		for _, p := range rep.Problems {
 			fmt.Fprintf(w, "  %s: %s: %s", p.Check, textsafe.Line(p.Where), textsafe.Line(p.Detail))
-			if p.Logged != "" || p.Given != "" {
-				fmt.Fprintf(w, " (record/logged %s, given %s)", textsafe.Line(p.Logged), textsafe.Line(p.Given))
+			switch {
+			case p.Logged == "" && p.Given == "":
+			case p.Check == "binding":
+				fmt.Fprintf(w, " (record binds %s, file is %s)", textsafe.Line(p.Logged), textsafe.Line(p.Given))
+			default:
+				fmt.Fprintf(w, " (logged %s, given %s)", textsafe.Line(p.Logged), textsafe.Line(p.Given))
 			}
 			fmt.Fprintln(w)
 		}
