@@ -276,6 +276,9 @@ func (g *globals) verifyInLog(ctx context.Context, rep *verifyReport, given []by
 		}
 		a = closest(logged, given)
 		rep.fail("log", fmt.Sprintf("receipt %d", a.ReceiptID), "the record differs from the copy logged by this receipt (the closest logged record)")
+		if attest.Digest(a.Envelope) != a.Digest {
+			rep.fail("log", fmt.Sprintf("receipt %d", a.ReceiptID), "the store's copy does not match the digest logged: the differences below are unreliable")
+		}
 		for _, c := range record.DiffEnvelopes(a.Envelope, given) {
 			rep.Problems = append(rep.Problems, verifyProblem{Check: "log", Where: c.Path, Detail: "differs from the logged copy", Logged: c.Logged, Given: c.Given})
 		}

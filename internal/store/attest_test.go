@@ -53,6 +53,12 @@ func TestAttestationWithItsReceipt(t *testing.T) {
 			t.Errorf("Attestations(%q) = %d, %v; want %d", kind, len(as), err, n)
 		}
 	}
+	if _, err := s.db.ExecContext(ctx, `UPDATE attestations SET envelope = x'00'`); err == nil {
+		t.Error("a stored attestation was changed: want append-only")
+	}
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM attestations`); err == nil {
+		t.Error("a stored attestation was deleted: want append-only")
+	}
 	if _, err := s.RecordAttestation(ctx, rc, "", "sha256:aa", nil); err == nil {
 		t.Error("an attestation without kind or envelope was stored")
 	}
