@@ -238,6 +238,15 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 	return env, nil
 }
 
+// Payload returns the envelope's payload bytes (strict base64), unverified.
+func Payload(env Envelope) ([]byte, error) {
+	b, err := b64.DecodeString(env.Payload)
+	if err != nil {
+		return nil, malformed("payload", "not standard base64: %v", err)
+	}
+	return b, nil
+}
+
 // Marshal encodes an envelope as cordon writes it: compact JSON and one
 // newline.
 func Marshal(env Envelope) ([]byte, error) {
