@@ -277,3 +277,25 @@ func TestConformanceReport(t *testing.T) {
 		t.Fatal("--unverified report lacks the NOT VERIFIED banner")
 	}
 }
+
+// TestEvidenceReceiptsTolerated: the receipt that logs a record (broker
+// evidence) lists with cordon receipts (and --broker evidence), and
+// policy explain --receipt refuses it plainly (it asked no policy
+// question), as it does for any receipt without one.
+func TestEvidenceReceiptsTolerated(t *testing.T) {
+	f := newConformanceFixture(t)
+	out, err := runIn(t, f.dir, receiptsCmd, "--broker", "evidence")
+	if err != nil || !strings.Contains(out, "conformance.record") || !strings.Contains(out, "evidence") {
+		t.Fatalf("receipts --broker evidence = %v\n%s", err, out)
+	}
+	out, err = runIn(t, f.dir, receiptsCmd, "--broker", "model")
+	if err != nil || strings.Contains(out, "conformance.record") {
+		t.Fatalf("receipts --broker model = %v\n%s", err, out)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte(replayConfig), 0o600)
+	out, err = runIn(t, f.dir, policyCmd, "explain", "--config", cfg, "--receipt", "1")
+	if err == nil || !strings.Contains(err.Error()+out, "asked no policy question") {
+		t.Fatalf("explain --receipt of an evidence receipt = %v\n%s", err, out)
+	}
+}
