@@ -6,6 +6,7 @@ package probeops
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +31,67 @@ func init() {
 	register("udproute", udpRoute)
 	register("mknods", mknods)
 	register("setuid0", setuid0)
+	register("mcp-server", mcpServer)
+	register("mcp-call", mcpCall)
+}
+
+// mcpServer serves MCP over stdio (the official SDK) until stdin ends: a
+// tool server the gateway runs, contained, from the binary under test.
+// Its one tool, "append", appends a line to a file and says so.
+func mcpServer([]string) (string, error) {
+	type appendArgs struct {
+		Path string `json:"path"`
+		Line string `json:"line"`
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "cordon-conformance-tools", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "append", Description: "append a line to a file"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a appendArgs) (*mcp.CallToolResult, any, error) {
+			f, err := os.OpenFile(a.Path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err == nil {
+				_, err = f.WriteString(a.Line + "\n")
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "error: " + err.Error()}}}, nil, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "appended"}}}, nil, nil
+		})
+	return "", srv.Run(context.Background(), &mcp.StdioTransport{})
+}
+
+// mcpCall: mcp-call TOOL JSON-ARGS calls one tool through the tool broker
+// ($CORDON_MCP_URL) and returns the result's text.
+func mcpCall(a []string) (string, error) {
+	if len(a) != 2 {
+		return "", fmt.Errorf("usage: mcp-call TOOL JSON-ARGS")
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(a[1]), &args); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "cordon-conformance", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: os.Getenv("CORDON_MCP_URL")}, nil)
+	if err != nil {
+		return "", err
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: a[0], Arguments: args})
+	if err != nil {
+		return "", err
+	}
+	var text []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			text = append(text, t.Text)
+		}
+	}
+	if res.IsError {
+		return strings.Join(text, "\n"), fmt.Errorf("tool error")
+	}
+	return strings.Join(text, "\n"), nil
 }
 
 // httpOp: http METHOD URL [BODY] sends one request, through the proxy the
