@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
@@ -151,4 +155,132 @@ func exportedValue(doc, key string) string {
 		}
 	}
 	return "no entry " + key
+}
+
+func init() {
+	conformance.Register(conformance.Probe{
+		ID:     "allowed.ingress",
+		Class:  record.Allowed,
+		Clause: "§2.1 each declared crossing works, through the trusted gateway: ingress",
+		Title:  "a request from the host to a declared ingress route is answered by the program serving inside, and receipted",
+		Run:    allowedIngress,
+	})
+}
+
+// ingressInside is the port the program serves on in its own network
+// namespace (no other sandbox can collide with it).
+const ingressInside = "18789"
+
+// allowedIngress: the program serves on 127.0.0.1:18789 inside; the
+// config routes a free host loopback port to it. The host GETs the route
+// and gets the program's answer; the store has the route's allow
+// receipts. The program ends when the runner creates its quit file.
+func allowedIngress(ctx context.Context, e *conformance.Env) conformance.Outcome {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return broke(err)
+	}
+	listen := l.Addr().String()
+	l.Close()
+	cfg, err := gatewayConfig(e, "", fmt.Sprintf("ingress:\n  - name: ui\n    port: %s\n    listen: %s\n", ingressInside, listen))
+	if err != nil {
+		return broke(err)
+	}
+	ctl, err := newDir(e, "ctl", 0o755)
+	if err != nil {
+		return broke(err)
+	}
+	st := e.StateDir()
+	quitName := "quit-" + randToken(8)
+	type ran struct {
+		r   conformance.RunResult
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", ctl + ":/ctl"}, Op: []string{"serve", "60", "/ctl/" + quitName, ingressInside}})
+		done <- ran{r, err}
+	}()
+	quit := func() { _ = os.WriteFile(filepath.Join(ctl, quitName), nil, 0o644) }
+	e.Cleanup(quit)
+	// Wait, from the host, until the program listens inside: a LISTEN
+	// socket on the port in its network namespace.
+	want := fmt.Sprintf(" 0100007F:%04X 00000000:0000 0A ", 18789)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if pid := pidWithArgs(quitName); pid > 0 {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid)); strings.Contains(string(b), want) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			quit()
+			return broke(fmt.Errorf("the program never listened on %s inside", ingressInside))
+		}
+		select {
+		case d := <-done:
+			if d.err != nil {
+				return broke(d.err)
+			}
+			return broke(fmt.Errorf("cordon run ended (exit %d) before the program listened: %s", d.r.Code, firstLine(d.r.Stderr)))
+		default:
+		}
+	}
+	body, gerr := httpGet(listen)
+	quit()
+	var d ran
+	select {
+	case d = <-done:
+	case <-ctx.Done():
+		return broke(ctx.Err())
+	}
+	if d.err != nil {
+		return broke(d.err)
+	}
+	rs, err := receipts(ctx, e, st, "ingress")
+	if err != nil {
+		return broke(err)
+	}
+	answered := strings.Contains(body, "ingress-ok port="+ingressInside)
+	got := strings.TrimSpace(firstLine(body))
+	if gerr != nil {
+		got = gerr.Error()
+	}
+	return conformance.Outcome{Hint: d.r.Hint(), Facts: []record.Fact{
+		fact("the host's GET of the route "+listen, "the program's answer (ingress-ok port="+ingressInside+")", got+map[bool]string{true: " … ingress-ok", false: ""}[answered], answered, "the HTTP client on the host"),
+		fact("ingress receipts in the store", "allow only, at least 1", fmt.Sprint(decisions(rs)), decisions(rs)["allow"] >= 1 && decisions(rs)["allow"] == len(rs), "cordon receipts --json --broker ingress, on the host"),
+		fact("cordon run's exit after the quit file", "0", fmt.Sprint(d.r.Code), d.r.Code == 0, "cordon run's exit status"),
+	}}
+}
+
+// httpGet sends one HTTP/1.1 GET to addr and returns all it answered.
+func httpGet(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: ui\r\nConnection: close\r\n\r\n"); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// pidWithArgs is the pid of the probe op process whose command line
+// holds the unique word w (0 if none yet): the sandboxed program, not
+// cordon, whose argv starts with cordon's own flags.
+func pidWithArgs(w string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, en := range ents {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + en.Name() + "/cmdline")
+		if strings.HasPrefix(string(b), conformance.ProbeBin+"\x00__probe\x00") && strings.Contains(string(b), w) {
+			return pid
+		}
+	}
+	return 0
 }
