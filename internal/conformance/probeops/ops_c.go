@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,30 @@ func init() {
 	register("setuid0", setuid0)
 	register("mcp-server", mcpServer)
 	register("mcp-call", mcpCall)
+	register("ppidattack", ppidAttack)
+}
+
+// ppidAttack attacks this process's parent (in a sandbox, its init):
+// SIGKILL, then ptrace attach, then opening its memory. It targets the
+// parent by getppid, never a fixed pid, so under a provider that isolates
+// nothing it can only reach the process that started it.
+func ppidAttack([]string) (string, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ppid := unix.Getppid()
+	out := map[string]string{"ppid": strconv.Itoa(ppid)}
+	out["kill"] = outcome("", unix.Kill(ppid, unix.SIGKILL))
+	time.Sleep(300 * time.Millisecond)
+	err := unix.PtraceAttach(ppid)
+	if err == nil {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(ppid, &ws, unix.WALL, nil)
+		_ = unix.PtraceDetach(ppid)
+	}
+	out["ptrace"] = outcome("", err)
+	out["mem_rw"] = outcome("", openMem(fmt.Sprintf("/proc/%d/mem", ppid), unix.O_RDWR))
+	out["mem_ro"] = outcome("", openMem(fmt.Sprintf("/proc/%d/mem", ppid), unix.O_RDONLY))
+	return marshal(out)
 }
 
 // mcpServer serves MCP over stdio (the official SDK) until stdin ends: a
@@ -94,9 +119,9 @@ func mcpCall(a []string) (string, error) {
 	return strings.Join(text, "\n"), nil
 }
 
-// httpOp: http METHOD URL [BODY] sends one request, through the proxy the
-// environment names (HTTP_PROXY, NO_PROXY), with $VARS in URL expanded,
-// and returns "STATUS BODY" (the body cut at 4 KiB).
+// httpOp: http METHOD URL [BODY] sends one request to a loopback URL
+// ($VARS expanded; loopback is never proxied) and returns "STATUS BODY"
+// (the body cut at 4 KiB).
 func httpOp(a []string) (string, error) {
 	if len(a) < 2 {
 		return "", fmt.Errorf("usage: http METHOD URL [BODY]")
@@ -105,7 +130,11 @@ func httpOp(a []string) (string, error) {
 	if len(a) > 2 {
 		body = strings.NewReader(a[2])
 	}
-	req, err := http.NewRequest(a[0], os.ExpandEnv(a[1]), body)
+	u, err := loopbackURL(os.ExpandEnv(a[1]))
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequest(a[0], u.String(), body)
 	if err != nil {
 		return "", err
 	}
@@ -118,15 +147,29 @@ func proxiedOp(a []string) (string, error) {
 	if len(a) != 2 {
 		return "", fmt.Errorf("usage: proxied METHOD URL")
 	}
-	p, err := url.Parse(os.Getenv("HTTP_PROXY"))
-	if err != nil || p.Host == "" {
-		return "", fmt.Errorf("HTTP_PROXY %q: not a proxy URL", os.Getenv("HTTP_PROXY"))
+	p, err := loopbackURL(os.Getenv("HTTP_PROXY"))
+	if err != nil {
+		return "", fmt.Errorf("HTTP_PROXY: %w", err)
 	}
 	req, err := http.NewRequest(a[0], a[1], nil)
 	if err != nil {
 		return "", err
 	}
 	return doWith(req, http.ProxyURL(p))
+}
+
+// loopbackURL parses s and refuses anything but an http URL on a loopback
+// IP: these ops run under providers that may isolate nothing, where a
+// request must still never leave the host.
+func loopbackURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(u.Hostname()); u.Scheme != "http" || ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("%q is not an http URL on a loopback address", s)
+	}
+	return u, nil
 }
 
 func do(req *http.Request) (string, error) { return doWith(req, http.ProxyFromEnvironment) }
@@ -147,8 +190,8 @@ func doWith(req *http.Request, proxy func(*http.Request) (*url.URL, error)) (str
 // sandbox, the gateway's placeholder).
 func modelCall([]string) (string, error) {
 	base := os.Getenv("ANTHROPIC_BASE_URL")
-	if base == "" {
-		return "", fmt.Errorf("ANTHROPIC_BASE_URL is not set")
+	if _, err := loopbackURL(base); err != nil {
+		return "", fmt.Errorf("ANTHROPIC_BASE_URL: %w", err)
 	}
 	body := `{"model":"claude-conformance-1","max_tokens":16,"messages":[{"role":"user","content":"say hello"}]}`
 	req, err := http.NewRequest("POST", strings.TrimRight(base, "/")+"/v1/messages", strings.NewReader(body))

@@ -172,7 +172,7 @@ func allowedEgress(ctx context.Context, e *conformance.Env) conformance.Outcome 
 		return broke(err)
 	}
 	st := e.StateDir()
-	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http", "GET", "http://allowed.test:" + allowed.Port() + "/"}})
+	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"proxied", "GET", "http://allowed.test:" + allowed.Port() + "/"}})
 	if err != nil {
 		return broke(err)
 	}
@@ -232,7 +232,7 @@ func egressUndeclared(ctx context.Context, e *conformance.Env) conformance.Outco
 		return broke(err)
 	}
 	denies := decisions(rs)["deny"]
-	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http", "GET", "http://allowed.test:" + allowed.Port() + "/"}})
+	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"proxied", "GET", "http://allowed.test:" + allowed.Port() + "/"}})
 	if err != nil {
 		return broke(err)
 	}

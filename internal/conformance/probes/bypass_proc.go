@@ -88,12 +88,13 @@ func aliveText(alive bool) string {
 	return "ended"
 }
 
-// sandboxInit: the program, held after attacking PID 1 (SIGKILL, ptrace,
-// /proc/1/mem); the host finds the sandbox's init alive and untraced, and
+// sandboxInit: the program, held after attacking its parent, the
+// sandbox's init (SIGKILL, ptrace, /proc/PID/mem; by getppid, never pid 1,
+// which under a provider that isolates nothing is the host's init); the host finds the sandbox's init alive and untraced, and
 // the run ends normally. Control: a second sandbox whose init the host
 // kills ends with signal 9 (the run would show a dead init).
 func sandboxInit(ctx context.Context, e *conformance.Env) conformance.Outcome {
-	h, err := e.Start(ctx, conformance.RunOpts{Op: []string{"hold", "pid1"}})
+	h, err := e.Start(ctx, conformance.RunOpts{Op: []string{"hold", "ppidattack"}})
 	if err != nil {
 		return broke(err)
 	}
