@@ -330,3 +330,21 @@ func control(name, want, got string, ok bool, source string) record.Fact {
 func broke(err error) conformance.Outcome { return conformance.Outcome{Err: err} }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// parentPid is pid's parent, from /proc/PID/stat.
+func parentPid(pid int) (int, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("no such process")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if i < 0 || len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	return strconv.Atoi(f[1])
+}
