@@ -27,6 +27,43 @@ func init() {
 		Title:  "a DNS query to a resolver on the host's loopback (a runner-owned UDP socket) never arrives",
 		Run:    dnsBypass,
 	})
+	conformance.Register(conformance.Probe{
+		ID:     "bypass.net.host-abstract-socket",
+		Class:  record.Bypass,
+		Clause: "§2.2 every undeclared route is denied by a control outside the agent: host sockets",
+		Title:  "a connect from the sandbox to an abstract Unix socket the runner listens on in the host's network namespace never arrives",
+		Run:    hostAbstract,
+	})
+}
+
+// hostAbstract: abstract Unix sockets live in the network namespace; the
+// runner listens on one in the host's, the program dials it by name and
+// the accept count, read on the host, stays 0. Control: the same connect
+// from the host is accepted.
+func hostAbstract(ctx context.Context, e *conformance.Env) conformance.Outcome {
+	name := "@cordon-conformance-" + randToken(8)
+	ln, err := fixture.Listen("unix", name)
+	if err != nil {
+		return broke(err)
+	}
+	e.Cleanup(func() { ln.Close() })
+	target := "unix:" + name
+	r, err := e.Run(ctx, conformance.RunOpts{Op: []string{"connects", target}})
+	if err != nil {
+		return broke(err)
+	}
+	if err := ranOp(r); err != nil {
+		return broke(err)
+	}
+	inside := ln.Settle(0)
+	if _, err := e.HostOp(ctx, "connects", target); err != nil {
+		return broke(err)
+	}
+	total := ln.Settle(inside + 1)
+	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
+		fact("connections from the sandbox accepted by "+name, "0", itoa(inside), inside == 0, "the runner's abstract socket on the host, accept count"),
+		control("the same connect from the host", "1 accepted", itoa(total-inside)+" accepted", total-inside == 1, "the runner's abstract socket on the host, accept count"),
+	}}
 }
 
 // netDevs lists the interfaces of pid's network namespace
