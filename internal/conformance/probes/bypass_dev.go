@@ -63,7 +63,7 @@ func deviceNodes(dir string) ([]string, error) {
 }
 
 // devMknod: the program tries mknod of /dev/null (c 1:3), /dev/mem (c 1:1)
-// and /dev/loop0 (b 7:0) look-alikes in /workspace; the host lists the
+// and /dev/loop0 (b 7:0) look-alikes in its workspace; the host lists the
 // device nodes in the workspace: none. Control: the same op on the host
 // (root) creates them in a runner directory, and the same listing sees
 // them.
@@ -72,14 +72,14 @@ func devMknod(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws}, Op: []string{"mknods", "/workspace"}})
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws.Dir}, Op: []string{"mknods", ws.In}})
 	if err != nil {
 		return broke(err)
 	}
 	if err := ranOp(r); err != nil {
 		return broke(err)
 	}
-	got, err := deviceNodes(ws)
+	got, err := deviceNodes(ws.Dir)
 	if err != nil {
 		return broke(err)
 	}
@@ -99,7 +99,7 @@ func devMknod(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		_ = os.Remove(filepath.Join(c, n))
 	}
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		fact("device nodes in the workspace, on the host", "none", strings.Join(got, ", "), len(got) == 0, "walk of "+ws+" on the host"),
+		fact("device nodes in the workspace, on the host", "none", strings.Join(got, ", "), len(got) == 0, "walk of "+ws.Dir+" on the host"),
 		control("device nodes the same op made on the host", "3", strings.Join(cgot, ", "), len(cgot) == 3, "walk of the runner's directory on the host"),
 	}}
 }

@@ -28,9 +28,10 @@ func init() {
 	})
 }
 
-// writeOutside: the program writes NAME into /workspace (allowed), into
-// /ro (a read-only bind of a 0777 directory of the runner) and at the host
-// path of a 0777 directory it was not given. The host looks for the files
+// writeOutside: the program writes NAME into its workspace (allowed),
+// into /ro (a read-only bind of a 0777 directory of the runner) and at the host
+// path of a 0777 directory it was not given (each in a subdirectory of a
+// random name). The host looks for the files
 // in its own directories. Controls: the workspace write lands on the host
 // (the probe's writes do work where allowed), and the same write of the
 // host directory from the host lands.
@@ -43,13 +44,17 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	ro, err := newDir(e, "ro", 0o777)
+	ro, err := newDir(e, "ro", 0o755)
 	if err != nil {
 		return broke(err)
 	}
+	roSub := "cordon-" + randToken(6)
+	if _, err := newDir(e, "ro/"+roSub, 0o777); err != nil {
+		return broke(err)
+	}
 	name := "cordon-escape-" + randToken(6)
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws, "--ro", ro + ":/ro"},
-		Op: []string{"writes", "/workspace/" + name, "/ro/" + name, filepath.Join(outside, name)}})
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws.Dir, "--ro", ro + ":/ro"},
+		Op: []string{"writes", ws.In + "/" + name, "/ro/" + roSub + "/" + name, filepath.Join(outside, name)}})
 	if err != nil {
 		return broke(err)
 	}
@@ -57,8 +62,8 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	okOut, gotOut := absent(filepath.Join(outside, name))
-	okRO, gotRO := absent(filepath.Join(ro, name))
-	b, werr := os.ReadFile(filepath.Join(ws, name))
+	okRO, gotRO := absent(filepath.Join(ro, roSub, name))
+	b, werr := os.ReadFile(filepath.Join(ws.Sub, name))
 	gotWS := string(b)
 	if werr != nil {
 		gotWS = werr.Error()
@@ -70,8 +75,8 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	okCtl, gotCtl := absent(filepath.Join(outside, ctl))
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
 		fact("the sandbox's write at the host path "+filepath.Join(outside, name), "absent", gotOut, okOut, "lstat on the host"),
-		fact("the sandbox's write into the read-only bind /ro, on the host", "absent", gotRO, okRO, "lstat of "+filepath.Join(ro, name)+" on the host"),
-		control("the sandbox's write into /workspace, on the host", "probe", gotWS, werr == nil && gotWS == "probe", "read of "+filepath.Join(ws, name)+" on the host"),
+		fact("the sandbox's write into the read-only bind /ro, on the host", "absent", gotRO, okRO, "lstat of "+filepath.Join(ro, roSub, name)+" on the host"),
+		control("the sandbox's write into /workspace, on the host", "probe", gotWS, werr == nil && gotWS == "probe", "read of "+filepath.Join(ws.Sub, name)+" on the host"),
 		control("the same write of the host directory from the host", "present", gotCtl, !okCtl, "lstat on the host"),
 	}}
 }
@@ -111,7 +116,7 @@ func readHostSecret(ctx context.Context, e *conformance.Env) conformance.Outcome
 			return broke(err)
 		}
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--ro", data + ":/data", "--workspace", ws},
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--ro", data + ":/data", "--workspace", ws.Dir},
 		Op: []string{"reads", "/data/secret", hostPath, "/data/public"}})
 	if err != nil {
 		return broke(err)
@@ -119,7 +124,7 @@ func readHostSecret(ctx context.Context, e *conformance.Env) conformance.Outcome
 	if err := ranOp(r); err != nil {
 		return broke(err)
 	}
-	seen := r.Stdout + r.Stderr + string(r.Outcome) + wsText(ws)
+	seen := r.Stdout + r.Stderr + string(r.Outcome) + wsText(ws.Dir)
 	hp, err := e.HostOp(ctx, "reads", filepath.Join(data, "secret"), hostPath)
 	if err != nil {
 		return broke(err)

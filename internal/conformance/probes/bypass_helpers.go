@@ -34,13 +34,31 @@ import (
 // workspace onto the program's uid, and a uid no host account uses.
 const wsOwnerUID = 2345
 
-// newWorkspace makes DIR/name, owned by wsOwnerUID, for --workspace.
-func newWorkspace(e *conformance.Env, name string) (string, error) {
-	d := filepath.Join(e.Dir, name)
-	if err := os.Mkdir(d, 0o755); err != nil {
-		return "", err
+// workspace is a probe's --workspace. Ops aim at In, a subdirectory with
+// a random name: under a provider that isolates nothing the program runs
+// on the host, where no /workspace/cordon-RANDOM exists, so the attempt
+// fails instead of touching a host /workspace the probe did not make.
+type workspace struct {
+	Dir string // the host directory given as --workspace
+	Sub string // the subdirectory's host path
+	In  string // the subdirectory's path inside the sandbox
+}
+
+// newWorkspace makes DIR/name and its random subdirectory, owned by
+// wsOwnerUID.
+func newWorkspace(e *conformance.Env, name string) (workspace, error) {
+	sub := "cordon-" + randToken(6)
+	w := workspace{Dir: filepath.Join(e.Dir, name), In: "/workspace/" + sub}
+	w.Sub = filepath.Join(w.Dir, sub)
+	for _, d := range []string{w.Dir, w.Sub} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return w, err
+		}
+		if err := os.Chown(d, wsOwnerUID, wsOwnerUID); err != nil {
+			return w, err
+		}
 	}
-	return d, os.Chown(d, wsOwnerUID, wsOwnerUID)
+	return w, nil
 }
 
 // newDir makes DIR/name with mode (chmod'ed past the umask).

@@ -77,19 +77,19 @@ func setidFiles(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws}, Op: []string{"setid", "/workspace"}})
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws.Dir}, Op: []string{"setid", ws.In}})
 	if err != nil {
 		return broke(err)
 	}
 	if err := ranOp(r); err != nil {
 		return broke(err)
 	}
-	bits, n, err := setidModes(ws)
+	bits, n, err := setidModes(ws.Sub)
 	if err != nil {
 		return broke(err)
 	}
 	facts := []record.Fact{
-		fact("setuid/setgid bits on the workspace's files, on the host", "none", fmt.Sprintf("%d of %d files: %s", len(bits), n, strings.Join(bits, " ")), len(bits) == 0 && n > 0, "lstat of each file in "+ws+" on the host"),
+		fact("setuid/setgid bits on the workspace's files, on the host", "none", fmt.Sprintf("%d of %d files: %s", len(bits), n, strings.Join(bits, " ")), len(bits) == 0 && n > 0, "lstat of each file in "+ws.Sub+" on the host"),
 	}
 	var cbits []string
 	var src string
@@ -98,14 +98,14 @@ func setidFiles(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		if err != nil {
 			return broke(err)
 		}
-		c, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--test-skip-layer", "seccomp", "--level", "DOMAIN_ISOLATED", "--workspace", ws2}, Op: []string{"setid", "/workspace"}})
+		c, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--test-skip-layer", "seccomp", "--level", "DOMAIN_ISOLATED", "--workspace", ws2.Dir}, Op: []string{"setid", ws2.In}})
 		if err != nil {
 			return broke(err)
 		}
 		if err := ranOp(c); err != nil {
 			return broke(err)
 		}
-		if cbits, _, err = setidModes(ws2); err != nil {
+		if cbits, _, err = setidModes(ws2.Sub); err != nil {
 			return broke(err)
 		}
 		src = "a sandbox without seccomp (test build): lstat of its workspace on the host"
@@ -198,14 +198,14 @@ func nestedUserns(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws}, Op: []string{"userns", "/workspace/marker"}})
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws.Dir}, Op: []string{"userns", ws.In + "/marker"}})
 	if err != nil {
 		return broke(err)
 	}
 	if err := ranOp(r); err != nil {
 		return broke(err)
 	}
-	ok, got := absent(filepath.Join(ws, "marker"))
+	ok, got := absent(filepath.Join(ws.Sub, "marker"))
 	d, err := newDir(e, "host-control", 0o777)
 	if err != nil {
 		return broke(err)
@@ -215,7 +215,7 @@ func nestedUserns(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	cok, cgot := absent(filepath.Join(d, "marker"))
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		fact("the marker of the child in a nested user namespace, in the workspace", "absent", got, ok, "lstat of "+filepath.Join(ws, "marker")+" on the host"),
+		fact("the marker of the child in a nested user namespace, in the workspace", "absent", got, ok, "lstat of "+filepath.Join(ws.Sub, "marker")+" on the host"),
 		control("the marker of the same op's child on the host", "present", cgot, !cok, "lstat on the host"),
 	}}
 }
@@ -249,14 +249,14 @@ func mountBypass(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	m := filepath.Join(ws, "m")
+	m := filepath.Join(ws.Sub, "m")
 	if err := os.Mkdir(m, 0o755); err != nil {
 		return broke(err)
 	}
 	if err := os.Chown(m, wsOwnerUID, wsOwnerUID); err != nil {
 		return broke(err)
 	}
-	h, err := e.Start(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws}, Op: []string{"hold", "kobj", "mount", "/workspace/m"}})
+	h, err := e.Start(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws.Dir}, Op: []string{"hold", "kobj", "mount", ws.In + "/m"}})
 	if err != nil {
 		return broke(err)
 	}
@@ -264,7 +264,7 @@ func mountBypass(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	mounted, err := mountsAt(prog, "/workspace/m")
+	mounted, err := mountsAt(prog, ws.In+"/m")
 	if err != nil {
 		return broke(err)
 	}
@@ -288,7 +288,7 @@ func mountBypass(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		_ = unix.Unmount(c, unix.MNT_DETACH)
 	}
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		fact("mounts at /workspace/m in the program's mount table", "none", strings.Join(mounted, " "), len(mounted) == 0, fmt.Sprintf("/proc/%d/mountinfo of the held program, read on the host", prog)),
+		fact("mounts at "+ws.In+"/m in the program's mount table", "none", strings.Join(mounted, " "), len(mounted) == 0, fmt.Sprintf("/proc/%d/mountinfo of the held program, read on the host", prog)),
 		fact("the write under the mount point, in the host directory", "present", afterGot, !afterOK, "lstat of "+filepath.Join(m, "after")+" on the host"),
 		control("the same mount by the op on the host, in the host's mount table", "1 mount", fmt.Sprint(len(cm))+" mount", len(cm) == 1, "/proc/self/mountinfo of the runner"),
 	}}

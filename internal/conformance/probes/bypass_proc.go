@@ -143,7 +143,7 @@ func otherSandbox(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	secret := "sandbox-a-" + randToken(16)
-	p := filepath.Join(wsA, "secret")
+	p := filepath.Join(wsA.Sub, "secret")
 	if err := os.WriteFile(p, []byte(secret), 0o600); err != nil {
 		return broke(err)
 	}
@@ -151,7 +151,7 @@ func otherSandbox(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	st := e.StateDir()
-	a, err := e.Start(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--workspace", wsA}, Op: []string{"hold", "ids"}})
+	a, err := e.Start(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--workspace", wsA.Dir}, Op: []string{"hold", "ids"}})
 	if err != nil {
 		return broke(err)
 	}
@@ -163,8 +163,8 @@ func otherSandbox(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	viaProc := fmt.Sprintf("/proc/%d/root/workspace/secret", progA)
-	b, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--workspace", wsB}, Op: []string{"reads", p, viaProc, "/workspace/secret"}})
+	viaProc := fmt.Sprintf("/proc/%d/root%s/secret", progA, wsA.In)
+	b, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--workspace", wsB.Dir}, Op: []string{"reads", p, viaProc, wsA.In + "/secret"}})
 	if err != nil {
 		return broke(err)
 	}
@@ -185,7 +185,7 @@ func otherSandbox(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	seen := b.Stdout + b.Stderr + bkr.Stdout + bkr.Stderr + wsText(wsB)
+	seen := b.Stdout + b.Stderr + bkr.Stdout + bkr.Stderr + wsText(wsB.Dir)
 	aliveA := pidAlive(initA) && pidAlive(progA)
 	trA := tracer(initA) + "," + tracer(progA)
 	hr, err := e.HostOp(ctx, "reads", viaProc)
