@@ -25,15 +25,15 @@ import (
 )
 
 func init() {
-	register("http", httpOp)
+	register("loopback-http", loopbackHTTP)
 	register("proxied", proxiedOp)
 	register("model-call", modelCall)
 	register("dnsquery", dnsQuery)
 	register("udproute", udpRoute)
 	register("mknods", mknods)
 	register("setuid0", setuid0)
-	register("mcp-server", mcpServer)
-	register("mcp-call", mcpCall)
+	register("append-tool-server", appendToolServer)
+	register("tool-call", toolCall)
 	register("ppidattack", ppidAttack)
 }
 
@@ -60,10 +60,10 @@ func ppidAttack([]string) (string, error) {
 	return marshal(out)
 }
 
-// mcpServer serves MCP over stdio (the official SDK) until stdin ends: a
+// appendToolServer serves MCP over stdio (the official SDK) until stdin ends: a
 // tool server the gateway runs, contained, from the binary under test.
 // Its one tool, "append", appends a line to a file and says so.
-func mcpServer([]string) (string, error) {
+func appendToolServer([]string) (string, error) {
 	type appendArgs struct {
 		Path string `json:"path"`
 		Line string `json:"line"`
@@ -86,11 +86,11 @@ func mcpServer([]string) (string, error) {
 	return "", srv.Run(context.Background(), &mcp.StdioTransport{})
 }
 
-// mcpCall: mcp-call TOOL JSON-ARGS calls one tool through the tool broker
+// toolCall: tool-call TOOL JSON-ARGS calls one tool through the tool broker
 // ($CORDON_MCP_URL) and returns the result's text.
-func mcpCall(a []string) (string, error) {
+func toolCall(a []string) (string, error) {
 	if len(a) != 2 {
-		return "", fmt.Errorf("usage: mcp-call TOOL JSON-ARGS")
+		return "", fmt.Errorf("usage: tool-call TOOL JSON-ARGS")
 	}
 	var args map[string]any
 	if err := json.Unmarshal([]byte(a[1]), &args); err != nil {
@@ -119,12 +119,12 @@ func mcpCall(a []string) (string, error) {
 	return strings.Join(text, "\n"), nil
 }
 
-// httpOp: http METHOD URL [BODY] sends one request to a loopback URL
+// loopbackHTTP: loopback-http METHOD URL [BODY] sends one request to a loopback URL
 // ($VARS expanded; loopback is never proxied) and returns "STATUS BODY"
 // (the body cut at 4 KiB).
-func httpOp(a []string) (string, error) {
+func loopbackHTTP(a []string) (string, error) {
 	if len(a) < 2 {
-		return "", fmt.Errorf("usage: http METHOD URL [BODY]")
+		return "", fmt.Errorf("usage: loopback-http METHOD URL [BODY]")
 	}
 	var body io.Reader
 	if len(a) > 2 {

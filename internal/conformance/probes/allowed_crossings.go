@@ -60,7 +60,7 @@ func allowedTool(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	cfg, err := gatewayConfig(e, "", fmt.Sprintf(`tools:
   - name: t
-    command: [/tools/cordon, __probe, mcp-server]
+    command: [/tools/cordon, __probe, append-tool-server]
     binds: [{source: %s, target: /tools}, {source: %s, target: /data, writable: true}]
     timeout: 10s
 `, bin, data))
@@ -70,7 +70,7 @@ func allowedTool(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	line := "tool-call-" + randToken(8)
 	st := e.StateDir()
 	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg},
-		Op: []string{"mcp-call", "t__append", fmt.Sprintf(`{"path":"/data/out.txt","line":%q}`, line)}})
+		Op: []string{"tool-call", "t__append", fmt.Sprintf(`{"path":"/data/out.txt","line":%q}`, line)}})
 	if err != nil {
 		return broke(err)
 	}
@@ -82,7 +82,7 @@ func allowedTool(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if rerr != nil {
 		got = rerr.Error()
 	}
-	rs, err := receipts(ctx, e, st, "tool")
+	rs, err := brokerReceipts(ctx, e, st, "tool")
 	if err != nil {
 		return broke(err)
 	}
@@ -110,14 +110,14 @@ func allowedState(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	st := e.StateDir()
 	value := "state-" + randToken(8)
-	w, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http", "PUT", "$CORDON_STATE_URL/conformance/a", value}})
+	w, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"loopback-http", "PUT", "$CORDON_STATE_URL/conformance/a", value}})
 	if err != nil {
 		return broke(err)
 	}
 	if err := ranOp(w); err != nil {
 		return broke(err)
 	}
-	rd, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http", "GET", "$CORDON_STATE_URL/conformance/a"}})
+	rd, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"loopback-http", "GET", "$CORDON_STATE_URL/conformance/a"}})
 	if err != nil {
 		return broke(err)
 	}
@@ -132,7 +132,7 @@ func allowedState(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	got := exportedValue(ex.Stdout, "conformance/a")
 	exported := ex.Code == 0 && got == value
 	return conformance.Outcome{Hint: w.Hint() + "\n" + rd.Hint(), Facts: []record.Fact{
-		fact("the value, in what the next sandbox of the scope printed", "present", present(rd.Stdout, value), readBack, "cordon run's stdout (a second sandbox)"),
+		fact("the value, in what the next sandbox of the scope printed", "present", seenOrNot(rd.Stdout, value), readBack, "cordon run's stdout (a second sandbox)"),
 		fact("the value, in the scope's export on the host", value, got, exported, fmt.Sprintf("cordon state export (exit %d), on the host", ex.Code)),
 	}}
 }
@@ -221,7 +221,7 @@ func allowedIngress(ctx context.Context, e *conformance.Env) conformance.Outcome
 			if d.err != nil {
 				return broke(d.err)
 			}
-			return broke(fmt.Errorf("cordon run ended (exit %d) before the program listened: %s", d.r.Code, firstLine(d.r.Stderr)))
+			return broke(fmt.Errorf("cordon run ended (exit %d) before the program listened: %s", d.r.Code, headLine(d.r.Stderr)))
 		default:
 		}
 	}
@@ -236,12 +236,12 @@ func allowedIngress(ctx context.Context, e *conformance.Env) conformance.Outcome
 	if d.err != nil {
 		return broke(d.err)
 	}
-	rs, err := receipts(ctx, e, st, "ingress")
+	rs, err := brokerReceipts(ctx, e, st, "ingress")
 	if err != nil {
 		return broke(err)
 	}
 	answered := strings.Contains(body, "ingress-ok port="+ingressInside)
-	got := strings.TrimSpace(firstLine(body))
+	got := strings.TrimSpace(headLine(body))
 	if gerr != nil {
 		got = gerr.Error()
 	}

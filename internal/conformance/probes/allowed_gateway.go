@@ -65,15 +65,15 @@ secrets:
 	return p, os.WriteFile(p, []byte(cfg+extra), 0o600)
 }
 
-// receipts lists the store's receipts of one broker (`cordon receipts
+// brokerReceipts lists the store's receipts of one broker (`cordon receipts
 // --json --broker B`, read on the host).
-func receipts(ctx context.Context, e *conformance.Env, stateDir, broker string) ([]map[string]any, error) {
+func brokerReceipts(ctx context.Context, e *conformance.Env, stateDir, broker string) ([]map[string]any, error) {
 	r, err := e.Cordon(ctx, stateDir, "receipts", "--json", "--broker", broker)
 	if err != nil {
 		return nil, err
 	}
 	if r.Code != 0 {
-		return nil, fmt.Errorf("cordon receipts: exit %d: %s", r.Code, firstLine(r.Stderr))
+		return nil, fmt.Errorf("cordon receipts: exit %d: %s", r.Code, headLine(r.Stderr))
 	}
 	var out []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
@@ -127,7 +127,7 @@ func allowedModel(ctx context.Context, e *conformance.Env) conformance.Outcome {
 			placeholder++
 		}
 	}
-	rs, err := receipts(ctx, e, st, "model")
+	rs, err := brokerReceipts(ctx, e, st, "model")
 	if err != nil {
 		return broke(err)
 	}
@@ -136,12 +136,12 @@ func allowedModel(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		fact("model requests that reached the declared upstream with the custodied key", "1", fmt.Sprint(custodied), custodied == 1, "the fake model upstream on the host, requests seen"),
 		fact("requests that reached the upstream with any other key (the placeholder)", "0", fmt.Sprint(placeholder), placeholder == 0, "the fake model upstream on the host, x-api-key of each request"),
 		fact("model receipts in the store", "1 allow", fmt.Sprint(decisions(rs)), decisions(rs)["allow"] == 1, "cordon receipts --json --broker model, on the host"),
-		fact("the custodied key in the store's receipts", "absent", present(string(out), custodiedKey), !strings.Contains(string(out), custodiedKey), "cordon receipts --json, on the host"),
-		fact("the custodied key in what the sandbox printed", "absent", present(r.Stdout+r.Stderr, custodiedKey), !strings.Contains(r.Stdout+r.Stderr, custodiedKey), "cordon run's stdout and stderr"),
+		fact("the custodied key in the store's receipts", "absent", seenOrNot(string(out), custodiedKey), !strings.Contains(string(out), custodiedKey), "cordon receipts --json, on the host"),
+		fact("the custodied key in what the sandbox printed", "absent", seenOrNot(r.Stdout+r.Stderr, custodiedKey), !strings.Contains(r.Stdout+r.Stderr, custodiedKey), "cordon run's stdout and stderr"),
 	}}
 }
 
-func present(s, sub string) string {
+func seenOrNot(s, sub string) string {
 	if strings.Contains(s, sub) {
 		return "present"
 	}
@@ -180,7 +180,7 @@ func allowedEgress(ctx context.Context, e *conformance.Env) conformance.Outcome 
 		return broke(err)
 	}
 	hits := allowed.Hits()
-	rs, err := receipts(ctx, e, st, "egress")
+	rs, err := brokerReceipts(ctx, e, st, "egress")
 	if err != nil {
 		return broke(err)
 	}
@@ -214,7 +214,7 @@ func egressUndeclared(ctx context.Context, e *conformance.Env) conformance.Outco
 	}
 	// The last one goes direct, past the proxy.
 	ops := [][]string{{"proxied", "GET", urls[0]}, {"proxied", "GET", urls[1]}, {"proxied", "GET", urls[2]},
-		{"http", "GET", "http://127.0.0.1:" + allowed.Port() + "/"}}
+		{"loopback-http", "GET", "http://127.0.0.1:" + allowed.Port() + "/"}}
 	var hints []string
 	for _, op := range ops {
 		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: op})
@@ -227,7 +227,7 @@ func egressUndeclared(ctx context.Context, e *conformance.Env) conformance.Outco
 		hints = append(hints, r.Hint())
 	}
 	dh, ah := denied.Hits(), allowed.Hits()
-	rs, err := receipts(ctx, e, st, "egress")
+	rs, err := brokerReceipts(ctx, e, st, "egress")
 	if err != nil {
 		return broke(err)
 	}

@@ -69,14 +69,14 @@ func inheritedFD(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	if opLine(out) == "" {
-		return broke(errors.New("the run did not run the probe: " + firstLine(out)))
+		return broke(errors.New("the run did not run the probe: " + headLine(out)))
 	}
 	host, err := readfds(e.Bin, "__probe", "readfd", "3")
 	if err != nil {
 		return broke(err)
 	}
 	return conformance.Outcome{Hint: opLine(out), Facts: []record.Fact{
-		fact("the inherited secret's token in what the run printed", "absent", present(out, token), !strings.Contains(out, token), "cordon run's stdout and stderr"),
-		control("the token, read by the same op on the host from the same descriptor", "present", present(host, token), strings.Contains(host, token), "the host op's output"),
+		fact("the inherited secret's token in what the run printed", "absent", seenOrNot(out, token), !strings.Contains(out, token), "cordon run's stdout and stderr"),
+		control("the token, read by the same op on the host from the same descriptor", "present", seenOrNot(host, token), strings.Contains(host, token), "the host op's output"),
 	}}
 }

@@ -131,10 +131,10 @@ func readHostSecret(ctx context.Context, e *conformance.Env) conformance.Outcome
 	}
 	hostSeen := hp.Data
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		fact("the root-only file's token in the run's output and workspace", "absent", present(seen, secret), !strings.Contains(seen, secret), "cordon run's stdout, stderr and outcome; the workspace's files on the host"),
-		fact("the token of the host file not given to the sandbox, in its output and workspace", "absent", present(seen, hostOnly), !strings.Contains(seen, hostOnly), "cordon run's stdout, stderr and outcome; the workspace's files on the host"),
-		control("the world-readable file's token through the same bind", "present", present(seen, public), strings.Contains(seen, public), "cordon run's stdout"),
-		control("both secrets read by the same op on the host", "present", present(hostSeen, secret)+", "+present(hostSeen, hostOnly), strings.Contains(hostSeen, secret) && strings.Contains(hostSeen, hostOnly), "the host op's output"),
+		fact("the root-only file's token in the run's output and workspace", "absent", seenOrNot(seen, secret), !strings.Contains(seen, secret), "cordon run's stdout, stderr and outcome; the workspace's files on the host"),
+		fact("the token of the host file not given to the sandbox, in its output and workspace", "absent", seenOrNot(seen, hostOnly), !strings.Contains(seen, hostOnly), "cordon run's stdout, stderr and outcome; the workspace's files on the host"),
+		control("the world-readable file's token through the same bind", "present", seenOrNot(seen, public), strings.Contains(seen, public), "cordon run's stdout"),
+		control("both secrets read by the same op on the host", "present", seenOrNot(hostSeen, secret)+", "+seenOrNot(hostSeen, hostOnly), strings.Contains(hostSeen, secret) && strings.Contains(hostSeen, hostOnly), "the host op's output"),
 	}}
 }
 

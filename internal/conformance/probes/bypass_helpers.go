@@ -326,12 +326,12 @@ func opData(r *conformance.RunResult) map[string]string {
 // ranOp is an error when a run did not run the probe op at all.
 func ranOp(r conformance.RunResult) error {
 	if r.Op == nil {
-		return fmt.Errorf("the run (exit %d) did not run the probe: %s", r.Code, firstLine(r.Stderr))
+		return fmt.Errorf("the run (exit %d) did not run the probe: %s", r.Code, headLine(r.Stderr))
 	}
 	return nil
 }
 
-func firstLine(s string) string {
+func headLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }

@@ -75,11 +75,11 @@ func custodiedKeyBypass(ctx context.Context, e *conformance.Env) conformance.Out
 		return broke(err)
 	}
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		fact("the custodied key in the program's environment", "absent", present(string(progEnv), custodiedKey), !strings.Contains(string(progEnv), custodiedKey), fmt.Sprintf("/proc/%d/environ on the host", prog)),
-		fact("the custodied key in the sandbox init's environment", "absent", present(string(initEnv), custodiedKey), !strings.Contains(string(initEnv), custodiedKey), fmt.Sprintf("/proc/%d/environ on the host", initPid)),
-		fact("the custodied key in what the run printed (environ reads, the key file's host path)", "absent", present(printed, custodiedKey), !strings.Contains(printed, custodiedKey), "cordon run's stdout, stderr and outcome"),
-		control("the gateway's placeholder key in the program's environment, by the same reading", "present", present(string(progEnv), "ANTHROPIC_API_KEY=sk-ant-api03-cordon-placeholder"), strings.Contains(string(progEnv), "ANTHROPIC_API_KEY=sk-ant-api03-cordon-placeholder"), fmt.Sprintf("/proc/%d/environ on the host", prog)),
-		control("the custodied key read from the key file by the same op on the host", "present", present(hr.Data, custodiedKey), strings.Contains(hr.Data, custodiedKey), "the host op's output"),
+		fact("the custodied key in the program's environment", "absent", seenOrNot(string(progEnv), custodiedKey), !strings.Contains(string(progEnv), custodiedKey), fmt.Sprintf("/proc/%d/environ on the host", prog)),
+		fact("the custodied key in the sandbox init's environment", "absent", seenOrNot(string(initEnv), custodiedKey), !strings.Contains(string(initEnv), custodiedKey), fmt.Sprintf("/proc/%d/environ on the host", initPid)),
+		fact("the custodied key in what the run printed (environ reads, the key file's host path)", "absent", seenOrNot(printed, custodiedKey), !strings.Contains(printed, custodiedKey), "cordon run's stdout, stderr and outcome"),
+		control("the gateway's placeholder key in the program's environment, by the same reading", "present", seenOrNot(string(progEnv), "ANTHROPIC_API_KEY=sk-ant-api03-cordon-placeholder"), strings.Contains(string(progEnv), "ANTHROPIC_API_KEY=sk-ant-api03-cordon-placeholder"), fmt.Sprintf("/proc/%d/environ on the host", prog)),
+		control("the custodied key read from the key file by the same op on the host", "present", seenOrNot(hr.Data, custodiedKey), strings.Contains(hr.Data, custodiedKey), "the host op's output"),
 	}}
 }
 
