@@ -30,8 +30,9 @@ func init() {
 }
 
 // custodiedKeyBypass: with a model route whose key the config custodies, the
-// program dumps its environment and reads its own and its init's environ
-// and the key file's host path, and holds; the host reads the program's
+// program reads its own environ and the key file's host path, and holds
+// (not /proc/1/environ: under a provider that isolates nothing that is
+// the host init's, and the hint would carry it into the record); the host reads the program's
 // and the init's /proc/PID/environ and everything the run printed: no key.
 // Controls: the same environ reading sees the gateway's placeholder (the
 // reading works), and the same read op on the host gets the key from the
@@ -48,7 +49,7 @@ func custodiedKeyBypass(ctx context.Context, e *conformance.Env) conformance.Out
 	// is found by a unique word in its arguments, the init as its parent.
 	mark := "/cordon-conformance-mark-" + randToken(8)
 	h, err := e.Start(ctx, conformance.RunOpts{Flags: []string{"--config", cfg},
-		Op: []string{"hold", "reads", "/proc/self/environ", "/proc/1/environ", keyFile, mark}})
+		Op: []string{"hold", "reads", "/proc/self/environ", keyFile, mark}})
 	if err != nil {
 		return broke(err)
 	}
@@ -77,7 +78,7 @@ func custodiedKeyBypass(ctx context.Context, e *conformance.Env) conformance.Out
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
 		fact("the custodied key in the program's environment", "absent", seenOrNot(string(progEnv), custodiedKey), !strings.Contains(string(progEnv), custodiedKey), fmt.Sprintf("/proc/%d/environ on the host", prog)),
 		fact("the custodied key in the sandbox init's environment", "absent", seenOrNot(string(initEnv), custodiedKey), !strings.Contains(string(initEnv), custodiedKey), fmt.Sprintf("/proc/%d/environ on the host", initPid)),
-		fact("the custodied key in what the run printed (environ reads, the key file's host path)", "absent", seenOrNot(printed, custodiedKey), !strings.Contains(printed, custodiedKey), "cordon run's stdout, stderr and outcome"),
+		fact("the custodied key in what the run printed (its environ, the key file's host path)", "absent", seenOrNot(printed, custodiedKey), !strings.Contains(printed, custodiedKey), "cordon run's stdout, stderr and outcome"),
 		control("the gateway's placeholder key in the program's environment, by the same reading", "present", seenOrNot(string(progEnv), "ANTHROPIC_API_KEY=sk-ant-api03-cordon-placeholder"), strings.Contains(string(progEnv), "ANTHROPIC_API_KEY=sk-ant-api03-cordon-placeholder"), fmt.Sprintf("/proc/%d/environ on the host", prog)),
 		control("the custodied key read from the key file by the same op on the host", "present", seenOrNot(hr.Data, custodiedKey), strings.Contains(hr.Data, custodiedKey), "the host op's output"),
 	}}
@@ -103,12 +104,15 @@ func head(p string) (int, error) {
 	return n, err
 }
 
-// hostFacts: the program, held, reads the host-fact files; the host reads
+// hostFacts: the program holds; the host reads
 // each through the program's root (/proc/PID/root/proc/...), that is, the
 // sandbox's own /proc with its masks: zero bytes. Control: the host's own
 // copy of each has content (the reading would see a leak).
 func hostFacts(ctx context.Context, e *conformance.Env) conformance.Outcome {
-	h, err := e.Start(ctx, conformance.RunOpts{Op: append([]string{"hold", "reads"}, "/proc/cmdline", "/proc/interrupts")})
+	// The program only holds: what it would read of these files is a
+	// hint, and under a provider that isolates nothing it would carry
+	// host facts into the record.
+	h, err := e.Start(ctx, conformance.RunOpts{Op: []string{"hold", "ids"}})
 	if err != nil {
 		return broke(err)
 	}
