@@ -257,7 +257,8 @@ func udpRoute(a []string) (string, error) {
 
 // mknods: mknods DIR tries to create device nodes in DIR: a char device
 // like /dev/null (1:3) and /dev/mem (1:1), and a block device like
-// /dev/loop0 (7:0). The host stats DIR afterwards.
+// /dev/loop0 (7:0); and, as the control, a regular file "plain" with
+// mknod. The host stats DIR afterwards.
 func mknods(a []string) (string, error) {
 	if len(a) != 1 {
 		return "", fmt.Errorf("usage: mknods DIR")
@@ -268,6 +269,7 @@ func mknods(a []string) (string, error) {
 	for n, mode := range nodes {
 		out[n] = outcome("", unix.Mknod(a[0]+"/"+n, mode|0o600, int(devs[n])))
 	}
+	out["plain"] = outcome("", unix.Mknod(a[0]+"/plain", unix.S_IFREG|0o600, 0))
 	return marshal(out)
 }
 

@@ -64,9 +64,11 @@ func deviceNodes(dir string) ([]string, error) {
 
 // devMknod: the program tries mknod of /dev/null (c 1:3), /dev/mem (c 1:1)
 // and /dev/loop0 (b 7:0) look-alikes in its workspace; the host lists the
-// device nodes in the workspace: none. Control: the same op on the host
-// (root) creates them in a runner directory, and the same listing sees
-// them.
+// device nodes in the workspace: none. Controls: the program's mknod of a
+// regular file there lands (so the directory was the program's to write,
+// even under a provider where the workspace path does not exist), and the
+// same op on the host (root) creates the devices in a runner directory,
+// seen by the same listing.
 func devMknod(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	ws, err := newWorkspace(e, "ws")
 	if err != nil {
@@ -83,6 +85,9 @@ func devMknod(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
+	// The same call for a regular file lands: the directory is the
+	// program's, and only the device nodes were refused.
+	plainOK, plainGot := absent(filepath.Join(ws.Sub, "plain"))
 	c, err := newDir(e, "host-control", 0o700)
 	if err != nil {
 		return broke(err)
@@ -95,11 +100,12 @@ func devMknod(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	// The control's nodes go at once: nothing should open them.
-	for _, n := range []string{"null", "mem", "loop0"} {
+	for _, n := range []string{"null", "mem", "loop0", "plain"} {
 		_ = os.Remove(filepath.Join(c, n))
 	}
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
 		fact("device nodes in the workspace, on the host", "none", strings.Join(got, ", "), len(got) == 0, "walk of "+ws.Dir+" on the host"),
+		control("the program's mknod of a regular file in the same directory", "present", plainGot, !plainOK, "lstat of "+filepath.Join(ws.Sub, "plain")+" on the host"),
 		control("device nodes the same op made on the host", "3", strings.Join(cgot, ", "), len(cgot) == 3, "walk of the runner's directory on the host"),
 	}}
 }

@@ -116,8 +116,9 @@ func readHostSecret(ctx context.Context, e *conformance.Env) conformance.Outcome
 			return broke(err)
 		}
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--ro", data + ":/data", "--workspace", ws.Dir},
-		Op: []string{"reads", "/data/secret", hostPath, "/data/public"}})
+	in := "/cordon-data-" + randToken(6) // no such path on a host
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--ro", data + ":" + in, "--workspace", ws.Dir},
+		Op: []string{"reads", in + "/secret", hostPath, in + "/public"}})
 	if err != nil {
 		return broke(err)
 	}

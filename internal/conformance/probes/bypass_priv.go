@@ -191,8 +191,9 @@ func privGain(ctx context.Context, e *conformance.Env) conformance.Outcome {
 }
 
 // nestedUserns: the program starts a child in a new user namespace; the
-// child would write /workspace/marker. The host looks for the marker.
-// Control: the same op on the host leaves its child's marker.
+// child would write the marker in the workspace. The host looks for it.
+// Controls: the program's own write of a marker there lands, and the same
+// op on the host leaves its child's marker.
 func nestedUserns(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	ws, err := newWorkspace(e, "ws")
 	if err != nil {
@@ -206,6 +207,16 @@ func nestedUserns(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	ok, got := absent(filepath.Join(ws.Sub, "marker"))
+	// The same write without the nested namespace lands: the marker's
+	// absence is the namespace's refusal, not a path the program lacks.
+	w, err := e.Run(ctx, conformance.RunOpts{Flags: []string{"--workspace", ws.Dir}, Op: []string{"mark", ws.In + "/direct"}})
+	if err != nil {
+		return broke(err)
+	}
+	if err := ranOp(w); err != nil {
+		return broke(err)
+	}
+	dok, dgot := absent(filepath.Join(ws.Sub, "direct"))
 	d, err := newDir(e, "host-control", 0o777)
 	if err != nil {
 		return broke(err)
@@ -216,6 +227,7 @@ func nestedUserns(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	cok, cgot := absent(filepath.Join(d, "marker"))
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
 		fact("the marker of the child in a nested user namespace, in the workspace", "absent", got, ok, "lstat of "+filepath.Join(ws.Sub, "marker")+" on the host"),
+		control("the same marker written by the program itself, in the workspace", "present", dgot, !dok, "lstat of "+filepath.Join(ws.Sub, "direct")+" on the host"),
 		control("the marker of the same op's child on the host", "present", cgot, !cok, "lstat on the host"),
 	}}
 }
