@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
@@ -152,4 +153,71 @@ func wsText(dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+func init() {
+	conformance.Register(conformance.Probe{
+		ID:     "bypass.fs.landlock",
+		Class:  record.Bypass,
+		Clause: "§2.2 every undeclared route is denied by a control outside the agent: writes outside the writable paths (Landlock)",
+		Title:  "a write into a directory the program's own uid owns but no writable path covers is refused: the host finds no file there",
+		Run:    landlockWrite,
+	})
+}
+
+// probeDir is the sandbox init's Landlock probe directory: a tmpfs owned
+// by the program's uid, outside every writable path, where the init wrote
+// its control file before Landlock.
+const probeDir = "/dev/.cordon-probe"
+
+// landlockWrite: the program, held, writes a file into probeDir, which its
+// uid owns (so only Landlock can refuse it). The host looks, through the
+// program's root, for the file: absent. Controls: the init's control
+// file, written there by the same uid before Landlock, is present (so the
+// directory takes writes); in a test build, a sandbox without Landlock
+// leaves the file.
+func landlockWrite(ctx context.Context, e *conformance.Env) conformance.Outcome {
+	name := "cordon-escape-" + randToken(6)
+	target := probeDir + "/" + name
+	h, err := e.Start(ctx, conformance.RunOpts{Op: []string{"hold", "writes", target}})
+	if err != nil {
+		return broke(err)
+	}
+	_, prog, err := h.Pids()
+	if err != nil {
+		return broke(err)
+	}
+	root := fmt.Sprintf("/proc/%d/root", prog)
+	ok, got := absent(root + target)
+	cok, cgot := absent(root + probeDir + "/control")
+	dirOwner := "?"
+	if fi, err := os.Stat(root + probeDir); err == nil {
+		dirOwner = fmt.Sprint(fi.Sys().(*syscall.Stat_t).Uid)
+	}
+	uid, _ := hostUID(prog)
+	r, err := h.Finish(ctx)
+	if err != nil {
+		return broke(err)
+	}
+	facts := []record.Fact{
+		fact("the program's write "+target, "absent", got, ok, "lstat through "+root+" on the host"),
+		control("the init's control file in the same directory, written there before Landlock", "present", cgot, !cok, "lstat through "+root+" on the host"),
+		control("owner of "+probeDir+" (the program's host uid)", uid, dirOwner, dirOwner == uid && uid != "", "stat through "+root+" on the host"),
+	}
+	if hasSkipLayer(ctx, e) {
+		c, err := e.Start(ctx, conformance.RunOpts{Flags: []string{"--test-skip-layer", "landlock", "--level", "DOMAIN_ISOLATED"}, Op: []string{"hold", "writes", target}})
+		if err != nil {
+			return broke(err)
+		}
+		_, cprog, err := c.Pids()
+		if err != nil {
+			return broke(err)
+		}
+		sok, sgot := absent(fmt.Sprintf("/proc/%d/root%s", cprog, target))
+		if _, err := c.Finish(ctx); err != nil {
+			return broke(err)
+		}
+		facts = append(facts, control("the same write in a sandbox without Landlock (test build)", "present", sgot, !sok, "lstat through /proc/PID/root on the host"))
+	}
+	return conformance.Outcome{Hint: r.Hint(), Facts: facts}
 }
