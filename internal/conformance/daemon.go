@@ -28,6 +28,7 @@ type Daemon struct {
 	StateDir, Socket, VolumeDir string
 
 	e       *Env
+	args    []string // more `cordon daemon` flags (DaemonWith)
 	logPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -35,12 +36,16 @@ type Daemon struct {
 
 // Daemon starts a cordon daemon of the binary under test (with the
 // suite's --provider) and returns once its socket answers.
-func (e *Env) Daemon(ctx context.Context) (*Daemon, error) {
+func (e *Env) Daemon(ctx context.Context) (*Daemon, error) { return e.DaemonWith(ctx) }
+
+// DaemonWith is Daemon with more `cordon daemon` flags (--group,
+// --policy-dir, --drift-interval), kept for every later Start.
+func (e *Env) DaemonWith(ctx context.Context, args ...string) (*Daemon, error) {
 	e.mu.Lock()
 	e.daemons++
 	n := e.daemons
 	e.mu.Unlock()
-	d := &Daemon{e: e, StateDir: e.StateDir()}
+	d := &Daemon{e: e, StateDir: e.StateDir(), args: args}
 	base := filepath.Join(e.Dir, fmt.Sprintf("daemon%d", n))
 	if err := os.Mkdir(base, 0o711); err != nil {
 		return nil, err
@@ -86,6 +91,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 	args := append(d.e.globals(d.StateDir), "daemon", "--socket", d.Socket, "--volume-dir", d.VolumeDir,
 		// No host settings file: the suite's daemon runs with its defaults.
 		"--settings", filepath.Join(filepath.Dir(d.logPath), "daemon.conf"))
+	args = append(args, d.args...)
 	// Not CommandContext: the daemon outlives the call that starts it;
 	// the probe's cleanup ends it.
 	d.cmd = exec.Command(d.e.Bin, args...)
