@@ -1,0 +1,131 @@
+package probes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/conformance"
+	"github.com/cordon-project/cordon/internal/conformance/record"
+)
+
+func init() {
+	conformance.Register(conformance.Probe{
+		ID:      "stale.drained-sandbox",
+		Class:   record.StaleState,
+		Clause:  "§2.5 stale state: a drained sandbox (admitted under a policy that changed) runs nothing new",
+		Title:   "after the host policy changes, a daemon sandbox in DRAIN refuses exec: the program never runs; before the change it did",
+		Daemon:  true,
+		Timeout: 90 * time.Second,
+		Run:     staleDrained,
+	})
+}
+
+// daemonSandbox is one line of `cordon sandbox ls --json`.
+type daemonSandbox struct {
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Drain   string `json:"drain"`
+	InitPid int    `json:"init_pid"`
+}
+
+func daemonSandboxes(ctx context.Context, d *conformance.Daemon) (map[string]daemonSandbox, error) {
+	r, err := d.Cordon(ctx, "sandbox", "ls", "--json")
+	if err != nil {
+		return nil, err
+	}
+	if r.Code != 0 {
+		return nil, fmt.Errorf("sandbox ls: exit %d: %s", r.Code, firstLineOf(r.Stderr))
+	}
+	var ls []daemonSandbox
+	if err := json.Unmarshal([]byte(r.Stdout), &ls); err != nil {
+		return nil, fmt.Errorf("sandbox ls --json: %v: %s", err, r.Stdout)
+	}
+	out := map[string]daemonSandbox{}
+	for _, s := range ls {
+		out[s.Name] = s
+	}
+	return out, nil
+}
+
+// staleDrained: a daemon with a host policy directory creates a sandbox
+// with a workspace. An exec writing a marker into the workspace works
+// (the control: the host sees the marker). The host policy changes; once
+// `sandbox ls` shows the sandbox draining, the same exec with another
+// marker is refused and the host never sees that marker. The sandbox's
+// init still runs (draining stops nothing that ran).
+func staleDrained(ctx context.Context, e *conformance.Env) conformance.Outcome {
+	pdir := filepath.Join(e.Dir, "policy")
+	if err := os.Mkdir(pdir, 0o755); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	pol := filepath.Join(pdir, "host.cedar")
+	rule := `@id("conformance-drift") forbid(principal, action == Action::"model.invoke", resource == Model::"%s");`
+	if err := os.WriteFile(pol, []byte(fmt.Sprintf(rule, "before")), 0o644); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	ws, err := ownedWorkspace(e, "ws")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	d, err := e.DaemonWith(ctx, "--policy-dir", pdir, "--drift-interval", "200ms")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	if err := d.Create(ctx, "dr", "--workspace", ws, "--", "/bin/sleep", "1000"); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	mark := func(name string) (conformance.RunResult, bool, error) {
+		r, err := d.Cordon(ctx, "sandbox", "exec", "dr", "--", "/bin/sh", "-c", "echo ran > /workspace/"+name)
+		if err != nil {
+			return r, false, err
+		}
+		_, serr := os.Stat(filepath.Join(ws, name))
+		return r, serr == nil, nil
+	}
+	before, ranBefore, err := mark("before")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	if err := os.WriteFile(pol, []byte(fmt.Sprintf(rule, "after")), 0o644); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	var drain string
+	var initPid int
+	if err := waitFor(ctx, func() (bool, error) {
+		ls, err := daemonSandboxes(ctx, d)
+		drain, initPid = ls["dr"].Drain, ls["dr"].InitPid
+		return drain != "", err
+	}); err != nil {
+		return conformance.Outcome{Err: fmt.Errorf("the sandbox never drained after the policy changed: %w", err)}
+	}
+	after, ranAfter, err := mark("after")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	initAlive := false
+	if p, _, ok := readProcess(initPid); ok {
+		initAlive = p.running()
+	}
+	return conformance.Outcome{Hint: strings.TrimSpace(after.Stderr), Facts: []record.Fact{
+		{Name: "an exec's marker in the workspace while the sandbox drains (" + drain + ")", Want: "absent", Got: present(ranAfter), OK: !ranAfter,
+			Source: "the workspace directory on the host"},
+		{Name: "cordon sandbox exec while draining", Want: "refused (non-zero exit)", Got: fmt.Sprintf("exit %d", after.Code), OK: after.Code != 0,
+			Source: "the daemon's answer to the host-side client"},
+		{Name: "the sandbox's init while draining", Want: "still running", Got: fmt.Sprintf("pid %d running=%v", initPid, initAlive), OK: initAlive,
+			Source: "the host's /proc"},
+		{Name: "the same exec's marker before the policy changed", Want: "present, exit 0", Got: fmt.Sprintf("%s, exit %d", present(ranBefore), before.Code),
+			OK: ranBefore && before.Code == 0, Source: "the workspace directory on the host", Control: true},
+	}}
+}
+
+func present(ok bool) string {
+	if ok {
+		return "present"
+	}
+	return "absent"
+}
