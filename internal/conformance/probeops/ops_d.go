@@ -17,25 +17,25 @@ import (
 // print is the program's own view: the probes judge the effect from the
 // host (the store, the upstream's count, /proc/PID/root, the cgroup).
 func init() {
-	register("http", httpOp)
+	register("request", requestOp)
 	register("fill", fillOp)
 }
 
-// httpOp makes one HTTP request: http METHOD URL [BODY]. A URL starting
+// requestOp makes one HTTP request: request METHOD URL [BODY]. A URL starting
 // with $NAME/ takes its base from the environment variable NAME (the
 // gateway's addresses: CORDON_STATE_URL, ANTHROPIC_BASE_URL); a proxy in
 // HTTP_PROXY is used as the gateway sets it. It reports the status, the
 // body's length and digest, and up to 200 bytes of the body.
-func httpOp(a []string) (string, error) {
+func requestOp(a []string) (string, error) {
 	if len(a) < 2 || len(a) > 3 {
-		return "", fmt.Errorf("usage: http METHOD URL [BODY]")
+		return "", fmt.Errorf("usage: request METHOD URL [BODY]")
 	}
 	url := a[1]
 	if rest, ok := strings.CutPrefix(url, "$"); ok {
 		name, path, _ := strings.Cut(rest, "/")
 		base := os.Getenv(name)
 		if base == "" {
-			return "", fmt.Errorf("http: $%s is not set", name)
+			return "", fmt.Errorf("request: $%s is not set", name)
 		}
 		url = strings.TrimSuffix(base, "/") + "/" + path
 	}

@@ -49,14 +49,14 @@ func init() {
 	}
 }
 
-// modelConfig writes a config with one Anthropic route to up (its key in
+// budgetModelConfig writes a config with one Anthropic route to up (its key in
 // a 0600 file) and extra, and returns its path.
-func modelConfig(e *conformance.Env, workload string, up *fixture.ModelUpstream, extra string) (string, error) {
-	key, err := writeFile(e, "upstream.key", upstreamKey+"\n", 0o600)
+func budgetModelConfig(e *conformance.Env, workload string, up *fixture.ModelUpstream, extra string) (string, error) {
+	key, err := probeFile(e, "upstream.key", upstreamKey+"\n", 0o600)
 	if err != nil {
 		return "", err
 	}
-	return writeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
+	return probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
 workload: %s
 tenant: conformance
 purpose: testing
@@ -103,12 +103,12 @@ func budgetDenials(ctx context.Context, e *conformance.Env, st, broker string) (
 func modelBudget(ctx context.Context, e *conformance.Env, budget, body string) conformance.Outcome {
 	up := fixture.NewModelUpstream(upstreamKey, "ok")
 	e.Cleanup(up.Close)
-	cfg, err := modelConfig(e, "conformance-budget", up, "budgets:\n  "+budget+"\n")
+	cfg, err := budgetModelConfig(e, "conformance-budget", up, "budgets:\n  "+budget+"\n")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	st := e.StateDir()
-	call := conformance.ProbeBin + ` __probe http POST '$ANTHROPIC_BASE_URL/v1/messages' '` + body + `'`
+	call := conformance.ProbeBin + ` __probe request POST '$ANTHROPIC_BASE_URL/v1/messages' '` + body + `'`
 	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
 		Argv: []string{"/bin/sh", "-c", call + "; " + call + "; " + call}})
 	if err != nil {
@@ -135,7 +135,7 @@ func modelBudget(ctx context.Context, e *conformance.Env, budget, body string) c
 func egressBudget(ctx context.Context, e *conformance.Env, budget, body string) conformance.Outcome {
 	target := fixture.NewTarget(body)
 	e.Cleanup(target.Close)
-	cfg, err := writeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
+	cfg, err := probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
 workload: conformance-egress-budget
 tenant: conformance
 purpose: testing
@@ -152,7 +152,7 @@ budgets:
 		return conformance.Outcome{Err: err}
 	}
 	st := e.StateDir()
-	get := conformance.ProbeBin + " __probe http GET http://budget.test:" + target.Port() + "/"
+	get := conformance.ProbeBin + " __probe request GET http://budget.test:" + target.Port() + "/"
 	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
 		Argv: []string{"/bin/sh", "-c", get + "; " + get + "; " + get}})
 	if err != nil {

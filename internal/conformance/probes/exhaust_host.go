@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/cordon-project/cordon/internal/conformance"
@@ -15,8 +14,8 @@ import (
 // exhaustion probes: they read only /proc, the cgroup tree and files the
 // probe created.
 
-// runOutcome is the part of `cordon run --json`'s outcome the probes read.
-type runOutcome struct {
+// exitOutcome is the part of `cordon run --json`'s outcome the probes read.
+type exitOutcome struct {
 	SandboxID   string `json:"sandbox_id"`
 	ExitCode    int    `json:"exit_code"`
 	Signal      int    `json:"signal"`
@@ -24,10 +23,10 @@ type runOutcome struct {
 	FailureKind string `json:"failure_kind"`
 }
 
-// outcomeOf parses r's --json outcome; a run that wrote none is an error
+// parseExitOutcome parses r's --json outcome; a run that wrote none is an error
 // (cordon itself did not finish).
-func outcomeOf(r conformance.RunResult) (runOutcome, error) {
-	var o runOutcome
+func parseExitOutcome(r conformance.RunResult) (exitOutcome, error) {
+	var o exitOutcome
 	if len(r.Outcome) == 0 {
 		return o, fmt.Errorf("cordon run (exit %d) wrote no --json outcome: %s", r.Code, firstLineOf(r.Stderr))
 	}
@@ -56,15 +55,15 @@ func sandboxCgroups(id string) []string {
 	return out
 }
 
-// hostProcess is a process as the host's /proc shows it: the pid and its
+// procStamp is a process as the host's /proc shows it: the pid and its
 // start time (field 22 of stat), which tells a reused pid apart.
-type hostProcess struct {
+type procStamp struct {
 	Pid   int
 	Start string
 }
 
-// readProcess reads pid's start time and state from the host's /proc.
-func readProcess(pid int) (p hostProcess, state string, ok bool) {
+// readProcStamp reads pid's start time and state from the host's /proc.
+func readProcStamp(pid int) (p procStamp, state string, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return p, "", false
@@ -78,25 +77,25 @@ func readProcess(pid int) (p hostProcess, state string, ok bool) {
 	if len(f) < 20 {
 		return p, "", false
 	}
-	return hostProcess{Pid: pid, Start: f[19]}, f[0], true
+	return procStamp{Pid: pid, Start: f[19]}, f[0], true
 }
 
 // running reports whether p still runs (same pid and start, not a zombie).
-func (p hostProcess) running() bool {
-	now, state, ok := readProcess(p.Pid)
+func (p procStamp) running() bool {
+	now, state, ok := readProcStamp(p.Pid)
 	return ok && now.Start == p.Start && state != "Z"
 }
 
 // descendants lists the running processes below pid on the host (its
 // children, theirs, ...), read from /proc.
-func descendants(pid int) []hostProcess {
-	var out []hostProcess
+func descendants(pid int) []procStamp {
+	var out []procStamp
 	queue := []int{pid}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range conformance.ChildPids(p) {
-			if hp, state, ok := readProcess(c); ok && state != "Z" {
+			if hp, state, ok := readProcStamp(c); ok && state != "Z" {
 				out = append(out, hp)
 				queue = append(queue, c)
 			}
@@ -106,7 +105,7 @@ func descendants(pid int) []hostProcess {
 }
 
 // stillRunning lists the processes of ps that still run.
-func stillRunning(ps []hostProcess) []int {
+func stillRunning(ps []procStamp) []int {
 	var out []int
 	for _, p := range ps {
 		if p.running() {
@@ -115,5 +114,3 @@ func stillRunning(ps []hostProcess) []int {
 	}
 	return out
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

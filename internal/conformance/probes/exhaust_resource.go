@@ -58,7 +58,7 @@ func exhaustMemory(ctx context.Context, e *conformance.Env) conformance.Outcome 
 		return conformance.Outcome{Err: fmt.Errorf("the host witness process: %w", err)}
 	}
 	e.Cleanup(func() { _ = witness.Process.Kill(); _ = witness.Wait() })
-	w, _, ok := readProcess(witness.Process.Pid)
+	w, _, ok := readProcStamp(witness.Process.Pid)
 	if !ok {
 		return conformance.Outcome{Err: fmt.Errorf("cannot read the witness process %d", witness.Process.Pid)}
 	}
@@ -67,7 +67,7 @@ func exhaustMemory(ctx context.Context, e *conformance.Env) conformance.Outcome 
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	o, err := outcomeOf(over)
+	o, err := parseExitOutcome(over)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -76,7 +76,7 @@ func exhaustMemory(ctx context.Context, e *conformance.Env) conformance.Outcome 
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	co, err := outcomeOf(ctl)
+	co, err := parseExitOutcome(ctl)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -106,18 +106,18 @@ func exhaustPids(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return conformance.Outcome{Err: err}
 	}
 	return conformance.Outcome{Hint: hint, Facts: []record.Fact{
-		{Name: "processes below the sandbox's init after a fork bomb of 100 under --pids 32", Want: "fewer than 32", Got: itoa(limited), OK: limited < 32,
+		{Name: "processes below the sandbox's init after a fork bomb of 100 under --pids 32", Want: "fewer than 32", Got: strconv.Itoa(limited), OK: limited < 32,
 			Source: "the host's /proc (ppid tree below the sandbox init)"},
 		{Name: "those processes after the sandbox ended", Want: "none running", Got: fmt.Sprint(left), OK: len(left) == 0, Source: "the host's /proc/PID/stat (pid and start time)"},
 		{Name: "the sandbox's cgroup directories after the run", Want: "none", Got: fmt.Sprint(procs.cgroups), OK: len(procs.cgroups) == 0, Source: "the host's /sys/fs/cgroup"},
-		{Name: "a fork bomb of 40 under --pids 256", Want: "40 processes", Got: itoa(control), OK: control == 40,
+		{Name: "a fork bomb of 40 under --pids 256", Want: "40 processes", Got: strconv.Itoa(control), OK: control == 40,
 			Source: "the host's /proc (ppid tree below the sandbox init)", Control: true},
 	}}
 }
 
 type forkRun struct {
-	seen    []hostProcess // the fork bomb's processes, as the host saw them
-	cgroups []string      // the sandbox's cgroup dirs left after the run
+	seen    []procStamp // the fork bomb's processes, as the host saw them
+	cgroups []string    // the sandbox's cgroup dirs left after the run
 }
 
 // forkCount runs `hold forkbomb n` under --pids limit and counts, on the
@@ -141,7 +141,7 @@ func forkCount(ctx context.Context, e *conformance.Env, limit, n string) (int, f
 	if err != nil {
 		return 0, fr, "", err
 	}
-	o, err := outcomeOf(r)
+	o, err := parseExitOutcome(r)
 	if err != nil {
 		return 0, fr, "", err
 	}

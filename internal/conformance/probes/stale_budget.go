@@ -3,6 +3,7 @@ package probes
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,12 +57,12 @@ func windowOf(t time.Time) int64 { return t.Unix() / int64(budgetWindow/time.Sec
 func staleBudgetWindow(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	up := fixture.NewModelUpstream(upstreamKey, "ok")
 	e.Cleanup(up.Close)
-	cfg, err := modelConfig(e, "conformance-window", up, fmt.Sprintf("budgets:\n  window: %s\n  requests: 2\n", budgetWindow))
+	cfg, err := budgetModelConfig(e, "conformance-window", up, fmt.Sprintf("budgets:\n  window: %s\n  requests: 2\n", budgetWindow))
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	st := e.StateDir()
-	call := conformance.ProbeBin + ` __probe http POST '$ANTHROPIC_BASE_URL/v1/messages' '{"model":"claude-conformance","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'`
+	call := conformance.ProbeBin + ` __probe request POST '$ANTHROPIC_BASE_URL/v1/messages' '{"model":"claude-conformance","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'`
 	run := func(n int) (conformance.RunResult, error) {
 		return e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
 			Argv: []string{"/bin/sh", "-c", strings.TrimSuffix(strings.Repeat(call+"; ", n), "; ")}})
@@ -95,7 +96,7 @@ func staleBudgetWindow(ctx context.Context, e *conformance.Env) conformance.Outc
 	}
 	denied -= deniedBefore
 	return conformance.Outcome{Hint: strings.TrimSpace(r.Stdout), Facts: []record.Fact{
-		{Name: "calls reaching the upstream in a later window, of 4 (budget 2 per window; 1 used in the expired one)", Want: "2", Got: itoa(later), OK: later == 2,
+		{Name: "calls reaching the upstream in a later window, of 4 (budget 2 per window; 1 used in the expired one)", Want: "2", Got: strconv.Itoa(later), OK: later == 2,
 			Source: "the fake upstream's request count, on the host"},
 		{Name: "deny receipts naming the budget in the later window", Want: "2", Got: fmt.Sprintf("%d (%s)", denied, rule), OK: denied == 2,
 			Source: "cordon receipts --json --broker model"},

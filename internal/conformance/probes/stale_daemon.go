@@ -25,15 +25,15 @@ func init() {
 	})
 }
 
-// daemonSandbox is one line of `cordon sandbox ls --json`.
-type daemonSandbox struct {
+// lsEntry is one line of `cordon sandbox ls --json`.
+type lsEntry struct {
 	Name    string `json:"name"`
 	State   string `json:"state"`
 	Drain   string `json:"drain"`
 	InitPid int    `json:"init_pid"`
 }
 
-func daemonSandboxes(ctx context.Context, d *conformance.Daemon) (map[string]daemonSandbox, error) {
+func lsSandboxes(ctx context.Context, d *conformance.Daemon) (map[string]lsEntry, error) {
 	r, err := d.Cordon(ctx, "sandbox", "ls", "--json")
 	if err != nil {
 		return nil, err
@@ -41,11 +41,11 @@ func daemonSandboxes(ctx context.Context, d *conformance.Daemon) (map[string]dae
 	if r.Code != 0 {
 		return nil, fmt.Errorf("sandbox ls: exit %d: %s", r.Code, firstLineOf(r.Stderr))
 	}
-	var ls []daemonSandbox
+	var ls []lsEntry
 	if err := json.Unmarshal([]byte(r.Stdout), &ls); err != nil {
 		return nil, fmt.Errorf("sandbox ls --json: %v: %s", err, r.Stdout)
 	}
-	out := map[string]daemonSandbox{}
+	out := map[string]lsEntry{}
 	for _, s := range ls {
 		out[s.Name] = s
 	}
@@ -96,8 +96,8 @@ func staleDrained(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	var drain string
 	var initPid int
-	if err := waitFor(ctx, func() (bool, error) {
-		ls, err := daemonSandboxes(ctx, d)
+	if err := pollUntil(ctx, func() (bool, error) {
+		ls, err := lsSandboxes(ctx, d)
 		drain, initPid = ls["dr"].Drain, ls["dr"].InitPid
 		return drain != "", err
 	}); err != nil {
@@ -108,22 +108,22 @@ func staleDrained(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return conformance.Outcome{Err: err}
 	}
 	initAlive := false
-	if p, _, ok := readProcess(initPid); ok {
+	if p, _, ok := readProcStamp(initPid); ok {
 		initAlive = p.running()
 	}
 	return conformance.Outcome{Hint: strings.TrimSpace(after.Stderr), Facts: []record.Fact{
-		{Name: "an exec's marker in the workspace while the sandbox drains (" + drain + ")", Want: "absent", Got: present(ranAfter), OK: !ranAfter,
+		{Name: "an exec's marker in the workspace while the sandbox drains (" + drain + ")", Want: "absent", Got: presence(ranAfter), OK: !ranAfter,
 			Source: "the workspace directory on the host"},
 		{Name: "cordon sandbox exec while draining", Want: "refused (non-zero exit)", Got: fmt.Sprintf("exit %d", after.Code), OK: after.Code != 0,
 			Source: "the daemon's answer to the host-side client"},
 		{Name: "the sandbox's init while draining", Want: "still running", Got: fmt.Sprintf("pid %d running=%v", initPid, initAlive), OK: initAlive,
 			Source: "the host's /proc"},
-		{Name: "the same exec's marker before the policy changed", Want: "present, exit 0", Got: fmt.Sprintf("%s, exit %d", present(ranBefore), before.Code),
+		{Name: "the same exec's marker before the policy changed", Want: "present, exit 0", Got: fmt.Sprintf("%s, exit %d", presence(ranBefore), before.Code),
 			OK: ranBefore && before.Code == 0, Source: "the workspace directory on the host", Control: true},
 	}}
 }
 
-func present(ok bool) string {
+func presence(ok bool) string {
 	if ok {
 		return "present"
 	}

@@ -37,19 +37,19 @@ func init() {
 	})
 }
 
-// writeFile writes a file under the probe's directory.
-func writeFile(e *conformance.Env, name, body string, mode os.FileMode) (string, error) {
+// probeFile writes a file under the probe's directory.
+func probeFile(e *conformance.Env, name, body string, mode os.FileMode) (string, error) {
 	p := filepath.Join(e.Dir, name)
 	return p, os.WriteFile(p, []byte(body), mode)
 }
 
-// approvalLine is one line of `cordon approvals list --json`.
-type approvalLine struct {
+// approvalEntry is one line of `cordon approvals list --json`.
+type approvalEntry struct {
 	ID, State, Action, Target string
 }
 
-// approvals lists the approvals of stateDir (all of them with all).
-func approvals(ctx context.Context, e *conformance.Env, stateDir string, all bool) ([]approvalLine, error) {
+// listApprovals lists the approvals of stateDir (all of them with all).
+func listApprovals(ctx context.Context, e *conformance.Env, stateDir string, all bool) ([]approvalEntry, error) {
 	args := []string{"approvals", "list", "--json"}
 	if all {
 		args = append(args, "--all")
@@ -61,9 +61,9 @@ func approvals(ctx context.Context, e *conformance.Env, stateDir string, all boo
 	if r.Code != 0 {
 		return nil, fmt.Errorf("cordon approvals list: exit %d: %s", r.Code, firstLineOf(r.Stderr))
 	}
-	var out []approvalLine
+	var out []approvalEntry
 	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
-		var a approvalLine
+		var a approvalEntry
 		if json.Unmarshal([]byte(l), &a) == nil && a.ID != "" {
 			out = append(out, a)
 		}
@@ -71,8 +71,8 @@ func approvals(ctx context.Context, e *conformance.Env, stateDir string, all boo
 	return out, nil
 }
 
-// waitFor polls cond every 100 ms until it holds or ctx ends.
-func waitFor(ctx context.Context, cond func() (bool, error)) error {
+// pollUntil polls cond every 100 ms until it holds or ctx ends.
+func pollUntil(ctx context.Context, cond func() (bool, error)) error {
 	for {
 		ok, err := cond()
 		if err != nil || ok {
@@ -98,13 +98,13 @@ func staleApprovalRevoked(ctx context.Context, e *conformance.Env) conformance.O
 	target := fixture.NewTarget("stale")
 	e.Cleanup(target.Close)
 	port := target.Port()
-	pol, err := writeFile(e, "egress.cedar", `@id("stale") @approval("required") @approval_scope("sandbox")
+	pol, err := probeFile(e, "egress.cedar", `@id("stale") @approval("required") @approval_scope("sandbox")
 permit (principal, action == Action::"egress.connect", resource == Host::"stale.test");
 `, 0o644)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	cfg, err := writeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
+	cfg, err := probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
 workload: conformance-stale
 tenant: conformance
 purpose: testing
@@ -124,7 +124,7 @@ egress:
 	if err := os.Mkdir(sig, 0o755); err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	script := fmt.Sprintf(`get() { %[1]s __probe http GET http://stale.test:%[2]s/; }
+	script := fmt.Sprintf(`get() { %[1]s __probe request GET http://stale.test:%[2]s/; }
 i=0; until get | grep -q '"data":"status=200 '; do i=$((i+1)); [ $i -gt 400 ] && exit 3; sleep 0.2; done
 i=0; until [ -e /signal/revoked ]; do i=$((i+1)); [ $i -gt 400 ] && exit 4; sleep 0.1; done
 get
@@ -143,8 +143,8 @@ get
 		done <- r
 	}()
 	var id string
-	err = waitFor(ctx, func() (bool, error) {
-		as, err := approvals(ctx, e, st, false)
+	err = pollUntil(ctx, func() (bool, error) {
+		as, err := listApprovals(ctx, e, st, false)
 		for _, a := range as {
 			if a.State == "pending" && a.Target == "stale.test" && a.Action == "egress.connect" {
 				id = a.ID
@@ -158,7 +158,7 @@ get
 	if r, err := e.Cordon(ctx, st, "approvals", "approve", id); err != nil || r.Code != 0 {
 		return conformance.Outcome{Err: fmt.Errorf("cordon approvals approve: %v %s", err, firstLineOf(r.Stderr))}
 	}
-	if err := waitFor(ctx, func() (bool, error) { return target.Hits() >= 1, nil }); err != nil {
+	if err := pollUntil(ctx, func() (bool, error) { return target.Hits() >= 1, nil }); err != nil {
 		return conformance.Outcome{Err: fmt.Errorf("the approved connection never reached the target: %w", err)}
 	}
 	granted := target.Hits()
@@ -168,7 +168,7 @@ get
 	// Read back before the sandbox ends (its end revokes its approvals
 	// anyway): the revocation itself is what the store shows.
 	state := "absent"
-	as, err := approvals(ctx, e, st, true)
+	as, err := listApprovals(ctx, e, st, true)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -222,7 +222,7 @@ func staleStoppedListeners(ctx context.Context, e *conformance.Env) conformance.
 		return conformance.Outcome{Err: err}
 	}
 	addr := "127.0.0.1:" + port
-	cfg, err := writeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
+	cfg, err := probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
 workload: conformance-stopped
 tenant: conformance
 purpose: testing

@@ -78,7 +78,7 @@ func (r stateReceipt) answer() string {
 func tenantState(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	st := e.StateDir()
 	cfg := func(workload string) (string, error) {
-		return writeFile(e, workload+".yaml", fmt.Sprintf("version: cordon/v1\nworkload: %s\ntenant: conformance\npurpose: testing\n"+
+		return probeFile(e, workload+".yaml", fmt.Sprintf("version: cordon/v1\nworkload: %s\ntenant: conformance\npurpose: testing\n"+
 			"state: {quota_bytes: 4096, quota_entries: 10, max_value_bytes: 1KiB}\n", workload), 0o600)
 	}
 	cfgA, err := cfg("conformance-tenant-a")
@@ -92,7 +92,7 @@ func tenantState(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	value := "tenant-a-" + randomHex(8)
 	key, absent := "notes/"+randomHex(4), "notes/never-"+randomHex(4)
 	get := func(k string) string {
-		return conformance.ProbeBin + ` __probe http GET '$CORDON_STATE_URL/` + k + `'`
+		return conformance.ProbeBin + ` __probe request GET '$CORDON_STATE_URL/` + k + `'`
 	}
 	run := func(cfg, script string) (conformance.RunResult, error) {
 		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
@@ -102,7 +102,7 @@ func tenantState(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		}
 		return r, err
 	}
-	if _, err := run(cfgA, conformance.ProbeBin+` __probe http PUT '$CORDON_STATE_URL/`+key+`' `+value); err != nil {
+	if _, err := run(cfgA, conformance.ProbeBin+` __probe request PUT '$CORDON_STATE_URL/`+key+`' `+value); err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	rb, err := run(cfgB, get(key)+"; "+get(absent))
@@ -197,10 +197,10 @@ func tenantWorkspace(ctx context.Context, e *conformance.Env) conformance.Outcom
 		return conformance.Outcome{Err: err}
 	}
 	return conformance.Outcome{Hint: rb.Hint(), Facts: []record.Fact{
-		{Name: "opens of sandbox A's workspace file while sandbox B tried it (host path, " + viaProc + ", /workspace)", Want: "0", Got: itoa(byB), OK: byB == 0,
+		{Name: "opens of sandbox A's workspace file while sandbox B tried it (host path, " + viaProc + ", /workspace)", Want: "0", Got: strconv.Itoa(byB), OK: byB == 0,
 			Source: "inotify IN_OPEN on the file, on the host"},
 		{Name: "sandbox B's run", Want: "exit 0 (it ran its attempts)", Got: fmt.Sprintf("exit %d", rb.Code), OK: rb.Code == 0, Source: "cordon run's exit status"},
-		{Name: "opens of the file by sandbox A reading its own /workspace/secret", Want: "at least 1", Got: itoa(byA), OK: byA >= 1 && aliveA,
+		{Name: "opens of the file by sandbox A reading its own /workspace/secret", Want: "at least 1", Got: strconv.Itoa(byA), OK: byA >= 1 && aliveA,
 			Source: "inotify IN_OPEN on the file, on the host", Control: true},
 	}}
 }

@@ -101,21 +101,21 @@ func tenantSandboxes(ctx context.Context, e *conformance.Env) conformance.Outcom
 		}
 		hint = append(hint, op[0]+": "+foreign)
 		facts = append(facts, record.Fact{Name: "another user's sandbox " + op[0] + " of it", Want: absent + " (a nonexistent name's answer)", Got: foreign,
-			OK: foreign == absent, Source: "the daemon's answers to a client running as uid " + itoa(otherUID)})
+			OK: foreign == absent, Source: "the daemon's answers to a client running as uid " + strconv.Itoa(otherUID)})
 	}
 	ls, err := asUser(ctx, e, d, otherUID, "sandbox", "ls", "--json")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	facts = append(facts, record.Fact{Name: "another user's sandbox ls", Want: "does not list " + box, Got: strings.TrimSpace(ls.Stdout),
-		OK: ls.Code == 0 && !strings.Contains(ls.Stdout, box), Source: "the daemon's answer to a client running as uid " + itoa(otherUID)})
-	all, err := daemonSandboxes(ctx, d)
+		OK: ls.Code == 0 && !strings.Contains(ls.Stdout, box), Source: "the daemon's answer to a client running as uid " + strconv.Itoa(otherUID)})
+	all, err := lsSandboxes(ctx, d)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	s := all[box]
 	running := false
-	if p, _, ok := readProcess(s.InitPid); ok && s.InitPid > 0 {
+	if p, _, ok := readProcStamp(s.InitPid); ok && s.InitPid > 0 {
 		running = p.running()
 	}
 	facts = append(facts, record.Fact{Name: "the owner's sandbox after the other user's stop and rm", Want: "running, init alive",
@@ -125,6 +125,6 @@ func tenantSandboxes(ctx context.Context, e *conformance.Env) conformance.Outcom
 		return conformance.Outcome{Err: err}
 	}
 	facts = append(facts, record.Fact{Name: "the owner's sandbox status of it", Want: "exit 0", Got: fmt.Sprintf("exit %d: %s", own.Code, firstLineOf(own.Stderr)),
-		OK: own.Code == 0, Source: "the daemon's answer to a client running as uid " + itoa(ownerUID), Control: true})
+		OK: own.Code == 0, Source: "the daemon's answer to a client running as uid " + strconv.Itoa(ownerUID), Control: true})
 	return conformance.Outcome{Hint: strings.Join(hint, "\n"), Facts: facts}
 }
