@@ -92,10 +92,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now().UTC(), Full: len(o.Only) == 0 && len(o.Classes) == 0}
 	rep.Baseline, rep.BaselineError = baseline(ctx, o, dir)
 	for _, p := range sel {
+		var r record.ProbeResult
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			// The suite's deadline (--timeout) passed: what did not run
+			// is not evidenced, never a pass.
+			r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC(),
+				Verdict: record.NotEvidenced, Reason: "not run: the suite's deadline passed (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
+		} else {
+			r = runOne(ctx, o, dir, p, rep.Baseline)
 		}
-		r := runOne(ctx, o, dir, p, rep.Baseline)
 		rep.Results = append(rep.Results, r)
 		if o.Progress != nil {
 			line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), p.ID, r.Duration.Seconds())
