@@ -158,6 +158,12 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 		ctx, cancel = context.WithTimeoutCause(ctx, f.timeout, fmt.Errorf("--timeout %s", f.timeout))
 		defer cancel()
 	}
+	if req, _ := level.Parse(f.level); capability.MaxLevel < req {
+		o.CannotEvidence = fmt.Sprintf("provider %s evidences at most %s on this host, below the level requested (%s)", capability.Provider, capability.MaxLevel, f.level)
+		if len(capability.Missing) > 0 {
+			o.CannotEvidence += "; missing: " + strings.Join(capability.Missing, "; ")
+		}
+	}
 	rep, err := conformance.Run(ctx, o)
 	if err != nil {
 		return failure.Fail(failure.KindInternal, "conformance", err)
