@@ -8,7 +8,9 @@ import (
 )
 
 func TestExitStatus(t *testing.T) {
-	res := func(c record.Class, v record.Verdict) record.ProbeResult { return record.ProbeResult{Class: c, Verdict: v} }
+	res := func(c record.Class, v record.Verdict) record.ProbeResult {
+		return record.ProbeResult{Class: c, Verdict: v}
+	}
 	all := func(v record.Verdict) []record.ProbeResult {
 		var out []record.ProbeResult
 		for _, c := range record.Classes() {
