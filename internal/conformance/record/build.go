@@ -1,0 +1,46 @@
+package record
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+)
+
+// CurrentBuild describes the running binary: version (the link-time one
+// given, else the module's), module path, commit (vcs.revision, or
+// "unknown" when built without VCS stamping), Go version, platform, and
+// the SHA-256 of /proc/self/exe.
+func CurrentBuild(version string) (Build, error) {
+	b := Build{Version: version, Commit: "unknown", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		b.Module = bi.Main.Path
+		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			b.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				b.Commit = s.Value
+			case "vcs.modified":
+				b.Modified = s.Value == "true"
+			}
+		}
+	}
+	if b.Version == "" {
+		b.Version = "dev"
+	}
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return b, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return b, err
+	}
+	b.BinarySHA256 = hex.EncodeToString(h.Sum(nil))
+	return b, nil
+}
