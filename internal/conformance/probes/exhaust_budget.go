@@ -111,6 +111,9 @@ func modelBudget(ctx context.Context, e *conformance.Env, budget, body string) c
 	call := conformance.ProbeBin + ` __probe request POST '$ANTHROPIC_BASE_URL/v1/messages' '` + body + `'`
 	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
 		Argv: []string{"/bin/sh", "-c", call + "; " + call + "; " + call}})
+	if err == nil {
+		err = startRefused(r)
+	}
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -155,6 +158,9 @@ budgets:
 	get := conformance.ProbeBin + " __probe request GET http://budget.test:" + target.Port() + "/"
 	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
 		Argv: []string{"/bin/sh", "-c", get + "; " + get + "; " + get}})
+	if err == nil {
+		err = startRefused(r)
+	}
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

@@ -114,3 +114,13 @@ func stillRunning(ps []procStamp) []int {
 	}
 	return out
 }
+
+// startRefused is an error when cordon refused to start the run (exit
+// 125: a configuration, provider or gateway failure): nothing the probe
+// meant to observe happened.
+func startRefused(r conformance.RunResult) error {
+	if r.Code == 125 {
+		return fmt.Errorf("cordon refused to start the run (exit 125): %s", firstLineOf(r.Stderr))
+	}
+	return nil
+}

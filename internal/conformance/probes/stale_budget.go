@@ -64,8 +64,12 @@ func staleBudgetWindow(ctx context.Context, e *conformance.Env) conformance.Outc
 	st := e.StateDir()
 	call := conformance.ProbeBin + ` __probe request POST '$ANTHROPIC_BASE_URL/v1/messages' '{"model":"claude-conformance","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'`
 	run := func(n int) (conformance.RunResult, error) {
-		return e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
+		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
 			Argv: []string{"/bin/sh", "-c", strings.TrimSuffix(strings.Repeat(call+"; ", n), "; ")}})
+		if err == nil {
+			err = startRefused(r)
+		}
+		return r, err
 	}
 	if err := untilWindow(ctx, time.Now()); err != nil {
 		return conformance.Outcome{Err: err}
