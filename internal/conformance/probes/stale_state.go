@@ -215,7 +215,9 @@ func freePort() (string, error) {
 // staleStoppedListeners: a sandbox with one declared ingress route, whose
 // host listener is on a free loopback port. While the program holds, a
 // connect from the host is accepted (the control); after the sandbox
-// stopped, the same connect is refused.
+// stopped, the same connect is refused, and none of the processes cordon
+// ran for it (the gateway's brokers, whose own listeners live in the
+// sandbox's network namespace, included) still runs.
 func staleStoppedListeners(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	port, err := freePort()
 	if err != nil {
@@ -237,6 +239,10 @@ ingress:
 		return conformance.Outcome{Err: err}
 	}
 	running := dial(addr)
+	// Everything cordon started for this sandbox: its init and program,
+	// the gateway's broker processes (whose listeners are in the
+	// sandbox's network namespace) and the ingress broker.
+	procs := descendants(h.Pid())
 	r, err := h.Finish(ctx)
 	if err != nil {
 		return conformance.Outcome{Err: err}
@@ -245,7 +251,10 @@ ingress:
 		return conformance.Outcome{Err: fmt.Errorf("the held run exited %d: %s", r.Code, firstLineOf(r.Stderr))}
 	}
 	stopped := dial(addr)
+	left := stillRunning(procs)
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
+		{Name: fmt.Sprintf("of the %d processes cordon ran for the sandbox and its gateway, those running after the stop", len(procs)), Want: "none",
+			Got: fmt.Sprint(left), OK: len(procs) > 0 && len(left) == 0, Source: "the host's /proc (pid and start time)"},
 		{Name: "a connect from the host to the route's listener " + addr + " after the sandbox stopped", Want: "refused", Got: errText(stopped),
 			OK: stopped != nil && isRefused(stopped), Source: "the runner's TCP connect on the host"},
 		{Name: "the same connect while the sandbox ran", Want: "accepted", Got: errText(running), OK: running == nil,

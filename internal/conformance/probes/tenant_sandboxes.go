@@ -14,6 +14,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/hostmgr"
 )
 
 func init() {
@@ -74,7 +75,17 @@ func tenantSandboxes(ctx context.Context, e *conformance.Env) conformance.Outcom
 		return conformance.Outcome{Err: err}
 	}
 	const box, nobody = "tenant-box", "tenant-nobox"
-	for _, args := range [][]string{{"sandbox", "create", box, "--", "/bin/sleep", "1000"}, {"sandbox", "start", box}} {
+	create := []string{"sandbox", "create", box}
+	if e.Profile != "" {
+		create = append(create, "--profile", e.Profile)
+		if e.Profile == string(hostmgr.FullControlLab) {
+			create = append(create, "--accept", hostmgr.AcceptPhrase(box))
+		}
+	}
+	if e.Level != "" {
+		create = append(create, "--level", e.Level)
+	}
+	for _, args := range [][]string{append(create, "--", "/bin/sleep", "1000"), {"sandbox", "start", box}} {
 		r, err := asUser(ctx, e, d, ownerUID, args...)
 		if err != nil {
 			return conformance.Outcome{Err: err}
