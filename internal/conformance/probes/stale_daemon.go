@@ -129,3 +129,66 @@ func presence(ok bool) string {
 	}
 	return "absent"
 }
+
+func init() {
+	conformance.Register(conformance.Probe{
+		ID:      "stale.daemon-listeners",
+		Class:   record.StaleState,
+		Clause:  "§2.5 stale state: a stopped sandbox's host listeners are gone",
+		Title:   "a daemon sandbox's declared ingress route accepts a host connect while it runs and refuses it after `cordon sandbox stop`",
+		Daemon:  true,
+		Timeout: 60 * time.Second,
+		Run:     staleStoppedDaemon,
+	})
+}
+
+// staleStoppedDaemon: a daemon sandbox with one ingress route on a free
+// loopback port. While it runs a host connect is accepted (the control);
+// after `cordon sandbox stop` the same connect is refused and the
+// sandbox's init no longer runs.
+func staleStoppedDaemon(ctx context.Context, e *conformance.Env) conformance.Outcome {
+	port, err := freePort()
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	addr := "127.0.0.1:" + port
+	cfg, err := probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
+workload: conformance-stopped
+tenant: conformance
+purpose: testing
+ingress:
+  - {name: ui, port: 18789, listen: %q}
+`, addr), 0o644)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	d, err := e.Daemon(ctx)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	if err := d.Create(ctx, "ln", "--config", cfg, "--", "/bin/sleep", "1000"); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	ls, err := lsSandboxes(ctx, d)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	initProc, _, _ := readProcStamp(ls["ln"].InitPid)
+	running := dial(addr)
+	r, err := d.Cordon(ctx, "sandbox", "stop", "ln")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	if r.Code != 0 {
+		return conformance.Outcome{Err: fmt.Errorf("sandbox stop: exit %d: %s", r.Code, firstLineOf(r.Stderr))}
+	}
+	stopped := dial(addr)
+	return conformance.Outcome{Facts: []record.Fact{
+		{Name: "a connect from the host to the route's listener " + addr + " after sandbox stop", Want: "refused", Got: errText(stopped),
+			OK: stopped != nil && isRefused(stopped), Source: "the runner's TCP connect on the host"},
+		{Name: "the sandbox's init after sandbox stop", Want: "not running", Got: fmt.Sprintf("pid %d running=%v", initProc.Pid, initProc.running()),
+			OK: initProc.Pid > 0 && !initProc.running(), Source: "the host's /proc (pid and start time)"},
+		{Name: "the same connect while the sandbox ran", Want: "accepted", Got: errText(running), OK: running == nil,
+			Source: "the runner's TCP connect on the host", Control: true},
+	}}
+}
