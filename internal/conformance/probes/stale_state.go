@@ -98,25 +98,7 @@ func staleApprovalRevoked(ctx context.Context, e *conformance.Env) conformance.O
 	target := fixture.NewTarget("stale")
 	e.Cleanup(target.Close)
 	port := target.Port()
-	pol, err := probeFile(e, "egress.cedar", `@id("stale") @approval("required") @approval_scope("sandbox")
-permit (principal, action == Action::"egress.connect", resource == Host::"stale.test");
-`, 0o644)
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
-workload: conformance-stale
-tenant: conformance
-purpose: testing
-policy: [%s]
-approvals: {ttl: 5m}
-egress:
-  allow:
-    - {host: stale.test, ports: [%s]}
-  unsafe_allow_ranges: ["127.0.0.1/32"]
-  resolve:
-    stale.test: 127.0.0.1
-`, pol, port), 0o600)
+	cfg, err := approvalConfig(e, port)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -198,6 +180,30 @@ get
 		{Name: "requests reaching the target while the approval was granted", Want: "1", Got: strconv.FormatInt(granted, 10), OK: granted == 1,
 			Source: "the runner's egress target on the host, request count", Control: true},
 	}}
+}
+
+// approvalConfig writes the policy and config of staleApprovalRevoked:
+// egress to stale.test:port needs a sandbox-scoped approval.
+func approvalConfig(e *conformance.Env, port string) (string, error) {
+	pol, err := probeFile(e, "egress.cedar", `@id("stale") @approval("required") @approval_scope("sandbox")
+permit (principal, action == Action::"egress.connect", resource == Host::"stale.test");
+`, 0o644)
+	if err != nil {
+		return "", err
+	}
+	return probeFile(e, "cordon.yaml", fmt.Sprintf(`version: cordon/v1
+workload: conformance-stale
+tenant: conformance
+purpose: testing
+policy: [%s]
+approvals: {ttl: 5m}
+egress:
+  allow:
+    - {host: stale.test, ports: [%s]}
+  unsafe_allow_ranges: ["127.0.0.1/32"]
+  resolve:
+    stale.test: 127.0.0.1
+`, pol, port), 0o600)
 }
 
 // freePort finds a free loopback TCP port (closed again at once: a tiny
