@@ -85,7 +85,7 @@ func exhaustMemory(ctx context.Context, e *conformance.Env) conformance.Outcome 
 			OK: over.Code == 137 && o.OOM && o.Signal == 9, Source: "cordon run --json outcome (the trusted side's wait status and the cgroup's OOM counter)"},
 		{Name: "the sandbox's cgroup directories after the run", Want: "none", Got: fmt.Sprint(left), OK: len(left) == 0, Source: "the host's /sys/fs/cgroup"},
 		{Name: "a process the probe started on the host", Want: "still running", Got: fmt.Sprintf("running=%v", w.running()), OK: w.running(), Source: "the host's /proc/PID/stat (pid and start time)"},
-		{Name: "the same allocation under --memory 512M", Want: "exit 0, no oom", Got: fmt.Sprintf("exit %d, oom=%v", ctl.Code, co.OOM), OK: ctl.Code == 0 && !co.OOM,
+		{Name: "the same allocation under --memory 512M", Want: "exit 0, no oom", Got: fmt.Sprintf("exit %d, oom=%v%s", ctl.Code, co.OOM, stderrNote(ctl)), OK: ctl.Code == 0 && !co.OOM,
 			Source: "cordon run --json outcome", Control: true},
 	}}
 }
@@ -222,4 +222,16 @@ func freeBytes(dir string) (int64, error) {
 		return 0, fmt.Errorf("statfs %s: %w", dir, err)
 	}
 	return int64(st.Bavail) * st.Bsize, nil
+}
+
+// stderrNote is cordon's stderr, for a fact's Got when a run did not end
+// as expected ("" when it printed nothing).
+func stderrNote(r conformance.RunResult) string {
+	if t := strings.TrimSpace(r.Stderr); t != "" {
+		if len(t) > 300 {
+			t = t[:300] + "..."
+		}
+		return "; cordon said: " + t
+	}
+	return ""
 }
