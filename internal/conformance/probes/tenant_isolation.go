@@ -23,8 +23,8 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "tenant.state",
 		Class:   record.CrossTenant,
-		Clause:  "§2.5 cross-tenant: another workload's state is denied and indistinguishable from absent",
-		Title:   "a read of another workload's state key through the state broker is recorded exactly like a read of a key nobody wrote; the owner reads it back",
+		Clause:  "§2.5 cross-tenant: another tenant's (and another workload's) state is denied and indistinguishable from absent",
+		Title:   "a read of another workload's or another tenant's state key through the state broker is recorded exactly like a read of a key nobody wrote; the owner reads it back",
 		Timeout: 60 * time.Second,
 		Run:     tenantState,
 	})
@@ -53,6 +53,7 @@ func init() {
 // stateReceipt is the part of a state receipt the probe compares.
 type stateReceipt struct {
 	Identity struct {
+		Tenant   string `json:"tenant"`
 		Workload string `json:"workload"`
 	} `json:"identity"`
 	Action   string `json:"action"`
@@ -69,76 +70,91 @@ func (r stateReceipt) answer() string {
 	return fmt.Sprintf("decision=%s reason=%q rule=%q bytes_out=%d", r.Decision, r.Reason, r.Rule, r.BytesOut)
 }
 
-// tenantState: workload A writes a key; workload B (same tenant, other
-// workload: the state broker's scope) reads A's key and a key nobody
-// wrote; A reads its key back (the control). From the host's store: the
-// receipt of B's foreign read answers exactly like the one of the absent
-// key, and carried no byte; A's read was allowed and carried the value.
-// The programs' own view of the responses is the hint.
+// tenantState: workload A of tenant T writes a key. Two readers read it
+// and a key nobody wrote: workload B of the same tenant, and a workload
+// of another tenant with A's very name and purpose (the state broker's
+// scope is tenant, workload and purpose). A reads its key back (the
+// control). From the host's store: the receipt of each foreign read
+// answers exactly like the one of the absent key and carried no byte;
+// A's read was allowed and carried the value. The programs' own view of
+// the responses is the hint.
 func tenantState(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	st := e.StateDir()
-	cfg := func(workload string) (string, error) {
-		return probeFile(e, workload+".yaml", fmt.Sprintf("version: cordon/v1\nworkload: %s\ntenant: conformance\npurpose: testing\n"+
-			"state: {quota_bytes: 4096, quota_entries: 10, max_value_bytes: 1KiB}\n", workload), 0o600)
-	}
-	cfgA, err := cfg("conformance-tenant-a")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfgB, err := cfg("conformance-tenant-b")
-	if err != nil {
-		return conformance.Outcome{Err: err}
+	type scope struct{ tenant, workload string }
+	owner := scope{"conformance", "conformance-tenant-a"}
+	readers := []scope{{"conformance", "conformance-tenant-b"}, {"conformance-other", "conformance-tenant-a"}}
+	cfgs := map[scope]string{}
+	for i, sc := range append([]scope{owner}, readers...) {
+		p, err := probeFile(e, fmt.Sprintf("state%d.yaml", i), fmt.Sprintf("version: cordon/v1\nworkload: %s\ntenant: %s\npurpose: testing\n"+
+			"state: {quota_bytes: 4096, quota_entries: 10, max_value_bytes: 1KiB}\n", sc.workload, sc.tenant), 0o600)
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		cfgs[sc] = p
 	}
 	value := "tenant-a-" + randomHex(8)
 	key, absent := "notes/"+randomHex(4), "notes/never-"+randomHex(4)
 	get := func(k string) string {
 		return conformance.ProbeBin + ` __probe request GET '$CORDON_STATE_URL/` + k + `'`
 	}
-	run := func(cfg, script string) (conformance.RunResult, error) {
-		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg, "--ro", e.Bin + ":" + conformance.ProbeBin},
+	var hint []string
+	run := func(sc scope, script string) error {
+		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfgs[sc], "--ro", e.Bin + ":" + conformance.ProbeBin},
 			Argv: []string{"/bin/sh", "-c", script}})
 		if err == nil && r.Code != 0 {
 			err = fmt.Errorf("run %q: exit %d: %s", script, r.Code, firstLineOf(r.Stderr))
 		}
-		return r, err
+		hint = append(hint, strings.TrimSpace(r.Stdout))
+		return err
 	}
-	if _, err := run(cfgA, conformance.ProbeBin+` __probe request PUT '$CORDON_STATE_URL/`+key+`' `+value); err != nil {
+	if err := run(owner, conformance.ProbeBin+` __probe request PUT '$CORDON_STATE_URL/`+key+`' `+value); err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	rb, err := run(cfgB, get(key)+"; "+get(absent))
-	if err != nil {
-		return conformance.Outcome{Err: err}
+	for _, sc := range readers {
+		if err := run(sc, get(key)+"; "+get(absent)); err != nil {
+			return conformance.Outcome{Err: err}
+		}
 	}
-	if _, err := run(cfgA, get(key)); err != nil {
+	if err := run(owner, get(key)); err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	rcs, err := e.Cordon(ctx, st, "receipts", "--json", "--broker", "state")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	find := func(workload, target string) (stateReceipt, bool) {
+	find := func(sc scope, target string) (stateReceipt, error) {
 		for _, l := range strings.Split(rcs.Stdout, "\n") {
 			var r stateReceipt
-			if json.Unmarshal([]byte(l), &r) == nil && r.Identity.Workload == workload && r.Target == target && r.Action == "get" {
-				return r, true
+			if json.Unmarshal([]byte(l), &r) == nil && r.Identity.Tenant == sc.tenant && r.Identity.Workload == sc.workload && r.Target == target && r.Action == "get" {
+				return r, nil
 			}
 		}
-		return stateReceipt{}, false
+		return stateReceipt{}, fmt.Errorf("the store has no receipt of %s/%s's read of %s:\n%s", sc.tenant, sc.workload, target, rcs.Stdout)
 	}
-	foreign, ok1 := find("conformance-tenant-b", key)
-	never, ok2 := find("conformance-tenant-b", absent)
-	own, ok3 := find("conformance-tenant-a", key)
-	if !ok1 || !ok2 || !ok3 {
-		return conformance.Outcome{Err: fmt.Errorf("the store lacks a read's receipt (foreign %v, absent %v, own %v):\n%s", ok1, ok2, ok3, rcs.Stdout)}
+	const src = "cordon receipts --json --broker state (the host's store)"
+	var facts []record.Fact
+	for _, sc := range readers {
+		foreign, err := find(sc, key)
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		never, err := find(sc, absent)
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		who := fmt.Sprintf("tenant %s workload %s", sc.tenant, sc.workload)
+		facts = append(facts,
+			record.Fact{Name: who + " reading the owner's key, as recorded", Want: never.answer() + " (the never-written key's)", Got: foreign.answer(),
+				OK: foreign.answer() == never.answer() && foreign.Decision == "deny", Source: src},
+			record.Fact{Name: "bytes of the owner's value sent to " + who, Want: "0", Got: strconv.FormatInt(foreign.BytesOut, 10), OK: foreign.BytesOut == 0, Source: src})
 	}
-	return conformance.Outcome{Hint: strings.TrimSpace(rb.Stdout), Facts: []record.Fact{
-		{Name: "workload B's read of workload A's key, as recorded", Want: never.answer() + " (the never-written key's)", Got: foreign.answer(),
-			OK: foreign.answer() == never.answer() && foreign.Decision == "deny", Source: "cordon receipts --json --broker state (the host's store)"},
-		{Name: "bytes of A's value sent to workload B", Want: "0", Got: strconv.FormatInt(foreign.BytesOut, 10), OK: foreign.BytesOut == 0,
-			Source: "cordon receipts --json --broker state (the host's store)"},
-		{Name: "workload A's read of its own key, as recorded", Want: fmt.Sprintf("allow, %d bytes", len(value)), Got: fmt.Sprintf("%s, %d bytes", own.Decision, own.BytesOut),
-			OK: own.Decision == "allow" && own.BytesOut == int64(len(value)), Source: "cordon receipts --json --broker state (the host's store)", Control: true},
-	}}
+	own, err := find(owner, key)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	facts = append(facts, record.Fact{Name: "the owner's read of its own key, as recorded", Want: fmt.Sprintf("allow, %d bytes", len(value)),
+		Got: fmt.Sprintf("%s, %d bytes", own.Decision, own.BytesOut), OK: own.Decision == "allow" && own.BytesOut == int64(len(value)), Source: src, Control: true})
+	return conformance.Outcome{Hint: strings.Join(hint, "\n"), Facts: facts}
 }
 
 func randomHex(n int) string {
