@@ -24,8 +24,8 @@ func init() {
 		conformance.Register(conformance.Probe{
 			ID:      "exhaust.budget." + b.id,
 			Class:   record.Exhaustion,
-			Clause:  "§2.5 exhaustion: a crossing past its budget is refused, recorded, and never reaches the upstream",
-			Title:   "past a workload's " + b.what + " budget (" + b.budget + ") model calls are refused with 429 and a deny receipt; the upstream's count stops",
+			Clause:  "§2.5 exhaustion, §3 budgets: a crossing past its budget is refused, recorded, and never reaches the upstream",
+			Title:   "past a workload's " + b.what + " budget (" + b.budget + ") model calls never reach the upstream and are recorded as denied (the agent is answered 429)",
 			Timeout: 60 * time.Second,
 			Run: func(ctx context.Context, e *conformance.Env) conformance.Outcome {
 				return modelBudget(ctx, e, b.budget, b.body)
@@ -39,7 +39,7 @@ func init() {
 		conformance.Register(conformance.Probe{
 			ID:      "exhaust.budget." + b.id,
 			Class:   record.Exhaustion,
-			Clause:  "§2.5 exhaustion: a crossing past its budget is refused, recorded, and never reaches the upstream",
+			Clause:  "§2.5 exhaustion, §3 budgets: a crossing past its budget is refused, recorded, and never reaches the upstream",
 			Title:   "past a workload's egress budget (" + b.budget + ") the next connection never reaches the target and is recorded as denied",
 			Timeout: 60 * time.Second,
 			Run: func(ctx context.Context, e *conformance.Env) conformance.Outcome {

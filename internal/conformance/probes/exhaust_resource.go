@@ -20,7 +20,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:          "exhaust.memory",
 		Class:       record.Exhaustion,
-		Clause:      "§2.5 exhaustion: memory past the sandbox's limit is contained, reported, and has no host effect",
+		Clause:      "§2.5 exhaustion, §2.3 resource limits are kernel-enforced: memory past the sandbox's limit is contained, reported, and has no host effect",
 		Title:       "an allocation past --memory 32M is OOM-killed inside the sandbox; cordon reports it, the cgroup is gone, a host process lives on",
 		Destructive: true,
 		Timeout:     90 * time.Second,
@@ -29,7 +29,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:          "exhaust.pids",
 		Class:       record.Exhaustion,
-		Clause:      "§2.5 exhaustion: processes past the sandbox's limit are contained and none outlives the sandbox",
+		Clause:      "§2.5 exhaustion, §2.3 resource limits are kernel-enforced: processes past the sandbox's limit are contained and none outlives the sandbox",
 		Title:       "a fork bomb under --pids 32 gets fewer than 32 processes; none of them runs on the host after the sandbox ends",
 		Destructive: true,
 		Timeout:     90 * time.Second,
@@ -38,7 +38,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:          "exhaust.disk",
 		Class:       record.Exhaustion,
-		Clause:      "§2.5 exhaustion: scratch disk past the sandbox's limit is contained and has no host effect",
+		Clause:      "§2.5 exhaustion, §2.3 resource limits are kernel-enforced: scratch disk past the sandbox's limit is contained and has no host effect",
 		Title:       "filling /tmp under --tmp-size 8M stops at 8 MiB on the sandbox's own tmpfs; the host filesystem's free space is unchanged",
 		Destructive: true,
 		Timeout:     90 * time.Second,

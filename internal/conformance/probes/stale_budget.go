@@ -16,7 +16,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "stale.budget-window",
 		Class:   record.StaleState,
-		Clause:  "§2.5 stale state: an expired budget window carries neither its unspent authority nor its spending into the next",
+		Clause:  "§2.5 stale state, §9 expired authority: an expired budget window carries neither its unspent authority nor its spending into the next",
 		Title:   "under requests: 2 per 4s window, one call in a window, then four calls in a later window: exactly two reach the upstream",
 		Timeout: 60 * time.Second,
 		Run:     staleBudgetWindow,

@@ -17,7 +17,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "stale.drained-sandbox",
 		Class:   record.StaleState,
-		Clause:  "§2.5 stale state: a drained sandbox (admitted under a policy that changed) runs nothing new",
+		Clause:  "§2.5 stale state, §9 stale generation: a drained sandbox (admitted under a policy that changed) runs nothing new",
 		Title:   "after the host policy changes, a daemon sandbox in DRAIN refuses exec: the program never runs; before the change it did",
 		Daemon:  true,
 		Timeout: 90 * time.Second,

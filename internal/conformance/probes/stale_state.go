@@ -22,7 +22,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "stale.approval-revoked",
 		Class:   record.StaleState,
-		Clause:  "§2.5 stale state: a revoked approval never authorizes a crossing again",
+		Clause:  "§2.5 stale state, §9 recovery cannot resume revoked authority: a revoked approval never authorizes a crossing again",
 		Title:   "a sandbox-scoped egress approval admits connections while granted; once revoked with `cordon approvals revoke` the next connection never reaches the target",
 		Timeout: 90 * time.Second,
 		Run:     staleApprovalRevoked,

@@ -23,7 +23,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "tenant.state",
 		Class:   record.CrossTenant,
-		Clause:  "§2.5 cross-tenant: another tenant's (and another workload's) state is denied and indistinguishable from absent",
+		Clause:  "§2.5 cross-tenant, §3 foreign access denied indistinguishably: another tenant's (and another workload's) state reads as absent",
 		Title:   "a read of another workload's or another tenant's state key through the state broker is recorded exactly like a read of a key nobody wrote; the owner reads it back",
 		Timeout: 60 * time.Second,
 		Run:     tenantState,
@@ -31,7 +31,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "tenant.workspace",
 		Class:   record.CrossTenant,
-		Clause:  "§2.5 cross-tenant: another sandbox's workspace is denied",
+		Clause:  "§2.5 cross-tenant, §2.3 tenant limits are boundary-enforced: another sandbox's workspace is denied",
 		Title:   "a sandbox never opens a running sandbox's workspace file (by host path, through /proc/PID/root, or its own /workspace); the owner does",
 		Timeout: 60 * time.Second,
 		Run:     tenantWorkspace,
@@ -40,7 +40,7 @@ func init() {
 		conformance.Register(conformance.Probe{
 			ID:     "tenant." + what,
 			Class:  record.CrossTenant,
-			Clause: "§2.5 cross-tenant: another tenant's " + what + " are denied and indistinguishable from absent",
+			Clause: "§2.5 cross-tenant, §3 foreign access denied indistinguishably: another tenant's " + what,
 			Title:  "a tenant cannot read another tenant's " + what,
 			Run: func(context.Context, *conformance.Env) conformance.Outcome {
 				return conformance.Outcome{NotEvidenced: "no per-tenant view of " + what + " exists to probe: they are read from the host's store only, " +

@@ -21,7 +21,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "tenant.sandboxes",
 		Class:   record.CrossTenant,
-		Clause:  "§2.5 cross-tenant: another user's sandboxes are denied and indistinguishable from absent",
+		Clause:  "§2.5 cross-tenant, §3 foreign access denied indistinguishably: another user's sandboxes answer as absent",
 		Title:   "through the daemon, a user's status, exec, stop and rm of another user's sandbox answer exactly like a nonexistent name and change nothing; the owner sees it",
 		Daemon:  true,
 		Timeout: 90 * time.Second,
