@@ -1,0 +1,86 @@
+package probeops
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// Ops of the failure and reset/recovery probes: crossings through the
+// gateway, made the way an agent makes them. What they print is a hint;
+// the probes judge the upstream's counters, the store and host files.
+func init() {
+	register("http", func(a []string) (string, error) { return httpOp(a, false) })
+	register("httpopen", func(a []string) (string, error) { return httpOp(a, true) })
+	register("mark-http", markHTTP)
+}
+
+// open keeps httpopen's responses (and their connections) open until the
+// program ends.
+var open []*http.Response
+
+// httpOp runs METHOD URL [BODY]: a URL starting with $NAME takes NAME's
+// value from the environment (the gateway's variables), and the request
+// carries the agent's placeholder key and a JSON content type. It reports
+// "STATUS BODY" (the body's first 512 bytes). With keep it returns once
+// the status and the first bytes arrived and leaves the response open: a
+// crossing in flight while the program holds.
+func httpOp(a []string, keep bool) (string, error) {
+	if len(a) < 2 {
+		return "", fmt.Errorf("http METHOD URL [BODY]")
+	}
+	url := a[1]
+	if strings.HasPrefix(url, "$") {
+		name, rest, _ := strings.Cut(url[1:], "/")
+		url = os.Getenv(name) + "/" + rest
+	}
+	var body io.Reader
+	if len(a) > 2 {
+		body = strings.NewReader(a[2])
+	}
+	req, err := http.NewRequest(a[0], url, body)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	if k := os.Getenv("ANTHROPIC_API_KEY"); k != "" {
+		req.Header.Set("x-api-key", k)
+	}
+	c := &http.Client{Timeout: 20 * time.Second}
+	if keep {
+		c.Timeout = 0
+		// Only the first bytes are waited for; the stream stays open.
+		t := time.AfterFunc(20*time.Second, func() { c.CloseIdleConnections() })
+		defer t.Stop()
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, 512)
+	n, _ := io.ReadAtLeast(resp.Body, buf, 1)
+	if keep {
+		open = append(open, resp)
+	} else {
+		m, _ := io.ReadFull(resp.Body, buf[n:])
+		n += m
+		resp.Body.Close()
+	}
+	return fmt.Sprintf("%d %s", resp.StatusCode, buf[:n]), nil
+}
+
+// markHTTP runs MARKER METHOD URL [BODY]: it writes MARKER (the host
+// sees that the program started), then makes the request.
+func markHTTP(a []string) (string, error) {
+	if len(a) < 3 {
+		return "", fmt.Errorf("mark-http MARKER METHOD URL [BODY]")
+	}
+	if err := os.WriteFile(a[0], []byte("started"), 0o644); err != nil {
+		return "", fmt.Errorf("marker: %w", err)
+	}
+	return httpOp(a[1:], false)
+}
