@@ -69,7 +69,9 @@ func stateScopeReset(ctx context.Context, e *conformance.Env) conformance.Outcom
 		return conformance.Outcome{Err: err}
 	}
 	const src = "the store, via cordon state ls --json on the host"
-	want := func(n0, n1, n2 int) string { return fmt.Sprintf("%s=%d %s=%d %s=%d", scopeName(0), n0, scopeName(1), n1, scopeName(2), n2) }
+	want := func(n0, n1, n2 int) string {
+		return fmt.Sprintf("%s=%d %s=%d %s=%d", scopeName(0), n0, scopeName(1), n1, scopeName(2), n2)
+	}
 	return conformance.Outcome{Hint: strings.Join(hint, " | "), Facts: []record.Fact{
 		{Name: "a reset naming only the workload", Want: "refused (exit 125), entries unchanged", Got: fmt.Sprintf("exit %d, entries %s", partial.Code, countsOf(afterPartial)),
 			OK: partial.Code == 125 && countsOf(afterPartial) == countsOf(before), Source: "cordon state reset's exit status; " + src},
