@@ -84,3 +84,26 @@ func markHTTP(a []string) (string, error) {
 	}
 	return httpOp(a[1:], false)
 }
+
+func init() { register("http-until", httpUntil) }
+
+// httpUntil runs STATUS SECONDS METHOD URL [BODY]: the request again every
+// 200ms until it answers STATUS or SECONDS pass (an agent retrying while
+// an operator decides). It reports the last answer.
+func httpUntil(a []string) (string, error) {
+	if len(a) < 4 {
+		return "", fmt.Errorf("http-until STATUS SECONDS METHOD URL [BODY]")
+	}
+	secs, err := time.ParseDuration(a[1] + "s")
+	if err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(secs)
+	for {
+		data, err := httpOp(a[2:], false)
+		if err == nil && strings.HasPrefix(data, a[0]+" ") || time.Now().After(deadline) {
+			return data, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
