@@ -29,6 +29,7 @@ type daemonSandbox struct {
 	Name    string `json:"name"`
 	ID      string `json:"id"`
 	State   string `json:"state"`
+	Profile string `json:"profile"`
 	InitPid int    `json:"init_pid"`
 }
 
