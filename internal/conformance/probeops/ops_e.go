@@ -1,12 +1,16 @@
 package probeops
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Ops of the failure and reset/recovery probes: crossings through the
@@ -106,4 +110,86 @@ func httpUntil(a []string) (string, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+func init() {
+	register("mcp-server", mcpServer)
+	register("mcp-call", func(a []string) (string, error) { return mcpCall(a, false) })
+	register("mcp-call-bg", func(a []string) (string, error) { return mcpCall(a, true) })
+}
+
+// mcpServer serves MCP on stdin/stdout with one tool, "sleep": each call
+// first appends a line to COUNTFILE (a writable bind the host reads: how
+// many times the tool really ran), then sleeps its "seconds". It returns
+// when stdin closes.
+func mcpServer(a []string) (string, error) {
+	if len(a) != 1 {
+		return "", fmt.Errorf("mcp-server COUNTFILE")
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "conformance-tools", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "sleep", Description: "count the call, sleep, then answer"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
+			Seconds int `json:"seconds"`
+		}) (*mcp.CallToolResult, any, error) {
+			f, err := os.OpenFile(a[0], os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+			if err != nil {
+				return nil, nil, err
+			}
+			_, err = f.WriteString("called\n")
+			f.Close()
+			if err != nil {
+				return nil, nil, err
+			}
+			select {
+			case <-time.After(time.Duration(in.Seconds) * time.Second):
+			case <-ctx.Done():
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "slept"}}}, nil, nil
+		})
+	return "", srv.Run(context.Background(), &mcp.StdioTransport{})
+}
+
+// mcpCall runs TOOL JSON-ARGS [IDEMPOTENCY-KEY] through the tool broker
+// (CORDON_MCP_URL) and reports the result. With bg it returns once the
+// session is up and the call sent, leaving it in flight.
+func mcpCall(a []string, bg bool) (string, error) {
+	if len(a) < 2 {
+		return "", fmt.Errorf("mcp-call TOOL JSON-ARGS [KEY]")
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(a[1]), &args); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "conformance", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: os.Getenv("CORDON_MCP_URL")}, nil)
+	if err != nil {
+		cancel()
+		return "", err
+	}
+	p := &mcp.CallToolParams{Name: a[0], Arguments: args}
+	if len(a) > 2 {
+		p.Meta = mcp.Meta{"cordon.dev/idempotency-key": a[2]}
+	}
+	call := func() (string, error) {
+		defer cancel()
+		defer cs.Close()
+		res, err := cs.CallTool(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		var sb strings.Builder
+		for _, c := range res.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				sb.WriteString(t.Text)
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"is_error": res.IsError, "text": sb.String(), "meta": res.Meta})
+		return string(b), nil
+	}
+	if bg {
+		go func() { _, _ = call() }()
+		return "sent", nil
+	}
+	return call()
 }
