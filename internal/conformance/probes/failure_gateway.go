@@ -17,21 +17,21 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:     "failure.custodian",
 		Class:  record.Failure,
-		Clause: "§2.5 failure: a custodian that cannot resolve a secret denies (the run is refused before start), never a direct path and never the value",
+		Clause: "§2.5 failure; §9: an unavailable secret denies the affected crossing, and no direct path or embedded credential is a fallback",
 		Title:  "a secret the custodian cannot resolve refuses the run before the program starts; no crossing, no secret value printed",
 		Run:    custodianUnavailable,
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.policy",
 		Class:  record.Failure,
-		Clause: "§2.5 failure: a policy set that does not load denies every crossing (the run is refused before start)",
+		Clause: "§2.5 failure; §9: unavailable Policy denies the affected crossing",
 		Title:  "a policy that does not parse, or is missing, refuses the run before the program starts; nothing crosses",
 		Run:    policyUnavailable,
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.upstream",
 		Class:  record.Failure,
-		Clause: "§2.5 failure: an unavailable model upstream is an error to the agent, never a direct path",
+		Clause: "§2.5 failure; §5: failure never enables a direct-path fallback",
 		Title:  "with the model upstream down the crossing ends in a receipted upstream failure, and the agent reaches nothing directly",
 		Run:    upstreamDown,
 	})

@@ -21,21 +21,21 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:     "failure.store",
 		Class:  record.Failure,
-		Clause: "§2.5 failure: an unavailable store denies (the run is refused before start), never an unrecorded run",
+		Clause: "§2.5 failure; §9: unavailable state or Evidence denies the affected crossing",
 		Title:  "a store that is a directory, not a database, or locked refuses the run before the program starts",
 		Run:    storeUnavailable,
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.evidence-log.key",
 		Class:  record.Failure,
-		Clause: "§2.5 failure: an unavailable evidence log denies every crossing (the run is refused before start)",
+		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing",
 		Title:  "an evidence-log key that is unsafe, malformed or gone refuses a gateway run before the program starts; nothing crosses",
 		Run:    logKeyUnavailable,
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.evidence-log.tampered",
 		Class:  record.Failure,
-		Clause: "§2.5 failure: an evidence log that no longer verifies denies; crossings are never recorded into a log whose history was changed",
+		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a log that no longer verifies is not available evidence); §5: the Agent cannot rewrite authoritative Evidence",
 		Title:  "after a logged receipt is changed in the store, a gateway run is refused and nothing crosses",
 		Run:    logTampered,
 	})

@@ -18,7 +18,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:     "recovery.killed-run-approval",
 		Class:  record.Reset,
-		Clause: "§2.5 reset and recovery: recovery after a crash never resumes consumed authority (approvals)",
+		Clause: "§2.5 recovery; §9: recovery cannot resume revoked or stale authority (a pending approval)",
 		Title:  "cordon SIGKILLed with an approval pending: after cordon gc the approval is revoked, cannot be approved, and nothing reaches the host it named",
 		Run:    killedRunApproval,
 	})

@@ -18,7 +18,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "recovery.daemon-crash",
 		Class:   record.Reset,
-		Clause:  "§2.5 reset and recovery: a crash at any point of a lifecycle step recovers to a recorded state; nothing is resumed half-done",
+		Clause:  "§2.5 recovery; §6 lifecycle: deterministic stop/reset/recovery; §9: recovery cannot resume stale authority",
 		Title:   "the daemon killed inside exec, stop and rm (test build: --test-crash-at): after the restart each sandbox is in the step's recorded state, its init alive only if running",
 		Daemon:  true,
 		Timeout: 120 * time.Second,

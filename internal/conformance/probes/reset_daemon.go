@@ -16,7 +16,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "recovery.daemon-restart",
 		Class:   record.Reset,
-		Clause:  "§2.5 reset and recovery: recovery after a crash never resumes consumed authority",
+		Clause:  "§2.5 recovery; §9: recovery cannot resume consumed authority (a reservation the crash left open)",
 		Title:   "the daemon SIGKILLed mid-stream and restarted: it adopts the running sandbox and charges the lost reservation in full; the budget then refuses",
 		Daemon:  true,
 		Timeout: 90 * time.Second,

@@ -15,7 +15,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "recovery.daemon-approval",
 		Class:   record.Reset,
-		Clause:  "§2.5 reset and recovery: recovery after a crash never resumes consumed authority (a used approval)",
+		Clause:  "§2.5 recovery; §9: recovery cannot resume consumed authority (a used approval)",
 		Title:   "an approval used once by a daemon sandbox stays consumed across a daemon SIGKILL and restart: the same request never reaches the host again",
 		Daemon:  true,
 		Timeout: 90 * time.Second,

@@ -15,7 +15,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:      "reset.profile",
 		Class:   record.Reset,
-		Clause:  "§2.5 reset and recovery: an elevated profile does not survive a restart (FULL_CONTROL_LAB resets to SAFE_GUIDED)",
+		Clause:  "§2.5 reset; §7: the lab profile resets to SAFE_GUIDED on restart",
 		Title:   "a FULL_CONTROL_LAB sandbox, whose budget gate is bypassed, is SAFE_GUIDED after a daemon restart: its budget gates crossings again",
 		Daemon:  true,
 		Timeout: 90 * time.Second,

@@ -20,7 +20,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:     "recovery.killed-run",
 		Class:  record.Reset,
-		Clause: "§2.5 reset and recovery: recovery after a crash never resumes consumed authority, and leaves nothing of the sandbox on the host",
+		Clause: "§2.5 recovery; §9: recovery cannot resume consumed authority (a reservation), cleanup is ownership-scoped",
 		Title:  "cordon SIGKILLed mid-stream: cordon gc charges the open reservation in full, the budget then refuses, and no process, cgroup, namespace or mount of the sandbox remains",
 		Run:    killedRun,
 	})

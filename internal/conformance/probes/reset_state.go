@@ -15,7 +15,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:     "reset.state-scope",
 		Class:  record.Reset,
-		Clause: "§2.5 reset and recovery: a reset removes only the scoped state",
+		Clause: "§2.5 reset; §8: reset removes only scoped mutable state while preserving other workloads; §9: reset is ownership-scoped",
 		Title:  "cordon state reset removes its one scope's entries; another purpose's and another workload's entries survive, and a partial scope is refused",
 		Run:    stateScopeReset,
 	})

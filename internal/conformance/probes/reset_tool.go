@@ -19,7 +19,7 @@ func init() {
 	conformance.Register(conformance.Probe{
 		ID:     "recovery.killed-run-tool",
 		Class:  record.Reset,
-		Clause: "§2.5 reset and recovery: recovery after a crash never resumes consumed authority (a tool call in flight is never replayed)",
+		Clause: "§2.5 recovery; §9: ambiguous effect outcomes quarantine until reconciliation; §8: Replay safety is preserved",
 		Title:  "cordon SIGKILLed with a tool call in flight: after cordon gc the call is quarantined, and its retransmission in a later run does not run the tool again",
 		Run:    killedRunTool,
 	})
