@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +21,28 @@ func init() {
 	register("http", func(a []string) (string, error) { return httpOp(a, false) })
 	register("httpopen", func(a []string) (string, error) { return httpOp(a, true) })
 	register("mark-http", markHTTP)
+	register("mark-owned", func(a []string) (string, error) {
+		if len(a) != 2 {
+			return "", fmt.Errorf("mark-owned TOKEN MARKER")
+		}
+		return "", markOwned(a[0], a[1])
+	})
+}
+
+// TokenFile is the file a probe puts in a directory it made, holding a
+// random token: mark-owned and mark-http write their marker only into a
+// directory whose token matches, so that against a provider that
+// isolates nothing (the program sees the host's filesystem, where the
+// probe's bind target is some host path) they never write where the probe
+// did not create.
+const TokenFile = ".conformance-token"
+
+func markOwned(token, marker string) error {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(marker), TokenFile))
+	if err != nil || strings.TrimSpace(string(b)) != token {
+		return fmt.Errorf("%s is not the probe's directory (no matching %s): nothing written", filepath.Dir(marker), TokenFile)
+	}
+	return os.WriteFile(marker, []byte("started"), 0o644)
 }
 
 // open keeps httpopen's responses (and their connections) open until the
@@ -77,16 +100,17 @@ func httpOp(a []string, keep bool) (string, error) {
 	return fmt.Sprintf("%d %s", resp.StatusCode, buf[:n]), nil
 }
 
-// markHTTP runs MARKER METHOD URL [BODY]: it writes MARKER (the host
-// sees that the program started), then makes the request.
+// markHTTP runs TOKEN MARKER METHOD URL [BODY]: it writes MARKER (the
+// host sees that the program started; see markOwned), then makes the
+// request.
 func markHTTP(a []string) (string, error) {
-	if len(a) < 3 {
-		return "", fmt.Errorf("mark-http MARKER METHOD URL [BODY]")
+	if len(a) < 4 {
+		return "", fmt.Errorf("mark-http TOKEN MARKER METHOD URL [BODY]")
 	}
-	if err := os.WriteFile(a[0], []byte("started"), 0o644); err != nil {
+	if err := markOwned(a[0], a[1]); err != nil {
 		return "", fmt.Errorf("marker: %w", err)
 	}
-	return httpOp(a[1:], false)
+	return httpOp(a[2:], false)
 }
 
 func init() { register("http-until", httpUntil) }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/fixture"
+	"github.com/cordon-project/cordon/internal/conformance/probeops"
 	"github.com/cordon-project/cordon/internal/conformance/record"
 )
 
@@ -82,33 +84,67 @@ secrets:
 
 // outDir makes a fresh directory under e.Dir that a run binds
 // read-write at /out (owned by an unprivileged uid, as a writable bind
-// needs): the host reads what the program left there. It returns the host
-// path and the run flags.
-func outDir(e *conformance.Env, name string) (string, []string, error) {
+// needs), holding a random token (probeops.TokenFile) that the marker ops
+// check before they write: the host reads what the program left there. It
+// returns the host path, the token and the run flags.
+func outDir(e *conformance.Env, name string) (dir, token string, flags []string, err error) {
 	d := filepath.Join(e.Dir, name)
 	if err := os.Mkdir(d, 0o755); err != nil {
-		return "", nil, err
+		return "", "", nil, err
+	}
+	token = secretValue()
+	if err := os.WriteFile(filepath.Join(d, probeops.TokenFile), []byte(token+"\n"), 0o644); err != nil {
+		return "", "", nil, err
 	}
 	if err := os.Chown(d, 65534, 65534); err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
-	return d, []string{"--rw", d + ":/out"}, nil
+	return d, token, []string{"--rw", d + ":/out"}, nil
 }
 
 // markedRun runs a model crossing preceded by a start marker under a fresh
 // /out, and reports whether the host found the marker.
 func markedRun(ctx context.Context, e *conformance.Env, stateDir, name string, flags ...string) (conformance.RunResult, bool, error) {
-	d, out, err := outDir(e, name)
+	d, token, out, err := outDir(e, name)
 	if err != nil {
 		return conformance.RunResult{}, false, err
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{StateDir: stateDir, Flags: append(out, flags...),
-		Op: append([]string{"mark-http", "/out/started"}, modelCall...)})
+	r, err := gwRun(ctx, e, conformance.RunOpts{StateDir: stateDir, Flags: append(out, flags...),
+		Op: append([]string{"mark-http", token, "/out/started"}, modelCall...)})
 	if err != nil {
 		return r, false, err
 	}
 	_, serr := os.Lstat(filepath.Join(d, "started"))
 	return r, serr == nil, nil
+}
+
+// noGateway is how cordon refuses a gateway on a provider that gives the
+// sandbox no leased identity (the test fake).
+const noGateway = "has no leased identity for its gateway to run as"
+
+// errNoGateway: the provider cannot run a gateway.
+var errNoGateway = errors.New("this provider cannot run the gateway (" + noGateway + ")")
+
+// gwRun is e.Run that returns errNoGateway when cordon refused to start a
+// gateway for want of the provider's support.
+func gwRun(ctx context.Context, e *conformance.Env, o conformance.RunOpts) (conformance.RunResult, error) {
+	r, err := e.Run(ctx, o)
+	if err == nil && strings.Contains(outcomeOf(r).Error, noGateway) {
+		return r, errNoGateway
+	}
+	return r, err
+}
+
+// gatewayProbe wraps a probe that needs a gateway: on a provider that
+// cannot run one, it is not evidenced rather than failed.
+func gatewayProbe(run func(context.Context, *conformance.Env) conformance.Outcome) func(context.Context, *conformance.Env) conformance.Outcome {
+	return func(ctx context.Context, e *conformance.Env) conformance.Outcome {
+		o := run(ctx, e)
+		if o.Err != nil && (errors.Is(o.Err, errNoGateway) || strings.Contains(o.Err.Error(), noGateway)) {
+			return conformance.Outcome{NotEvidenced: errNoGateway.Error()}
+		}
+		return o
+	}
 }
 
 // present says "present" or "absent".

@@ -19,21 +19,21 @@ func init() {
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: an unavailable secret denies the affected crossing, and no direct path or embedded credential is a fallback",
 		Title:  "a secret the custodian cannot resolve refuses the run before the program starts; no crossing, no secret value printed",
-		Run:    custodianUnavailable,
+		Run:    gatewayProbe(custodianUnavailable),
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.policy",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Policy denies the affected crossing",
 		Title:  "a policy that does not parse, or is missing, refuses the run before the program starts; nothing crosses",
-		Run:    policyUnavailable,
+		Run:    gatewayProbe(policyUnavailable),
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.upstream",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §5: failure never enables a direct-path fallback",
 		Title:  "with the model upstream down the crossing ends in a receipted upstream failure, and the agent reaches nothing directly",
-		Run:    upstreamDown,
+		Run:    gatewayProbe(upstreamDown),
 	})
 }
 
@@ -189,7 +189,7 @@ func upstreamDown(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	// The agent's model call, then a direct connect to the listener.
 	script := conformance.ProbeBin + " __probe http " + strings.Join(quoteAll(modelCall), " ") +
 		"; " + conformance.ProbeBin + " __probe connects tcp:" + ln.Addr()
-	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfgDown, "--ro", e.Bin + ":" + conformance.ProbeBin},
+	r, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfgDown, "--ro", e.Bin + ":" + conformance.ProbeBin},
 		Argv: []string{"/bin/sh", "-c", script}})
 	if err != nil {
 		return conformance.Outcome{Err: err}
@@ -205,7 +205,7 @@ func upstreamDown(ctx context.Context, e *conformance.Env) conformance.Outcome {
 			down++
 		}
 	}
-	c, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfgUp}, Op: append([]string{"http"}, modelCall...)})
+	c, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfgUp}, Op: append([]string{"http"}, modelCall...)})
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

@@ -30,14 +30,14 @@ func init() {
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing",
 		Title:  "an evidence-log key that is unsafe, malformed or gone refuses a gateway run before the program starts; nothing crosses",
-		Run:    logKeyUnavailable,
+		Run:    gatewayProbe(logKeyUnavailable),
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.evidence-log.tampered",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a log that no longer verifies is not available evidence); §5: the Agent cannot rewrite authoritative Evidence",
 		Title:  "after a logged receipt is changed in the store, a gateway run is refused and nothing crosses",
-		Run:    logTampered,
+		Run:    gatewayProbe(logTampered),
 	})
 }
 
@@ -53,11 +53,11 @@ func storeDB(stateDir string) string { return filepath.Join(stateDir, "cordon.db
 func storeUnavailable(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	var facts []record.Fact
 	check := func(what, st string) error {
-		d, out, err := outDir(e, "out-"+strconv.Itoa(len(facts)))
+		d, token, out, err := outDir(e, "out-"+strconv.Itoa(len(facts)))
 		if err != nil {
 			return err
 		}
-		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: out, Op: []string{"mark", "/out/started"}})
+		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: out, Op: []string{"mark-owned", token, "/out/started"}})
 		if err != nil {
 			return err
 		}
@@ -93,11 +93,11 @@ func storeUnavailable(ctx context.Context, e *conformance.Env) conformance.Outco
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	d, out, err := outDir(e, "out-control")
+	d, token, out, err := outDir(e, "out-control")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{Flags: out, Op: []string{"mark", "/out/started"}})
+	r, err := e.Run(ctx, conformance.RunOpts{Flags: out, Op: []string{"mark-owned", token, "/out/started"}})
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

@@ -20,7 +20,7 @@ func init() {
 		Class:  record.Reset,
 		Clause: "§2.5 recovery; §9: recovery cannot resume revoked or stale authority (a pending approval)",
 		Title:  "cordon SIGKILLed with an approval pending: after cordon gc the approval is revoked, cannot be approved, and nothing reaches the host it named",
-		Run:    killedRunApproval,
+		Run:    gatewayProbe(killedRunApproval),
 	})
 }
 
@@ -142,7 +142,7 @@ egress:
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	later, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http", "GET", url}})
+	later, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http", "GET", url}})
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -160,7 +160,7 @@ egress:
 	var ctl conformance.RunResult
 	go func() {
 		var err error
-		ctl, err = e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http-until", "200", "20", "GET", url}})
+		ctl, err = gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http-until", "200", "20", "GET", url}})
 		done <- err
 	}()
 	cid, perr := pendingFor(ctx, e, st, "approve.test", known)

@@ -20,7 +20,7 @@ func init() {
 		Title:   "the daemon SIGKILLed mid-stream and restarted: it adopts the running sandbox and charges the lost reservation in full; the budget then refuses",
 		Daemon:  true,
 		Timeout: 90 * time.Second,
-		Run:     daemonRestart,
+		Run:     gatewayProbe(daemonRestart),
 	})
 }
 

@@ -19,7 +19,7 @@ func init() {
 		Title:   "an approval used once by a daemon sandbox stays consumed across a daemon SIGKILL and restart: the same request never reaches the host again",
 		Daemon:  true,
 		Timeout: 90 * time.Second,
-		Run:     daemonRestartApproval,
+		Run:     gatewayProbe(daemonRestartApproval),
 	})
 }
 

@@ -19,7 +19,7 @@ func init() {
 		Title:   "a FULL_CONTROL_LAB sandbox, whose budget gate is bypassed, is SAFE_GUIDED after a daemon restart: its budget gates crossings again",
 		Daemon:  true,
 		Timeout: 90 * time.Second,
-		Run:     profileReset,
+		Run:     gatewayProbe(profileReset),
 	})
 }
 
@@ -47,8 +47,12 @@ func profileReset(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return conformance.Outcome{Err: err}
 	}
 	lab := string(hostmgr.FullControlLab)
+	create := []string{"sandbox", "create", "lab", "--profile", lab, "--accept", hostmgr.AcceptPhrase("lab"), "--config", cfg}
+	if e.Level != "" {
+		create = append(create, "--level", e.Level)
+	}
 	for _, args := range [][]string{
-		{"sandbox", "create", "lab", "--profile", lab, "--accept", hostmgr.AcceptPhrase("lab"), "--config", cfg, "--", "/bin/sleep", "1000"},
+		append(create, "--", "/bin/sleep", "1000"),
 		{"sandbox", "start", "lab"},
 	} {
 		if r, err := d.Cordon(ctx, args...); err != nil || r.Code != 0 {

@@ -22,7 +22,7 @@ func init() {
 		Class:  record.Reset,
 		Clause: "§2.5 recovery; §9: recovery cannot resume consumed authority (a reservation), cleanup is ownership-scoped",
 		Title:  "cordon SIGKILLed mid-stream: cordon gc charges the open reservation in full, the budget then refuses, and no process, cgroup, namespace or mount of the sandbox remains",
-		Run:    killedRun,
+		Run:    gatewayProbe(killedRun),
 	})
 }
 
@@ -198,7 +198,7 @@ func killedRun(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	left := k.residue(st)
 	up.unblock()
-	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: append([]string{"http"}, streamCall...)})
+	r, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: append([]string{"http"}, streamCall...)})
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

@@ -17,7 +17,7 @@ func init() {
 		Class:  record.Reset,
 		Clause: "§2.5 reset; §8: reset removes only scoped mutable state while preserving other workloads; §9: reset is ownership-scoped",
 		Title:  "cordon state reset removes its one scope's entries; another purpose's and another workload's entries survive, and a partial scope is refused",
-		Run:    stateScopeReset,
+		Run:    gatewayProbe(stateScopeReset),
 	})
 }
 
@@ -41,7 +41,7 @@ func stateScopeReset(ctx context.Context, e *conformance.Env) conformance.Outcom
 		if err != nil {
 			return conformance.Outcome{Err: err}
 		}
-		r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg},
+		r, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg},
 			Op: []string{"http", "PUT", "$CORDON_STATE_URL/notes/a", "value of " + s.workload + "/" + s.purpose}})
 		if err != nil {
 			return conformance.Outcome{Err: err}

@@ -21,7 +21,7 @@ func init() {
 		Class:  record.Reset,
 		Clause: "§2.5 recovery; §9: ambiguous effect outcomes quarantine until reconciliation; §8: Replay safety is preserved",
 		Title:  "cordon SIGKILLed with a tool call in flight: after cordon gc the call is quarantined, and its retransmission in a later run does not run the tool again",
-		Run:    killedRunTool,
+		Run:    gatewayProbe(killedRunTool),
 	})
 }
 
@@ -101,7 +101,7 @@ func killedRunTool(ctx context.Context, e *conformance.Env) conformance.Outcome 
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	count, _, err := outDir(e, "count")
+	count, _, _, err := outDir(e, "count")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -155,12 +155,12 @@ tools:
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	re, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"mcp-call", "t__sleep", args, "probe-key-1"}})
+	re, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"mcp-call", "t__sleep", args, "probe-key-1"}})
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
 	replayed := invocations()
-	c, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"mcp-call", "t__sleep", `{"seconds":0}`, "probe-key-2"}})
+	c, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"mcp-call", "t__sleep", `{"seconds":0}`, "probe-key-2"}})
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
