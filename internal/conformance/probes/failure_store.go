@@ -33,6 +33,13 @@ func init() {
 		Run:    gatewayProbe(logKeyUnavailable),
 	})
 	conformance.Register(conformance.Probe{
+		ID:     "failure.evidence-log.append",
+		Class:  record.Failure,
+		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a crossing the log cannot record does not happen)",
+		Title:  "with the evidence log refusing appends, a model crossing never reaches the upstream",
+		Run:    gatewayProbe(logAppendRefused),
+	})
+	conformance.Register(conformance.Probe{
 		ID:     "failure.evidence-log.tampered",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a log that no longer verifies is not available evidence); §5: the Agent cannot rewrite authoritative Evidence",
@@ -259,5 +266,53 @@ func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		{Name: "the same gateway run on the intact log", Want: "exit 0, started (marker present), 1 upstream request",
 			Got: fmt.Sprintf("exit %d, marker %s, %d upstream requests", first.Code, present(started), firstSeen), OK: first.Code == 0 && started && firstSeen == 1,
 			Source: "cordon run's exit status; the host directory bound at /out; the fake model upstream's request count", Control: true},
+	}}
+}
+
+// logAppendRefused: after a gateway run made the evidence log, the probe
+// makes its own store refuse every new leaf (a trigger aborting inserts
+// into log_leaves: the log is there but cannot record, as on a full or
+// failing disk). The next gateway run's model crossing must never reach
+// the upstream. Control: the first run, on the working log, reached it.
+func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outcome {
+	key := secretValue()
+	up := upstream(e, key)
+	keyFile, err := writeFile(e, "key", key+"\n")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	st := e.StateDir()
+	first, _, err := markedRun(ctx, e, st, "out-first", "--config", cfg)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	firstSeen := len(up.Seen())
+	rcs, err := receipts(ctx, e, st)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	if err := storeExec(ctx, st, "CREATE TRIGGER probe_refuse_leaf BEFORE INSERT ON log_leaves BEGIN SELECT RAISE(ABORT, 'conformance probe: the evidence log refuses appends'); END"); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	r, _, err := markedRun(ctx, e, st, "out-after", "--config", cfg)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	n := len(up.Seen()) - firstSeen
+	after, err := receipts(ctx, e, st)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
+		countFact("requests the model upstream received while the log refused appends", n, 0, false),
+		{Name: "receipts recorded while the log refused appends", Want: "0", Got: fmt.Sprint(len(after) - len(rcs)), OK: len(after) == len(rcs),
+			Source: "the store, via cordon receipts --json"},
+		{Name: "the same gateway run on the working log", Want: "exit 0, 1 upstream request, 1 receipt",
+			Got: fmt.Sprintf("exit %d, %d upstream requests, %d receipts", first.Code, firstSeen, len(rcs)), OK: first.Code == 0 && firstSeen == 1 && len(rcs) == 1,
+			Source: "cordon run's exit status; the fake model upstream's request count; the store", Control: true},
 	}}
 }
