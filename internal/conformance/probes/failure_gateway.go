@@ -2,6 +2,7 @@ package probes
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,11 +38,13 @@ func init() {
 	})
 }
 
-// custodianUnavailable: a config with two secrets, one whose file is
-// missing. The run must be refused before start (no marker on the host,
-// the upstream sees nothing) and the resolvable secret's value must
-// appear nowhere in what cordon printed. Control: with the file present
-// the same run starts and the upstream receives the custodied key.
+// custodianUnavailable: configs with two secrets, the second one
+// unresolvable: its file missing, its file a directory, its environment
+// variable unset. Each run must be refused before start (no marker on
+// the host, the upstream sees nothing) and the resolvable secret's value
+// must appear nowhere in what cordon printed. Control: with the second
+// secret's file present the same run starts and the upstream receives the
+// custodied key.
 func custodianUnavailable(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
@@ -49,47 +52,70 @@ func custodianUnavailable(ctx context.Context, e *conformance.Env) conformance.O
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	missing := filepath.Join(e.Dir, "second-key")
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "  second-key: {file: "+missing+"}\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
 	// A route using the second secret, so that the custodian needs it.
-	cfg2, err := writeFile(e, "c2.yaml", strings.Replace(mustRead(cfg), "secrets:", `  - name: gpt
+	config := func(name, source string) (string, error) {
+		return modelConfig(e, name, up.URL(), keyFile, "  second-key: "+source+"\n")
+	}
+	withGPT := func(p string) (string, error) {
+		return writeFile(e, filepath.Base(p)+"-gpt.yaml", strings.Replace(mustRead(p), "secrets:", `  - name: gpt
     api: openai
     upstream: `+up.URL()+`
     credential: second-key
     models: ["gpt-*"]
 secrets:`, 1))
-	if err != nil {
+	}
+	dirSecret := filepath.Join(e.Dir, "a-directory")
+	if err := os.Mkdir(dirSecret, 0o700); err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	second := filepath.Join(e.Dir, "second-key")
 	st := e.StateDir()
-	r, started, err := markedRun(ctx, e, st, "out-refused", "--config", cfg2)
+	var facts []record.Fact
+	for i, c := range []struct{ what, source string }{
+		{"a secret whose file is missing", "{file: " + second + "}"},
+		{"a secret whose file is a directory", "{file: " + dirSecret + "}"},
+		{"a secret whose environment variable is unset", "{env: CORDON_CONFORMANCE_UNSET_KEY}"},
+	} {
+		cfg, err := config(fmt.Sprintf("c%d.yaml", i), c.source)
+		if err == nil {
+			cfg, err = withGPT(cfg)
+		}
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		before := len(up.Seen())
+		r, started, err := markedRun(ctx, e, st, fmt.Sprintf("out-%d", i), "--config", cfg)
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		printed := strings.Contains(r.Stdout+r.Stderr+string(r.Outcome), key)
+		facts = append(facts, refusedFact("the run with "+c.what, r, "custodian_unavailable"),
+			markerFact("the program's start marker after the run with "+c.what, started),
+			countFact("requests the model upstream received from the run with "+c.what, len(up.Seen())-before, 0, false),
+			record.Fact{Name: "the resolvable secret's value in what cordon printed for the run with " + c.what, Want: "absent", Got: present(printed), OK: !printed,
+				Source: "cordon run's stdout, stderr and --json outcome"})
+	}
+	if err := os.WriteFile(second, []byte(secretValue()+"\n"), 0o600); err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	cfg, err := config("c-control.yaml", "{file: "+second+"}")
+	if err == nil {
+		cfg, err = withGPT(cfg)
+	}
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	refusedSeen := len(up.Seen())
-	printed := strings.Contains(r.Stdout+r.Stderr+string(r.Outcome), key)
-	if err := os.WriteFile(missing, []byte(secretValue()+"\n"), 0o600); err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	c, cstarted, err := markedRun(ctx, e, st, "out-control", "--config", cfg2)
+	before := len(up.Seen())
+	c, cstarted, err := markedRun(ctx, e, st, "out-control", "--config", cfg)
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	seen := up.Seen()[refusedSeen:]
+	seen := up.Seen()[before:]
 	custodied := len(seen) == 1 && seen[0].APIKey == key
-	return conformance.Outcome{Hint: c.Hint(), Facts: []record.Fact{
-		refusedFact("the run with a secret the custodian cannot resolve", r, "custodian_unavailable"),
-		markerFact("the program's start marker after the refused run", started),
-		countFact("requests the model upstream received from the refused run", refusedSeen, 0, false),
-		{Name: "the resolvable secret's value in cordon's stdout, stderr and outcome", Want: "absent", Got: present(printed), OK: !printed,
-			Source: "cordon run's stdout, stderr and --json outcome"},
-		{Name: "the same run with the secret's file present", Want: "started (marker present), 1 upstream request carrying the custodied key",
-			Got: "marker " + present(cstarted) + ", " + strconv.Itoa(len(seen)) + " upstream requests, custodied key " + present(custodied),
-			OK:  cstarted && custodied, Source: "the host directory bound at /out; the fake model upstream's request log", Control: true},
-	}}
+	facts = append(facts, record.Fact{Name: "the same run with the second secret's file present", Want: "started (marker present), 1 upstream request carrying the custodied key",
+		Got: "marker " + present(cstarted) + ", " + strconv.Itoa(len(seen)) + " upstream requests, custodied key " + present(custodied),
+		OK:  cstarted && custodied, Source: "the host directory bound at /out; the fake model upstream's request log", Control: true})
+	return conformance.Outcome{Hint: c.Hint(), Facts: facts}
 }
 
 func mustRead(p string) string {
@@ -112,6 +138,10 @@ func policyUnavailable(ctx context.Context, e *conformance.Env) conformance.Outc
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	syntax, err := writeFile(e, "syntax.cedar", `permit(principal, action == Action::"model.invoke", resource`)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
 	good, err := writeFile(e, "good.cedar", `@id("models") permit(principal, action == Action::"model.invoke", resource);`)
 	if err != nil {
 		return conformance.Outcome{Err: err}
@@ -122,6 +152,7 @@ func policyUnavailable(ctx context.Context, e *conformance.Env) conformance.Outc
 		what, pol string
 		kinds     []string
 	}{
+		{"a policy that does not parse", syntax, []string{"policy_rejected"}},
 		{"a policy that does not type-check", bad, []string{"policy_rejected"}},
 		// A config naming a file that is not there is the operator's
 		// mistake: a usage error, refused all the same.
