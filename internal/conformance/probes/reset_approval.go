@@ -19,7 +19,7 @@ func init() {
 		ID:     "recovery.killed-run-approval",
 		Class:  record.Reset,
 		Clause: "§2.5 recovery; §9: recovery cannot resume revoked or stale authority (a pending approval)",
-		Title:  "cordon SIGKILLed with an approval pending: after cordon gc the approval is revoked, cannot be approved, and nothing reaches the host it named",
+		Title:  "cordon SIGKILLed with an approval pending: after cordon gc the approval is revoked, cannot be approved, nothing reaches the host it named, and nothing of the sandbox remains",
 		Run:    gatewayProbe(killedRunApproval),
 	})
 }
@@ -119,6 +119,11 @@ egress:
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	k, err := observeLive(ctx, e, st, h)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	seen := k.residue(st)
 	if err := syscall.Kill(h.Pid(), syscall.SIGKILL); err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -128,6 +133,7 @@ egress:
 	if _, err := runGC(ctx, e, st); err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	left := k.residue(st)
 	as, err := approvals(ctx, e, st)
 	if err != nil {
 		return conformance.Outcome{Err: err}
@@ -182,6 +188,10 @@ egress:
 			OK: appr.Code != 0, Source: "cordon approvals approve's exit status"},
 		{Name: "requests that reached approve.test's target, a later run asking the same included", Want: "0", Got: fmt.Sprint(hits), OK: hits == 0,
 			Source: "the target on the host, request count"},
+		{Name: "what of the killed sandbox remains on the host after cordon gc", Want: "nothing", Got: orNothing(left), OK: len(left) == 0,
+			Source: "the host's /proc; /sys/fs/cgroup/*/cordon; /proc/*/ns/{net,mnt}; /proc/self/mountinfo under the state dir"},
+		{Name: "the sandbox on the host before the kill", Want: "processes, cgroups and namespaces seen where the residue check looks",
+			Got: orNothing(seen), OK: hasAll(seen, "process", "cgroups", "net:[", "mnt:["), Source: "the host's /proc; /sys/fs/cgroup/*/cordon", Control: true},
 		{Name: "a live run's same request once the operator approves it", Want: "approve exit 0, 1 request reaches the target",
 			Got: fmt.Sprintf("approve exit %d, %d requests", capprove.Code, ctlHits), OK: capprove.Code == 0 && ctlHits == 1,
 			Source: "cordon approvals approve's exit status; the target on the host, request count", Control: true},
