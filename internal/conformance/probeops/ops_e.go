@@ -61,8 +61,11 @@ func httpOp(a []string, keep bool) (string, error) {
 	}
 	url := a[1]
 	if strings.HasPrefix(url, "$") {
-		name, rest, _ := strings.Cut(url[1:], "/")
-		url = os.Getenv(name) + "/" + rest
+		n := 1
+		for n < len(url) && (url[n] == '_' || 'A' <= url[n] && url[n] <= 'Z' || 'a' <= url[n] && url[n] <= 'z' || '0' <= url[n] && url[n] <= '9') {
+			n++
+		}
+		url = os.Getenv(url[1:n]) + url[n:]
 	}
 	var body io.Reader
 	if len(a) > 2 {

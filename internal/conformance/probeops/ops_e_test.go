@@ -54,6 +54,13 @@ func TestHTTPOpExpandsTheGatewayVariable(t *testing.T) {
 	if err != nil || data != "418 teapot" {
 		t.Fatalf("httpOp = %q, %v", data, err)
 	}
+	t.Setenv("PROBE_STATE", srv.URL+"/v1/state")
+	if _, err := httpOp([]string{"POST", "$PROBE_STATE:reset"}, false); err != nil || got.URL.Path != "/v1/state:reset" {
+		t.Fatalf("$PROBE_STATE:reset reached %q: %v", got.URL.Path, err)
+	}
+	if _, err := httpOp([]string{"POST", "$PROBE_BASE/v1/messages", "{}"}, false); err != nil {
+		t.Fatal(err)
+	}
 	if got.URL.Path != "/v1/messages" || got.Header.Get("x-api-key") != "placeholder" || !strings.HasPrefix(got.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("request %s %v", got.URL.Path, got.Header)
 	}

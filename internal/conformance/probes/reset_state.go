@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -16,7 +17,7 @@ func init() {
 		ID:     "reset.state-scope",
 		Class:  record.Reset,
 		Clause: "§2.5 reset; §8: reset removes only scoped mutable state while preserving other workloads; §9: reset is ownership-scoped",
-		Title:  "cordon state reset removes its one scope's entries; another purpose's and another workload's entries survive, and a partial scope is refused",
+		Title:  "cordon state reset, and the agent's own reset, remove only their one scope's entries; another purpose's and another workload's survive; a partial scope is refused",
 		Run:    gatewayProbe(stateScopeReset),
 	})
 }
@@ -68,6 +69,17 @@ func stateScopeReset(ctx context.Context, e *conformance.Env) conformance.Outcom
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	// The agent's own reset, from a sandbox of the second scope.
+	ar, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", filepath.Join(e.Dir, "s1.yaml")},
+		Op: []string{"http", "POST", "$CORDON_STATE_URL:reset"}})
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	hint = append(hint, "agent reset: "+ar.Hint())
+	afterAgent, err := stateEntries(ctx, e, st)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
 	const src = "the store, via cordon state ls --json on the host"
 	want := func(n0, n1, n2 int) string {
 		return fmt.Sprintf("%s=%d %s=%d %s=%d", scopeName(0), n0, scopeName(1), n1, scopeName(2), n2)
@@ -77,6 +89,8 @@ func stateScopeReset(ctx context.Context, e *conformance.Env) conformance.Outcom
 			OK: partial.Code == 125 && countsOf(afterPartial) == countsOf(before), Source: "cordon state reset's exit status; " + src},
 		{Name: "entries per scope after resetting " + scopeName(0), Want: want(0, 1, 1), Got: countsOf(after) + fmt.Sprintf(" (reset exit %d)", reset.Code),
 			OK: reset.Code == 0 && countsOf(after) == want(0, 1, 1), Source: src},
+		{Name: "entries per scope after the agent of " + scopeName(1) + " reset its state", Want: want(0, 0, 1), Got: countsOf(afterAgent),
+			OK: countsOf(afterAgent) == want(0, 0, 1), Source: src},
 		{Name: "entries per scope before the reset", Want: want(1, 1, 1), Got: countsOf(before), OK: countsOf(before) == want(1, 1, 1),
 			Source: src, Control: true},
 	}}
