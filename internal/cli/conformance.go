@@ -41,7 +41,7 @@ provider or host that cannot support a probe yields not_evidenced, never a
 pass. See docs/conformance.md.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(conformanceRunCmd(g), conformanceListCmd(g))
+	cmd.AddCommand(conformanceRunCmd(g), conformanceListCmd(g), conformanceVerifyCmd(g), conformanceReportCmd(g))
 	return cmd
 }
 

@@ -7,6 +7,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/sandbox"
 )
 
 // CurrentBuild describes the running binary: version (the link-time one
@@ -43,4 +46,39 @@ func CurrentBuild(version string) (Build, error) {
 	}
 	b.BinarySHA256 = hex.EncodeToString(h.Sum(nil))
 	return b, nil
+}
+
+// HostFrom builds the record's host facts from a sandbox's evidence
+// record (what the trusted side read: kernel, boot id, cgroup versions per
+// controller, Landlock ABI, seccomp) and the provider's capability
+// features (arch and the rest, kept as facts).
+func HostFrom(h evidence.Host, c sandbox.Capability) Host {
+	out := Host{Host: h, Facts: map[string]string{}}
+	v1, v2 := 0, 0
+	for _, v := range h.Cgroups {
+		if v == "v2" {
+			v2++
+		} else {
+			v1++
+		}
+	}
+	switch {
+	case v1 > 0 && v2 > 0:
+		out.CgroupMode = "v1 hybrid"
+	case v2 > 0:
+		out.CgroupMode = "v2"
+	case v1 > 0:
+		out.CgroupMode = "v1"
+	}
+	for k, v := range c.Features {
+		if k == "arch" {
+			out.Arch = v
+			continue
+		}
+		out.Facts[k] = v
+	}
+	if out.Arch == "" {
+		out.Arch = runtime.GOARCH
+	}
+	return out
 }

@@ -6,10 +6,10 @@
 // of an in-toto Statement in a DSSE envelope (internal/attest); Diff says
 // where two records differ.
 //
-// Plane: CLI and root side (the runner builds and signs records; `cordon
-// conformance verify` and `report` read records handed in by anyone). It
-// must never treat what a probe inside a sandbox printed (Hint) as a fact,
-// never admit a claim that a class without a passing probe, or any failed
-// probe, does not support, and must treat every record it reads as
-// untrusted input (FromStatement decodes strictly).
+// Plane: root (the runner writes and signs it) and CLI (verify, report
+// read records handed in by anyone). It must never treat what a probe
+// inside a sandbox printed (Hint) as a fact, never admit a claim that a
+// class without a passing probe, or any failed probe, does not support,
+// and must treat every record it reads as untrusted input (FromStatement
+// decodes strictly).
 package record

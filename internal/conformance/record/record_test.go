@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cordon-project/cordon/internal/attest"
+	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/level"
 )
@@ -161,5 +163,45 @@ func TestDiffNamesPaths(t *testing.T) {
 	got = DiffJSON("$", a, bad)
 	if len(got) != 1 || !strings.HasPrefix(got[0].Path, "$.a.b[2].c @byte") {
 		t.Errorf("diff of broken JSON = %+v", got)
+	}
+}
+
+func TestHostFrom(t *testing.T) {
+	h := HostFrom(evidence.Host{Kernel: "k", Cgroups: map[string]string{"memory": "v1", "pids": "v2"}},
+		sandbox.Capability{Features: map[string]string{"arch": "arm64", "landlock_abi": "7"}})
+	if h.CgroupMode != "v1 hybrid" || h.Arch != "arm64" || h.Facts["landlock_abi"] != "7" || h.Kernel != "k" {
+		t.Errorf("HostFrom = %+v", h)
+	}
+}
+
+// TestNewAndFinish: New binds what it is given (None otherwise) and
+// refuses what it cannot read; Finish closes the window and judges.
+func TestNewAndFinish(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	os.WriteFile(cfg, []byte("a"), 0o600)
+	r, err := New(Inputs{Config: cfg, Level: "DEDICATED_CONTAINER", Provider: Provider{Name: "fake-plain-child",
+		Capability: sandbox.Capability{Provider: "fake-plain-child", MaxLevel: level.Shared}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := FileDigest(cfg)
+	if r.Bindings.Config != want || r.Bindings.PolicySet != None || r.Bindings.Rootfs != None || len(r.RunID) != 24 {
+		t.Errorf("bindings %+v run %q", r.Bindings, r.RunID)
+	}
+	r.Finish(Sample().Probes, r.Window.Started.Add(time.Second))
+	if r.Claim.Admitted != "SHARED" || r.Window.Finished.IsZero() {
+		t.Errorf("claim %+v window %+v", r.Claim, r.Window)
+	}
+	for _, l := range r.Maturity.Labels {
+		if l.Label == ReferenceAdapterProven && l.Holds {
+			t.Error("a fake provider's record is reference-adapter-proven")
+		}
+	}
+	if _, err := New(Inputs{Config: filepath.Join(dir, "missing")}); err == nil {
+		t.Error("New bound a config it could not read")
+	}
+	if _, err := New(Inputs{Policy: dir}); err == nil {
+		t.Error("New bound a policy directory without policies")
 	}
 }
