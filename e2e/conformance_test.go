@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -227,7 +228,7 @@ func TestConformanceNative(t *testing.T) {
 	for _, p := range probes {
 		registered[p.Class] = true
 	}
-	r := runSuite(t, cordonBin, "conformance", "run", "--json", "--out", "record.json")
+	r := runSuite(t, cordonBin, "conformance", "run", "--json", "--out", "record.json", "--html", "report.html")
 	counts := byClass(r.out.Results)
 	for _, p := range r.out.Results {
 		if p.Verdict == record.Fail {
@@ -288,5 +289,17 @@ func TestConformanceNative(t *testing.T) {
 	}
 	if v := cordon(t, cordonBin, filepath.Join(r.dir, "state"), "evidence", "verify"); v.Code != 0 {
 		t.Errorf("evidence verify of the state dir that logged the record: exit %d: %s%s", v.Code, v.Stdout, v.Stderr)
+	}
+	if v := cordon(t, cordonBin, filepath.Join(r.dir, "state"), "conformance", "verify", filepath.Join(r.dir, "record.json"), "--log"); v.Code != 0 {
+		t.Errorf("conformance verify --log: exit %d: %s%s", v.Code, v.Stdout, v.Stderr)
+	}
+	html, err := os.ReadFile(filepath.Join(r.dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range r.out.Results {
+		if !strings.Contains(string(html), p.ID) {
+			t.Errorf("the HTML report does not show probe %s", p.ID)
+		}
 	}
 }

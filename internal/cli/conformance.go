@@ -13,6 +13,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/conformance/report"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/level"
@@ -182,7 +183,12 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 		out.Record = f.out
 	}
 	if f.html != "" {
-		if err := writeReport(f.html, rec); err != nil {
+		v := report.Verification{}
+		if sink != nil {
+			// Signed by this run, and checked with the key's public half.
+			v = report.Verification{Checked: true, Verified: true, KeyID: sink.key.ID}
+		}
+		if err := writeReport(f.html, rec, v); err != nil {
 			return err
 		}
 	}
