@@ -45,7 +45,9 @@ type suiteRun struct {
 
 func runSuite(t *testing.T, bin string, args ...string) suiteRun {
 	t.Helper()
-	dir, err := os.MkdirTemp(baseDir, "conformance-")
+	// Short paths: the suite's daemon sandboxes make Unix sockets under
+	// its TMPDIR (the runner refuses a TMPDIR too deep for them).
+	dir, err := os.MkdirTemp(baseDir, "cf-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func runSuite(t *testing.T, bin string, args ...string) suiteRun {
 	stdin.Close()
 	io.Copy(io.Discard, heldOut)
 	held.Wait()
-	tmp := filepath.Join(dir, "tmp")
+	tmp := filepath.Join(dir, "t")
 	if err := os.Mkdir(tmp, 0o711); err != nil {
 		t.Fatal(err)
 	}
