@@ -240,12 +240,16 @@ func printConformance(g *globals, rep *conformance.Report, out conformanceOutput
 }
 
 func conformanceListCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, markdown bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the conformance probes with their class and contract clause",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if markdown {
+				_, err := fmt.Fprint(g.stdout, conformance.MarkdownTable(conformance.All()))
+				return err
+			}
 			type entry struct {
 				ID          string       `json:"id"`
 				Class       record.Class `json:"class"`
@@ -269,5 +273,6 @@ func conformanceListCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	cmd.Flags().BoolVar(&markdown, "markdown", false, "print docs/testing.md's table of the probes by class")
 	return cmd
 }

@@ -165,6 +165,10 @@ func TestProbeTableIsHonest(t *testing.T) {
 	for _, e := range checkConformanceTable(string(doc), conformance.All(), everyClassHasAProbe) {
 		t.Error("docs/testing.md: " + e)
 	}
+	// What `cordon conformance list --markdown` prints passes the check.
+	if errs := checkConformanceTable(conformance.MarkdownTable(conformance.All()), conformance.All(), false); len(errs) > 0 {
+		t.Errorf("conformance.MarkdownTable does not pass its own check: %v", errs)
+	}
 	run := func(context.Context, *conformance.Env) conformance.Outcome { return conformance.Outcome{} }
 	probes := []conformance.Probe{
 		{ID: "bypass.a", Class: record.Bypass, Run: run},
