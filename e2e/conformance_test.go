@@ -165,10 +165,27 @@ func TestConformanceFakeProvider(t *testing.T) {
 	if r.out.Capability.Provider != "fake-plain-child" || r.out.Capability.MaxLevel != "SHARED" {
 		t.Errorf("capability = %+v, want the fake's own (SHARED)", r.out.Capability)
 	}
-	counts := byClass(r.out.Results)
-	for _, c := range []record.Class{record.Bypass, record.CrossTenant, record.Exhaustion} {
-		if n := counts[c][record.Pass]; n != 0 {
-			t.Errorf("class %s: %d pass against the fake, want 0", c, n)
+	// A probe of a denial cordon's launcher makes before any provider
+	// runs (conformance.Probe.Launcher) holds under every provider; every
+	// other probe of these classes must not pass.
+	var list []struct {
+		ID       string `json:"id"`
+		Launcher bool   `json:"launcher"`
+	}
+	out, err := exec.Command(hooksBin, "conformance", "list", "--json").Output()
+	if err != nil || json.Unmarshal(out, &list) != nil || len(list) == 0 {
+		t.Fatalf("conformance list --json: %v\n%s", err, out)
+	}
+	launcher := map[string]bool{}
+	for _, p := range list {
+		launcher[p.ID] = p.Launcher
+	}
+	for _, p := range r.out.Results {
+		switch p.Class {
+		case record.Bypass, record.CrossTenant, record.Exhaustion:
+			if p.Verdict == record.Pass && !launcher[p.ID] {
+				t.Errorf("%s passes against the fake (a provider that isolates nothing), want fail or not_evidenced", p.ID)
+			}
 		}
 	}
 	var escapes int

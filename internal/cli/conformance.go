@@ -256,10 +256,11 @@ func conformanceListCmd(g *globals) *cobra.Command {
 				Clause      string       `json:"clause"`
 				Title       string       `json:"title"`
 				Destructive bool         `json:"destructive,omitempty"`
+				Launcher    bool         `json:"launcher,omitempty"`
 			}
 			var out []entry
 			for _, p := range conformance.All() {
-				out = append(out, entry{p.ID, p.Class, p.Clause, p.Title, p.Destructive})
+				out = append(out, entry{p.ID, p.Class, p.Clause, p.Title, p.Destructive, p.Launcher})
 			}
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)

@@ -212,6 +212,12 @@ func runOne(ctx context.Context, o Options, dir, name string, p Probe, base *evi
 	if pctx.Err() != nil && out.Err == nil && out.NotEvidenced == "" {
 		out.Err = fmt.Errorf("did not finish within %s", timeout)
 	}
+	if out.Err != nil && strings.Contains(out.Err.Error(), NoGateway) {
+		// cordon itself refused the gateway because the provider gives
+		// the sandbox no leased identity: the provider cannot support
+		// the probe, whichever probe met it.
+		out = Outcome{NotEvidenced: "the provider gives its sandboxes no leased identity, so no gateway can run for them (cordon refused: " + NoGateway + ")"}
+	}
 	r.Verdict, r.Reason = Judge(p, out)
 	r.Facts, r.Hint = out.Facts, out.Hint
 	if r.Facts == nil {
@@ -255,6 +261,10 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }
+
+// NoGateway is what cordon says when it refuses a gateway for a sandbox
+// its provider gave no leased identity (internal/launch).
+const NoGateway = "has no leased identity for its gateway to run as"
 
 // Exit statuses of `cordon conformance run`.
 const (
