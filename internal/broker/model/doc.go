@@ -15,8 +15,12 @@
 // credential, relays the answer — streams event by event, flushed
 // as they arrive — while guarding it (size, well-formed events, redaction
 // of every custodied value), settles the real usage and records one
-// receipt. Refusals are shaped as the provider's own errors so agents'
-// SDKs report them plainly.
+// receipt. The answer waits for its receipt: a non-streamed body is sent
+// only once the receipt commits, and a stream's terminal event is held
+// until then; a receipt that cannot be recorded withholds them (the agent
+// gets a 503-class error, or an error event ending the stream). Refusals
+// are shaped as the provider's own errors so agents' SDKs report them
+// plainly.
 //
 // Plane: unprivileged — it runs in the gateway process
 // (internal/gateway/proc) and parses agent bytes; its trusted half, on
