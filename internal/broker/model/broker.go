@@ -594,16 +594,14 @@ func (b *Broker) commit(reqCtx context.Context, x *exchange, pending int) error 
 // did, and logs the decision. It runs after the agent has its answer: on
 // the paths that reach it without commit the agent got a refusal or an
 // error, never an upstream's answer.
-func (b *Broker) finish(reqCtx context.Context, x *exchange) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), authorityTimeout)
-	defer cancel()
+func (b *Broker) finish(ctx context.Context, x *exchange) {
 	if x.streamSlot {
 		b.streams.Add(-1)
 		x.streamSlot = false
 	}
 	err := x.recErr
 	if !x.committed {
-		err = b.settleRecord(reqCtx, x, 0)
+		err = b.settleRecord(ctx, x, 0)
 	}
 	lvl := slog.LevelInfo
 	if err != nil {

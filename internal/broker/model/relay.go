@@ -196,7 +196,8 @@ func (b *Broker) endStream(ctx context.Context, w http.ResponseWriter, rc *http.
 		b.send(w, rc, x)
 		return
 	}
-	x.write, x.held = x.held, x.write[:0]
+	x.write = append(x.write, x.held...)
+	x.held = x.held[:0]
 	b.send(w, rc, x)
 }
 
