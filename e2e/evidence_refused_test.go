@@ -66,8 +66,10 @@ func TestGatewayEvidenceLogRefused(t *testing.T) {
 		t.Run(tc.op, func(t *testing.T) {
 			seen := len(up.Seen())
 			r := call(tc.op, tc.model)
-			if n := len(up.Seen()) - seen; n < 1 {
-				t.Fatalf("the upstream saw %d requests: the crossing was not made, so this observes nothing", n)
+			// Exactly one: the crossing was made (else this observes
+			// nothing), and the SDK did not retry (X-Should-Retry: false).
+			if n := len(up.Seen()) - seen; n != 1 {
+				t.Fatalf("the upstream saw %d requests, want 1", n)
 			}
 			if r.Code == 0 || strings.Contains(r.Stdout, "ANSWER:") || !strings.Contains(r.Stdout, "ERROR") {
 				t.Fatalf("%s with the log refusing appends = %d, want the SDK's error and no answer\nstdout: %s\nstderr: %s", tc.op, r.Code, r.Stdout, r.Stderr)

@@ -137,6 +137,9 @@ func TestEvidenceLogRefusedWithholdsAnswer(t *testing.T) {
 						!strings.Contains(string(out), "evidence log unavailable") || !strings.Contains(string(out), tt.shape) {
 						t.Errorf("status %d body %s, want 503 with the API's error (%s) and not the answer", resp.StatusCode, out, tt.shape)
 					}
+					if resp.Header.Get("X-Should-Retry") != "false" {
+						t.Errorf("X-Should-Retry = %q, want false: a retry pays the upstream again", resp.Header.Get("X-Should-Retry"))
+					}
 				}
 				fa := s.authority
 				fa.mu.Lock()

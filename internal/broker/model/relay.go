@@ -59,6 +59,10 @@ func (b *Broker) relayBuffered(ctx context.Context, w http.ResponseWriter, rc *h
 	// The answer leaves only once its receipt is durable.
 	if err := b.commit(ctx, x, len(x.write)); err != nil {
 		x.write, x.withheld = x.write[:0], true
+		// The upstream did the work, and it is charged: an SDK's
+		// automatic retry of a 503 would pay for it again while the
+		// log is still down (the Anthropic and OpenAI SDKs honour it).
+		w.Header().Set("X-Should-Retry", "false")
 		b.fail(w, x, kindUnavailable, errEvidence)
 		return
 	}
