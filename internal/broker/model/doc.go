@@ -49,6 +49,9 @@
 //     case: names are canonicalised) is dropped;
 //   - relay a body it cannot read: it asks for identity encoding and
 //     refuses a response in any other Content-Encoding;
+//   - send a non-streamed answer, or a stream's terminal event, before the
+//     call's receipt commits (docs/evidence-log.md), or release as unused
+//     a reservation whose receipt could not be recorded;
 //   - let a call through when identity, the authority or the credential is
 //     unavailable (section 9: unavailable dependencies deny; there is no
 //     direct-path fallback), or hold budget for a client that went away
