@@ -36,7 +36,7 @@ func init() {
 		ID:     "failure.evidence-log.append",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a crossing the log cannot record does not happen)",
-		Title:  "with the evidence log refusing appends, a model crossing never reaches the upstream",
+		Title:  "with the evidence log refusing appends, the upstream's answer never reaches the program and the run says it was withheld",
 		Run:    gatewayProbe(logAppendRefused),
 	})
 	conformance.Register(conformance.Probe{
@@ -272,8 +272,13 @@ func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
 // logAppendRefused: after a gateway run made the evidence log, the probe
 // makes its own store refuse every new leaf (a trigger aborting inserts
 // into log_leaves: the log is there but cannot record, as on a full or
-// failing disk). The next gateway run's model crossing must never reach
-// the upstream. Control: the first run, on the working log, reached it.
+// failing disk). The store learns that only when the receipt is appended,
+// after the upstream answered, so the call does reach the upstream (a
+// control: the crossing was attempted); what the claim needs is that the
+// answer never reaches the program (the model broker withholds it until
+// its receipt commits, docs/evidence-log.md), that no receipt appears,
+// and that the trusted side's run log says the answer was withheld.
+// Control: the first run, on the working log, got the answer.
 func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
@@ -307,12 +312,23 @@ func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outco
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	answered := func(name string) bool {
+		b, _ := os.ReadFile(filepath.Join(e.Dir, name, "started.response"))
+		return strings.Contains(string(b), "probe-answer")
+	}
+	withheld := strings.Contains(runLog(r), "answer_withheld=true")
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		countFact("requests the model upstream received while the log refused appends", n, 0, false),
+		{Name: "the upstream's answer in what reached the program while the log refused appends", Want: "absent", Got: present(answered("out-after")), OK: !answered("out-after"),
+			Source: "the response the program received, written beside its marker in the host directory bound at /out"},
 		{Name: "receipts recorded while the log refused appends", Want: "0", Got: fmt.Sprint(len(after) - len(rcs)), OK: len(after) == len(rcs),
 			Source: "the store, via cordon receipts --json"},
-		{Name: "the same gateway run on the working log", Want: "exit 0, 1 upstream request, 1 receipt",
-			Got: fmt.Sprintf("exit %d, %d upstream requests, %d receipts", first.Code, firstSeen, len(rcs)), OK: first.Code == 0 && firstSeen == 1 && len(rcs) == 1,
-			Source: "cordon run's exit status; the fake model upstream's request count; the store", Control: true},
+		{Name: "the trusted side's log of the crossing", Want: "answer_withheld=true", Got: present(withheld), OK: withheld,
+			Source: "cordon run's log on the host (<state-dir>/logs/run-*.log)"},
+		{Name: "the call was made: requests the model upstream received while the log refused appends", Want: "1", Got: fmt.Sprint(n), OK: n == 1,
+			Source: "the fake model upstream on the host, request count", Control: true},
+		{Name: "the same gateway run on the working log", Want: "exit 0, 1 upstream request, 1 receipt, the answer received",
+			Got:    fmt.Sprintf("exit %d, %d upstream requests, %d receipts, answer %s", first.Code, firstSeen, len(rcs), present(answered("out-first"))),
+			OK:     first.Code == 0 && firstSeen == 1 && len(rcs) == 1 && answered("out-first"),
+			Source: "cordon run's exit status; the fake model upstream's request count; the store; the host directory bound at /out", Control: true},
 	}}
 }
