@@ -166,3 +166,31 @@ func TestCheckLatest(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkCheckLatest is the check a gateway start makes, over a log of
+// 100 000 receipts: one op is one CheckLatest.
+func BenchmarkCheckLatest(b *testing.B) {
+	dir := b.TempDir()
+	st := openStore(b, dir)
+	l := openLog(b, st, dir)
+	ctx := context.Background()
+	rc := receipt(1)
+	for i := 0; i < 100_000; i += 1000 {
+		if err := st.Batch(ctx, func(tx *store.Tx) {
+			for range 1000 {
+				if _, err := tx.Record(rc); err != nil {
+					b.Error(err)
+				}
+			}
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	checkpoint(b, l)
+	b.ResetTimer()
+	for range b.N {
+		if err := l.CheckLatest(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
