@@ -41,6 +41,7 @@ func init() {
 			Class:   record.CrossTenant,
 			Clause:  "§2.5 cross-tenant, §3 foreign access denied indistinguishably: another tenant's " + what,
 			Title:   "another tenant's " + what + " are read by no route a sandbox or a non-root host user has (store files, the approval console, the CLI), each answered like an absent state directory; root lists them",
+			Daemon:  true,
 			Timeout: 90 * time.Second,
 			Run:     tenantView(what),
 		})
@@ -53,7 +54,16 @@ const viewerUID = otherUID
 
 func tenantView(what string) func(context.Context, *conformance.Env) conformance.Outcome {
 	return func(ctx context.Context, e *conformance.Env) conformance.Outcome {
-		st := e.StateDir()
+		// Tenant A's state directory is a daemon's, whose socket admits
+		// the throwaway users' group: every route there is.
+		d, err := e.DaemonWith(ctx, "--group", strconv.Itoa(usersGID))
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		if err := os.Chmod(filepath.Dir(d.Socket), 0o711); err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		st := d.StateDir
 		mark, err := tenantItem(ctx, e, st, what)
 		if err != nil {
 			return conformance.Outcome{Err: err}
@@ -75,6 +85,11 @@ func tenantView(what string) func(context.Context, *conformance.Env) conformance
 		}
 		facts, hint = append(facts, f...), append(hint, h)
 		f, err = hostUserCLI(ctx, e, st, absentDir, what)
+		if err != nil {
+			return conformance.Outcome{Err: err}
+		}
+		facts = append(facts, f...)
+		f, err = daemonRoutes(ctx, e, d.Socket, what)
 		if err != nil {
 			return conformance.Outcome{Err: err}
 		}
@@ -222,6 +237,36 @@ func hostUserCLI(ctx context.Context, e *conformance.Env, st, absentDir, what st
 		"; the difference reveals only that a store exists at the path named, never its content)", Want: "EACCES, no byte read", Got: a,
 		OK: a == "EACCES", Source: "open(2) as uid " + uid + " on the host (cordon __probe reads, a host process the runner started)"})
 	return facts, nil
+}
+
+// daemonRoutes: a non-root host user in the daemon socket's group asks
+// the daemon for receipts or approvals under every name such an
+// operation could have; each answer must be the daemon's answer to an
+// operation that does not exist. Control: the same user's ls is served.
+func daemonRoutes(ctx context.Context, e *conformance.Env, sock, what string) ([]record.Fact, error) {
+	// Operation names are a-z, '.', '_' and '-': the nonexistent one's
+	// random part is letters.
+	bogus := "no-such-op-" + strings.Map(func(r rune) rune { return 'a' + (r % 26) }, randomHex(4))
+	ops := []string{what, what + ".list", "list-" + what, "list_" + what, "sandbox." + what}
+	r, err := asHostUser(ctx, e, viewerUID, append(append([]string{"__probe", "daemon-call", sock}, ops...), bogus, "ls")...)
+	if err != nil {
+		return nil, err
+	}
+	var got map[string]string
+	if r.Op == nil || json.Unmarshal([]byte(r.Op.Data), &got) != nil {
+		return nil, fmt.Errorf("uid %d's daemon calls: no result: %s", viewerUID, firstLineOf(r.Stderr))
+	}
+	uid := strconv.Itoa(viewerUID)
+	src := "the daemon's answers to cordon __probe daemon-call, run as uid " + uid + " on the host"
+	never := strings.ReplaceAll(got[bogus], bogus, "OP")
+	var facts []record.Fact
+	for _, op := range ops {
+		a := strings.ReplaceAll(got[op], op, "OP")
+		facts = append(facts, record.Fact{Name: "uid " + uid + "'s daemon operation " + strconv.Quote(op), Want: never + " (a nonexistent operation's answer)",
+			Got: a, OK: a == never && !strings.HasPrefix(a, "ok"), Source: src})
+	}
+	return append(facts, record.Fact{Name: "uid " + uid + "'s daemon operation \"ls\" (the socket serves this user)", Want: "ok", Got: got["ls"],
+		OK: got["ls"] == "ok", Source: src, Control: true}), nil
 }
 
 // consoleRoutes starts `cordon approvals console` for tenant A's state
