@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -24,6 +25,8 @@ import (
 	"github.com/cordon-project/cordon/internal/conformance/fixture"
 	"github.com/cordon-project/cordon/internal/conformance/probeops"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/crossing"
+	"github.com/cordon-project/cordon/internal/store"
 )
 
 // Receipts and approvals have no per-tenant view: they are read from the
@@ -119,7 +122,11 @@ func tenantItem(ctx context.Context, e *conformance.Env, st, what string) (recor
 		if err != nil {
 			return record.Fact{}, err
 		}
-		if r, _, err := markedRun(ctx, e, st, "out-a", "--config", cfg); err != nil || r.Code != 0 {
+		r, _, err := markedRun(ctx, e, st, "out-a", "--config", cfg)
+		if errors.Is(err, errNoGateway) {
+			return seedItem(ctx, e, st, what)
+		}
+		if err != nil || r.Code != 0 {
 			return record.Fact{}, fmt.Errorf("tenant A's gateway run: exit %d, %v: %s", r.Code, err, firstLineOf(r.Stderr))
 		}
 		rcs, err := receipts(ctx, e, st)
@@ -141,8 +148,11 @@ func tenantItem(ctx context.Context, e *conformance.Env, st, what string) (recor
 	if err != nil {
 		return record.Fact{}, err
 	}
-	r, err := e.Run(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg},
+	r, err := gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg},
 		Op: []string{"request", "GET", "http://stale.test:" + target.Port() + "/"}})
+	if errors.Is(err, errNoGateway) {
+		return seedItem(ctx, e, st, what)
+	}
 	if err != nil {
 		return record.Fact{}, err
 	}
@@ -158,6 +168,38 @@ func tenantItem(ctx context.Context, e *conformance.Env, st, what string) (recor
 	}
 	return record.Fact{Name: "tenant A's approval for stale.test, listed by root", Want: "1", Got: fmt.Sprintf("%d (run exit %d)", n, r.Code), OK: n == 1,
 		Source: fmt.Sprintf(src, "approvals list --all --json"), Control: true}, nil
+}
+
+// seedItem is tenantItem on a provider that runs no gateway: the
+// receipt or approval is written through the store's own API, as the
+// gateway's authority would, so the routes are probed all the same.
+func seedItem(ctx context.Context, e *conformance.Env, st, what string) (record.Fact, error) {
+	s, err := store.Open(st, store.DefaultPool)
+	if err != nil {
+		return record.Fact{}, err
+	}
+	if what == "receipts" {
+		_, err = s.RecordReceipt(ctx, crossing.Receipt{Time: time.Now().UTC(), Identity: crossing.Identity{Workload: "conformance", Tenant: "probe", Purpose: "testing"},
+			Broker: "model", Action: "anthropic.messages", Target: "claude-probe-1", Decision: crossing.Allow, Reason: "seeded by the conformance probe"})
+	} else {
+		_, err = s.RequestApproval(ctx, store.Approval{Workload: "conformance-stale", SandboxID: "conformance-seeded", Action: "egress.connect", Target: "stale.test",
+			Digest: "sha256:" + strings.Repeat("0", 64), Arguments: json.RawMessage(`{}`)}, 5*time.Minute)
+	}
+	s.Close()
+	if err != nil {
+		return record.Fact{}, err
+	}
+	list := []string{"receipts", "--json"}
+	if what == "approvals" {
+		list = []string{"approvals", "list", "--all", "--json"}
+	}
+	r, err := e.Cordon(ctx, st, list...)
+	if err != nil {
+		return record.Fact{}, err
+	}
+	n := strings.Count(r.Stdout, "stale.test") + strings.Count(r.Stdout, "seeded by the conformance probe")
+	return record.Fact{Name: "tenant A's " + strings.TrimSuffix(what, "s") + " (seeded through the store: this provider runs no gateway), listed by root", Want: "1",
+		Got: strconv.Itoa(n), OK: n == 1, Source: "root's cordon " + strings.Join(list, " ") + " on the host (the store)", Control: true}, nil
 }
 
 // sandboxReadsStore: tenant B's sandbox (its own state directory) reads
@@ -177,13 +219,13 @@ func sandboxReadsStore(ctx context.Context, e *conformance.Env, st, absentDir st
 		return nil, "", err
 	}
 	defer w.Close()
-	r, err := e.Run(ctx, conformance.RunOpts{Op: append([]string{"reads"}, paths...)})
+	r, err := e.Run(ctx, conformance.RunOpts{Op: append([]string{"opens"}, paths...)})
 	if err != nil {
 		return nil, "", err
 	}
 	seen := w.Events()
 	// The control: the host's root opens the same store file.
-	hr, err := e.HostOp(ctx, "reads", filepath.Join(st, "cordon.db"))
+	hr, err := e.HostOp(ctx, "opens", filepath.Join(st, "cordon.db"))
 	if err != nil {
 		return nil, "", err
 	}
@@ -220,7 +262,7 @@ func hostUserCLI(ctx context.Context, e *conformance.Env, st, absentDir, what st
 	uid := strconv.Itoa(viewerUID)
 	facts := []record.Fact{{Name: "uid " + uid + "'s " + cmd + " on tenant A's state directory", Want: never + " (a nonexistent state directory's answer), non-zero",
 		Got: theirs, OK: theirs == never && !strings.HasPrefix(theirs, "exit 0:"), Source: "the answer of cordon run as uid " + uid + " on the host"}}
-	r, err := asHostUser(ctx, e, viewerUID, "__probe", "reads", filepath.Join(st, "cordon.db"), filepath.Join(absentDir, "cordon.db"))
+	r, err := asHostUser(ctx, e, viewerUID, "__probe", "opens", filepath.Join(st, "cordon.db"), filepath.Join(absentDir, "cordon.db"))
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +277,7 @@ func hostUserCLI(ctx context.Context, e *conformance.Env, st, absentDir, what st
 	// nothing of what it holds. Judged not worth hiding; the fact says so.
 	facts = append(facts, record.Fact{Name: "uid " + uid + " opening tenant A's store file directly (an absent state directory answers " + n +
 		"; the difference reveals only that a store exists at the path named, never its content)", Want: "EACCES, no byte read", Got: a,
-		OK: a == "EACCES", Source: "open(2) as uid " + uid + " on the host (cordon __probe reads, a host process the runner started)"})
+		OK: a == "EACCES", Source: "open(2) as uid " + uid + " on the host (cordon __probe opens, a host process the runner started)"})
 	return facts, nil
 }
 
@@ -271,8 +313,9 @@ func daemonRoutes(ctx context.Context, e *conformance.Env, sock, what string) ([
 
 // consoleRoutes starts `cordon approvals console` for tenant A's state
 // directory and for an empty one (the console shows approvals and recent
-// receipts). From tenant B's sandbox a connect to A's console's port
-// leaves no socket to it in the host's network namespace; a non-root host
+// receipts). While tenant B's sandbox holds a connect to A's console's
+// port, the host's network namespace has no connection to that port
+// (control: the host's own held connection is counted); a non-root host
 // user without the login token gets the same answer from both consoles;
 // root with the token (console.url, 0600) is let in (the control).
 func consoleRoutes(ctx context.Context, e *conformance.Env, st string) ([]record.Fact, string, error) {
@@ -285,11 +328,25 @@ func consoleRoutes(ctx context.Context, e *conformance.Env, st string) ([]record
 		return nil, "", err
 	}
 	port := theirs.Port()
-	r, err := e.Run(ctx, conformance.RunOpts{Op: []string{"connects", "tcp:127.0.0.1:" + port}})
+	h, err := e.Start(ctx, conformance.RunOpts{Op: []string{"hold", "dial-keep", "127.0.0.1:" + port}})
 	if err != nil {
 		return nil, "", err
 	}
 	socks, err := hostSockets(port)
+	if err != nil {
+		return nil, "", err
+	}
+	r, err := h.Finish(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	// The control: the host's own connection, held the same way, is seen.
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 3*time.Second)
+	if err != nil {
+		return nil, "", fmt.Errorf("the host cannot connect to the console: %w", err)
+	}
+	hostSocks, err := hostSockets(port)
+	c.Close()
 	if err != nil {
 		return nil, "", err
 	}
@@ -314,8 +371,10 @@ func consoleRoutes(ctx context.Context, e *conformance.Env, st string) ([]record
 		return nil, "", err
 	}
 	return []record.Fact{
-		{Name: "TCP sockets to tenant A's console port in the host's network namespace after tenant B's sandbox connected to 127.0.0.1:" + port, Want: "0",
-			Got: strconv.Itoa(socks), OK: socks == 0, Source: "/proc/net/tcp on the host (any state but LISTEN, TIME_WAIT included)"},
+		{Name: "TCP connections to tenant A's console port in the host's network namespace while tenant B's sandbox holds its connect to 127.0.0.1:" + port, Want: "0",
+			Got: strconv.Itoa(socks), OK: socks == 0, Source: "/proc/net/tcp and tcp6 on the host (every state but LISTEN)"},
+		{Name: "the same count while the host holds a connection to the console", Want: "> 0", Got: strconv.Itoa(hostSocks), OK: hostSocks > 0,
+			Source: "/proc/net/tcp and tcp6 on the host (every state but LISTEN)", Control: true},
 		{Name: "uid " + uid + "'s request to tenant A's console without the login token", Want: n + " (an empty store's console's answer), status 401",
 			Got: a, OK: a == n && strings.Contains(a, "status=401"), Source: "the answer to cordon __probe request, run as uid " + uid + " on the host"},
 		{Name: "root's login to tenant A's console with the token from console.url", Want: "200", Got: strconv.Itoa(status), OK: status == 200,
@@ -446,7 +505,7 @@ func watchDir(dir string) (*dirWatch, error) {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "evidence")} {
-		if _, err := unix.InotifyAddWatch(fd, d, unix.IN_OPEN|unix.IN_ACCESS); err != nil {
+		if _, err := unix.InotifyAddWatch(fd, d, unix.IN_OPEN|unix.IN_ACCESS); err != nil && !(errors.Is(err, unix.ENOENT) && d != dir) {
 			unix.Close(fd)
 			return nil, fmt.Errorf("inotify watch %s: %w", d, err)
 		}
