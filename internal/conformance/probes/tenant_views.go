@@ -57,8 +57,9 @@ const viewerUID = otherUID
 
 func tenantView(what string) func(context.Context, *conformance.Env) conformance.Outcome {
 	return func(ctx context.Context, e *conformance.Env) conformance.Outcome {
-		// Tenant A's state directory is a daemon's, whose socket admits
-		// the throwaway users' group: every route there is.
+		// A daemon whose socket admits the throwaway users' group. Tenant
+		// A's state directory is apart from the daemon's: no process
+		// holds it open while the host watches who opens its files.
 		d, err := e.DaemonWith(ctx, "--group", strconv.Itoa(usersGID))
 		if err != nil {
 			return conformance.Outcome{Err: err}
@@ -66,7 +67,7 @@ func tenantView(what string) func(context.Context, *conformance.Env) conformance
 		if err := os.Chmod(filepath.Dir(d.Socket), 0o711); err != nil {
 			return conformance.Outcome{Err: err}
 		}
-		st := d.StateDir
+		st := e.StateDir()
 		mark, err := tenantItem(ctx, e, st, what)
 		if err != nil {
 			return conformance.Outcome{Err: err}
