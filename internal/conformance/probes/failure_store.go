@@ -43,7 +43,7 @@ func init() {
 		ID:     "failure.evidence-log.tampered",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a log that no longer verifies is not available evidence); §5: the Agent cannot rewrite authoritative Evidence",
-		Title:  "after a logged receipt is changed in the store, a gateway run is refused and nothing crosses",
+		Title:  "a receipt changed under a checkpoint is reported by cordon evidence verify, and still after later runs; no checkpoint signs a changed new receipt; a changed signed tree refuses the next gateway run, nothing crosses",
 		Run:    gatewayProbe(logTampered),
 	})
 }
@@ -215,58 +215,6 @@ func logKeyUnavailable(ctx context.Context, e *conformance.Env) conformance.Outc
 		Got: "marker " + present(started) + ", " + strconv.Itoa(n) + " upstream requests", OK: started && n == 1,
 		Source: "the host directory bound at /out; the fake model upstream's request count", Control: true})
 	return conformance.Outcome{Hint: r.Hint(), Facts: facts}
-}
-
-// logTampered: after a gateway run logged a receipt, the probe changes
-// that receipt's body in its own store (around the append-only trigger,
-// as root on the host could). `cordon evidence verify` must see it (the
-// tamper is real), and the next gateway run must be refused: no marker,
-// no upstream request. Control: the first run, on the intact log,
-// started and crossed.
-func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
-	key := secretValue()
-	up := upstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	st := e.StateDir()
-	first, started, err := markedRun(ctx, e, st, "out-first", "--config", cfg)
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	firstSeen := len(up.Seen())
-	if err := storeExec(ctx, st,
-		"DROP TRIGGER receipts_append_only_u",
-		"UPDATE receipts SET body = replace(body, 'claude-probe-1', 'claude-probe-2')",
-		"CREATE TRIGGER receipts_append_only_u BEFORE UPDATE ON receipts BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END",
-	); err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	v, err := e.Cordon(ctx, st, "evidence", "verify")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	detected := v.Code == 1 && strings.Contains(v.Stdout, "receipt_modified")
-	r, after, err := markedRun(ctx, e, st, "out-after", "--config", cfg)
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	n := len(up.Seen()) - firstSeen
-	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		{Name: "cordon evidence verify after receipt 1's body was changed", Want: "exit 1, receipt_modified", Got: fmt.Sprintf("exit %d, receipt_modified %s", v.Code, present(detected)),
-			OK: detected, Source: "cordon evidence verify on the probe's state directory"},
-		refusedFact("the gateway run on the changed log", r, "store_unavailable", "evidence_insufficient"),
-		markerFact("the program's start marker after the run on the changed log", after),
-		countFact("requests the model upstream received from the run on the changed log", n, 0, false),
-		{Name: "the same gateway run on the intact log", Want: "exit 0, started (marker present), 1 upstream request",
-			Got: fmt.Sprintf("exit %d, marker %s, %d upstream requests", first.Code, present(started), firstSeen), OK: first.Code == 0 && started && firstSeen == 1,
-			Source: "cordon run's exit status; the host directory bound at /out; the fake model upstream's request count", Control: true},
-	}}
 }
 
 // logAppendRefused: after a gateway run made the evidence log, the probe
