@@ -214,6 +214,9 @@ func (g *globals) verifySignature(rep *verifyReport, env attest.Envelope, keyPat
 	}
 	rep.Checked = append(rep.Checked, "signature ("+id+")")
 	rec, err := record.FromStatement(st)
+	if err == nil {
+		err = rec.Check(st.Predicate) // the claim must follow from the probes signed
+	}
 	if err != nil {
 		rep.failErr("statement", err)
 		return nil

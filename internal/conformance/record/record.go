@@ -162,7 +162,7 @@ func (r *Record) Finish(results []ProbeResult, now time.Time) {
 // Statement is the in-toto statement of the record: its subjects are the
 // binary and each binding given.
 func (r *Record) Statement() (attest.Statement, error) {
-	body, err := json.Marshal(r)
+	body, err := canonical(r)
 	if err != nil {
 		return attest.Statement{}, err
 	}
@@ -222,4 +222,20 @@ func FromStatement(st attest.Statement) (*Record, error) {
 		return nil, &attest.FieldError{Field: "statement.subject", Problem: "the subjects are not the record's binary and bindings", Err: attest.ErrMalformed}
 	}
 	return &r, nil
+}
+
+// canonical encodes r as a verifier re-encodes what it decodes (Check):
+// encoding/json writes an invalid UTF-8 byte (a hint printed inside the
+// sandbox) as \ufffd, which decodes to U+FFFD and re-encodes raw, so the
+// record is encoded, decoded and encoded again.
+func canonical(r *Record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	var again Record
+	if err := json.Unmarshal(b, &again); err != nil {
+		return nil, err
+	}
+	return json.Marshal(&again)
 }
