@@ -124,4 +124,3 @@ func TestCheckRefusesNonCanonicalPredicate(t *testing.T) {
 		})
 	}
 }
-
