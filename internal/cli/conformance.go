@@ -154,6 +154,7 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 	if err != nil {
 		return err
 	}
+	rec.NotRun = notSelected(sel)
 	if f.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, f.timeout, fmt.Errorf("--timeout %s", f.timeout))
@@ -276,4 +277,20 @@ func conformanceListCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print docs/testing.md's table of the probes by class")
 	return cmd
+}
+
+// notSelected lists the suite's probes a selection leaves out: the record
+// of a partial run says so and admits no claim.
+func notSelected(sel []conformance.Probe) []string {
+	in := map[string]bool{}
+	for _, p := range sel {
+		in[p.ID] = true
+	}
+	var out []string
+	for _, p := range conformance.All() {
+		if !in[p.ID] {
+			out = append(out, p.ID)
+		}
+	}
+	return out
 }

@@ -49,7 +49,7 @@ func (r *Record) Check(predicate []byte) error {
 			return bad(fmt.Sprintf(".probes[%d].verdict", i), "%s is pass, but no positive control was observed", p.ID)
 		}
 	}
-	want := Judge(r.Claim.Requested, r.Claim.Profile, r.Provider.Capability, r.Probes)
+	want := r.judge()
 	if !reflect.DeepEqual(want, r.Claim) {
 		return bad(".claim", "the probes admit %s (ceiling %s), the record claims %s (ceiling %s)", want.Admitted, want.Ceiling, r.Claim.Admitted, r.Claim.Ceiling)
 	}

@@ -124,3 +124,33 @@ func TestCheckRefusesNonCanonicalPredicate(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialRunAdmitsNoClaim: a run that selected one passing probe per
+// class (--only), leaving out the rest of the suite (some of which may
+// fail on this host), admitted DEDICATED_CONTAINER. Its record now lists
+// the probes not run and admits no claim; a record that lists them but
+// still claims the level is refused by Check. The control: the same
+// probes with nothing left out admit the level.
+func TestPartialRunAdmitsNoClaim(t *testing.T) {
+	full := Sample()
+	if full.Claim.Admitted != "DEDICATED_CONTAINER" {
+		t.Fatalf("control: %s", full.Claim.Admitted)
+	}
+	r := Sample()
+	r.NotRun = []string{"bypass.net.host-loopback"}
+	r.Finish(r.Probes, r.Window.Finished)
+	if r.Claim.Admitted != NoClaim || !strings.Contains(strings.Join(r.Claim.Why, ";"), "partial run: 1 probes") {
+		t.Fatalf("partial run: claim %s why %v", r.Claim.Admitted, r.Claim.Why)
+	}
+	got, pred := signedPredicate(t, r)
+	if err := got.Check(pred); err != nil {
+		t.Fatalf("the judged partial record: %v", err)
+	}
+	lying := Sample()
+	lying.NotRun = []string{"bypass.net.host-loopback"}
+	got, pred = signedPredicate(t, lying)
+	var fe *attest.FieldError
+	if err := got.Check(pred); !errors.As(err, &fe) || fe.Field != "statement.predicate.claim" {
+		t.Fatalf("a partial record claiming the level: %v", err)
+	}
+}
