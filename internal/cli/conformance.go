@@ -154,7 +154,6 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 	if err != nil {
 		return err
 	}
-	rec.NotRun = notSelected(sel)
 	if f.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, f.timeout, fmt.Errorf("--timeout %s", f.timeout))
@@ -170,6 +169,7 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 	if err != nil {
 		return failure.Fail(failure.KindInternal, "conformance", err)
 	}
+	rec.NotRun = notRun(sel, rep.Results)
 	finishRecord(rec, rep, capability)
 	code := rep.ExitStatus()
 	out := conformanceOutput{Exit: code, Started: rep.Started.Format(timeFormat), Finished: rep.Finished.Format(timeFormat),
@@ -279,12 +279,19 @@ func conformanceListCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// notSelected lists the suite's probes a selection leaves out: the record
-// of a partial run says so and admits no claim.
-func notSelected(sel []conformance.Probe) []string {
+// notRun lists the suite's probes a run did not run: those the selection
+// left out and those the suite's deadline cut off. The record of a
+// partial run says so and admits no claim: neither --only nor --timeout
+// can leave out the probes that fail on a host.
+func notRun(sel []conformance.Probe, results []record.ProbeResult) []string {
 	in := map[string]bool{}
 	for _, p := range sel {
 		in[p.ID] = true
+	}
+	for _, r := range results {
+		if r.Verdict == record.NotEvidenced && strings.HasPrefix(r.Reason, conformance.NotRunDeadline) {
+			in[r.ID] = false
+		}
 	}
 	var out []string
 	for _, p := range conformance.All() {

@@ -113,7 +113,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			// The suite's deadline (--timeout) passed: what did not run
 			// is not evidenced, never a pass.
 			r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC(),
-				Verdict: record.NotEvidenced, Reason: "not run: the suite's deadline passed (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
+				Verdict: record.NotEvidenced, Reason: NotRunDeadline + " (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
 		default:
 			r = runOne(ctx, o, dir, "p"+strconv.Itoa(i), p, rep.Baseline)
 		}
@@ -261,6 +261,11 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }
+
+// NotRunDeadline starts the reason of a probe the suite's deadline
+// (--timeout) left unrun: the record counts it as not run (a partial
+// run admits no claim).
+const NotRunDeadline = "not run: the suite's deadline passed"
 
 // NoGateway is what cordon says when it refuses a gateway for a sandbox
 // its provider gave no leased identity (internal/launch).
