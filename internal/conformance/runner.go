@@ -16,6 +16,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/textsafe"
 	"golang.org/x/sys/unix"
 )
 
@@ -119,11 +120,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		rep.Results = append(rep.Results, r)
 		if o.Progress != nil {
-			line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), p.ID, r.Duration.Seconds())
-			if r.Reason != "" {
-				line += ": " + r.Reason
-			}
-			fmt.Fprintln(o.Progress, line)
+			fmt.Fprintln(o.Progress, progressLine(r))
 		}
 	}
 	rep.Finished = time.Now().UTC()
@@ -310,3 +307,14 @@ func (r *Report) ExitStatus() int {
 
 // ErrNoProbes is returned when a selection matches nothing.
 var ErrNoProbes = errors.New("no probe matches")
+
+// progressLine is a probe's line on the operator's terminal. The reason
+// quotes facts (what was read off the sandbox, a host file it may have
+// written) and errors, so it goes through textsafe.Line.
+func progressLine(r record.ProbeResult) string {
+	line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), r.ID, r.Duration.Seconds())
+	if r.Reason != "" {
+		line += ": " + r.Reason
+	}
+	return textsafe.Line(line)
+}
