@@ -165,9 +165,15 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 			o.CannotEvidence += "; missing: " + strings.Join(capability.Missing, "; ")
 		}
 	}
+	if err := sameBinary(bin, rec.Cordon.BinarySHA256); err != nil {
+		return err
+	}
 	rep, err := conformance.Run(ctx, o)
 	if err != nil {
 		return failure.Fail(failure.KindInternal, "conformance", err)
+	}
+	if err := sameBinary(bin, rec.Cordon.BinarySHA256); err != nil {
+		return err
 	}
 	rec.NotRun = notRun(sel, rep.Results)
 	finishRecord(rec, rep, capability)
@@ -300,4 +306,19 @@ func notRun(sel []conformance.Probe, results []record.ProbeResult) []string {
 		}
 	}
 	return out
+}
+
+// sameBinary checks that the file the probes run by path (bin) is the
+// binary the record binds (the running one's digest): a binary replaced on
+// disk, before or during the run, means the probes evidenced another
+// binary than the one the record names.
+func sameBinary(bin, wantHex string) error {
+	d, err := record.FileDigest(bin)
+	if err != nil {
+		return failure.Failf(failure.KindEvidence, "conformance", "digest the binary the probes run (%s): %v", bin, err)
+	}
+	if d != "sha256:"+wantHex {
+		return failure.Failf(failure.KindEvidence, "conformance", "%s is no longer the running binary (sha256:%s, the file is %s): the probes would not evidence the binary the record binds; keep it unchanged during the run", bin, wantHex, d)
+	}
+	return nil
 }
