@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,5 +60,44 @@ func TestConformanceVerifyRejudgesClaim(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "NOT VERIFIED: statement.predicate.claim") {
 		t.Errorf("the report of the over-claiming record has no NOT VERIFIED banner")
+	}
+}
+
+// TestConformanceVerifyRefusesAmbiguousStatement: a statement signed with
+// the host's key whose subject carries "digest" twice reads, to
+// encoding/json (last wins), as the record's binary, and to a first-wins
+// parser as another file. verify refuses a payload that is not the
+// statement as cordon encodes it; the control is the same statement
+// encoded canonically and signed the same way.
+func TestConformanceVerifyRefusesAmbiguousStatement(t *testing.T) {
+	f := newConformanceFixture(t)
+	k, err := attest.LoadKey(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := record.Sample().Statement()
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := `"digest":{"sha256":"` + strings.Repeat("e", 64) + `"},"digest":`
+	ambiguous := strings.Replace(string(canon), `"digest":`, evil, 1)
+	sign := func(body string) string {
+		sig := ed25519.Sign(k.Private, attest.PAE(attest.PayloadType, []byte(body)))
+		b, _ := attest.Marshal(attest.Envelope{PayloadType: attest.PayloadType, Payload: base64.StdEncoding.EncodeToString([]byte(body)),
+			Signatures: []attest.Signature{{KeyID: k.ID, Sig: base64.StdEncoding.EncodeToString(sig)}}})
+		p := filepath.Join(t.TempDir(), "record.json")
+		os.WriteFile(p, b, 0o644)
+		return p
+	}
+	if rep := f.g.conformanceVerify(context.Background(), sign(string(canon)), verifyFlagsC{key: f.pub}); !rep.OK {
+		t.Fatalf("control: %+v", rep.Problems)
+	}
+	rep := f.g.conformanceVerify(context.Background(), sign(ambiguous), verifyFlagsC{key: f.pub})
+	if rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Check != "statement" || rep.Problems[0].Where != "payload" {
+		t.Fatalf("the ambiguous statement: ok %v %+v", rep.OK, rep.Problems)
 	}
 }
