@@ -165,10 +165,17 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 			o.CannotEvidence += "; missing: " + strings.Join(capability.Missing, "; ")
 		}
 	}
+	if err := sameBinary(bin, rec.Cordon.BinarySHA256); err != nil {
+		return err
+	}
 	rep, err := conformance.Run(ctx, o)
 	if err != nil {
 		return failure.Fail(failure.KindInternal, "conformance", err)
 	}
+	if err := sameBinary(bin, rec.Cordon.BinarySHA256); err != nil {
+		return err
+	}
+	rec.NotRun = notRun(sel, rep.Results)
 	finishRecord(rec, rep, capability)
 	code := rep.ExitStatus()
 	out := conformanceOutput{Exit: code, Started: rep.Started.Format(timeFormat), Finished: rep.Finished.Format(timeFormat),
@@ -276,4 +283,42 @@ func conformanceListCmd(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print docs/testing.md's table of the probes by class")
 	return cmd
+}
+
+// notRun lists the suite's probes a run did not run: those the selection
+// left out and those the suite's deadline cut off. The record of a
+// partial run says so and admits no claim: neither --only nor --timeout
+// can leave out the probes that fail on a host.
+func notRun(sel []conformance.Probe, results []record.ProbeResult) []string {
+	in := map[string]bool{}
+	for _, p := range sel {
+		in[p.ID] = true
+	}
+	for _, r := range results {
+		if r.Verdict == record.NotEvidenced && strings.HasPrefix(r.Reason, conformance.NotRunDeadline) {
+			in[r.ID] = false
+		}
+	}
+	var out []string
+	for _, p := range conformance.All() {
+		if !in[p.ID] {
+			out = append(out, p.ID)
+		}
+	}
+	return out
+}
+
+// sameBinary checks that the file the probes run by path (bin) is the
+// binary the record binds (the running one's digest): a binary replaced on
+// disk, before or during the run, means the probes evidenced another
+// binary than the one the record names.
+func sameBinary(bin, wantHex string) error {
+	d, err := record.FileDigest(bin)
+	if err != nil {
+		return failure.Failf(failure.KindEvidence, "conformance", "digest the binary the probes run (%s): %v", bin, err)
+	}
+	if d != "sha256:"+wantHex {
+		return failure.Failf(failure.KindEvidence, "conformance", "%s is no longer the running binary (sha256:%s, the file is %s): the probes would not evidence the binary the record binds; keep it unchanged during the run", bin, wantHex, d)
+	}
+	return nil
 }

@@ -106,7 +106,9 @@ func (g *globals) newRecord(ctx context.Context, f conformanceRunFlags) (*record
 	if err != nil {
 		return nil, c, failure.Fail(failure.KindInternal, "conformance record", fmt.Errorf("digest this binary: %w", err))
 	}
-	rec, err := record.New(record.Inputs{Build: b, Provider: record.Provider{Name: c.Provider, Version: c.Version, Capability: c},
+	// The provider is the one the suite ran (--provider), never the name
+	// it gives itself in its capability (a claim, kept as it said).
+	rec, err := record.New(record.Inputs{Build: b, Provider: record.Provider{Name: g.provider, Version: c.Version, Capability: c},
 		Level: f.level, Profile: f.profile})
 	if err != nil {
 		return nil, c, failure.Fail(failure.KindInternal, "conformance record", err)

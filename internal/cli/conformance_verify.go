@@ -213,7 +213,17 @@ func (g *globals) verifySignature(rep *verifyReport, env attest.Envelope, keyPat
 		return nil
 	}
 	rep.Checked = append(rep.Checked, "signature ("+id+")")
+	// The statement must be byte for byte as cordon encodes it: a
+	// duplicate or differently cased key (in a subject, say) is read one
+	// way here and another way by another in-toto tool.
+	if body, _ := attest.Payload(env); !canonicalStatement(st, body) {
+		rep.fail("statement", "payload", "not the statement as cordon encodes it (a duplicate or differently spelled key, or another encoding): parsers could read different statements")
+		return nil
+	}
 	rec, err := record.FromStatement(st)
+	if err == nil {
+		err = rec.Check(st.Predicate) // the claim must follow from the probes signed
+	}
 	if err != nil {
 		rep.failErr("statement", err)
 		return nil
@@ -362,4 +372,10 @@ func printConformanceVerify(w io.Writer, rep *verifyReport, asJSON bool) error {
 		return &exitError{code: exitNotVerified}
 	}
 	return nil
+}
+
+// canonicalStatement reports whether body is st as json.Marshal writes it.
+func canonicalStatement(st attest.Statement, body []byte) bool {
+	c, err := json.Marshal(st)
+	return err == nil && string(c) == string(body)
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"os"
+	"strconv"
 	"strings"
 
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -12,16 +13,17 @@ import (
 	"github.com/cordon-project/cordon/internal/sandbox"
 )
 
-// HostFacts are the facts of the host the suite ran on: those of the
-// baseline run's evidence record (what the trusted side read off the live
-// sandbox) when it has them, else the runner's own reading (kernel, boot
-// id, Landlock ABI, seccomp; no cgroup controllers: a provider that built
-// no sandbox said nothing about them); the provider's probed features are
-// kept as further facts (record.HostFrom).
+// HostFacts are the facts of the host the suite ran on. The kernel, boot
+// id and Landlock ABI are always the runner's own reading of this host
+// (the record binds them and the environment-evidenced label quotes
+// them): the baseline run's evidence record is what the provider under
+// test reported, and a provider that says another kernel or boot is
+// recorded as having said so (host.facts provider_reported_*), never
+// taken for the host. The baseline's cgroup controllers and seccomp are
+// kept when it has them (a provider that built no sandbox said nothing
+// about them); the provider's probed features are kept as further facts
+// (record.HostFrom).
 func HostFacts(rep *Report, c sandbox.Capability) record.Host {
-	if rep != nil && rep.Baseline != nil && rep.Baseline.Host.Kernel != "" {
-		return record.HostFrom(rep.Baseline.Host, c)
-	}
 	var h evidence.Host
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
@@ -33,5 +35,23 @@ func HostFacts(rep *Report, c sandbox.Capability) record.Host {
 	h.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	_, _, errno := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_GET_SECCOMP, 0, 0)
 	h.Seccomp = errno == 0
-	return record.HostFrom(h, c)
+	said := map[string]string{}
+	if rep != nil && rep.Baseline != nil && rep.Baseline.Host.Kernel != "" {
+		b := rep.Baseline.Host
+		h.Cgroups, h.Seccomp = b.Cgroups, b.Seccomp
+		if b.Kernel != h.Kernel {
+			said["provider_reported_kernel"] = b.Kernel
+		}
+		if b.BootID != h.BootID {
+			said["provider_reported_boot_id"] = b.BootID
+		}
+		if b.LandlockABI != h.LandlockABI {
+			said["provider_reported_landlock_abi"] = strconv.Itoa(b.LandlockABI)
+		}
+	}
+	out := record.HostFrom(h, c)
+	for k, v := range said {
+		out.Facts[k] = v
+	}
+	return out
 }

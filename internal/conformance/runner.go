@@ -16,6 +16,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/textsafe"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,17 +114,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			// The suite's deadline (--timeout) passed: what did not run
 			// is not evidenced, never a pass.
 			r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC(),
-				Verdict: record.NotEvidenced, Reason: "not run: the suite's deadline passed (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
+				Verdict: record.NotEvidenced, Reason: NotRunDeadline + " (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
 		default:
 			r = runOne(ctx, o, dir, "p"+strconv.Itoa(i), p, rep.Baseline)
 		}
 		rep.Results = append(rep.Results, r)
 		if o.Progress != nil {
-			line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), p.ID, r.Duration.Seconds())
-			if r.Reason != "" {
-				line += ": " + r.Reason
-			}
-			fmt.Fprintln(o.Progress, line)
+			fmt.Fprintln(o.Progress, progressLine(r))
 		}
 	}
 	rep.Finished = time.Now().UTC()
@@ -262,6 +259,11 @@ func firstLine(s string) string {
 	return s
 }
 
+// NotRunDeadline starts the reason of a probe the suite's deadline
+// (--timeout) left unrun: the record counts it as not run (a partial
+// run admits no claim).
+const NotRunDeadline = "not run: the suite's deadline passed"
+
 // NoGateway is what cordon says when it refuses a gateway for a sandbox
 // its provider gave no leased identity (internal/launch).
 const NoGateway = "has no leased identity for its gateway to run as"
@@ -305,3 +307,14 @@ func (r *Report) ExitStatus() int {
 
 // ErrNoProbes is returned when a selection matches nothing.
 var ErrNoProbes = errors.New("no probe matches")
+
+// progressLine is a probe's line on the operator's terminal. The reason
+// quotes facts (what was read off the sandbox, a host file it may have
+// written) and errors, so it goes through textsafe.Line.
+func progressLine(r record.ProbeResult) string {
+	line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), r.ID, r.Duration.Seconds())
+	if r.Reason != "" {
+		line += ": " + r.Reason
+	}
+	return textsafe.Line(line)
+}

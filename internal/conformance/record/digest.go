@@ -44,7 +44,8 @@ func Bind(config, policyPath, rootfs string) (Bindings, error) {
 // FileDigest is "sha256:<hex>" of a regular file (a config, the binary):
 // the form receipts carry as config_digest.
 func FileDigest(path string) (string, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO is refused below, never waited on in open(2).
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return "", err
 	}

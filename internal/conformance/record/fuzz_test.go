@@ -29,6 +29,11 @@ func FuzzFromStatement(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if got.Check(pred) == nil { // re-judging any record never panics
+			if b, _ := json.Marshal(got); string(b) != string(pred) {
+				t.Fatalf("Check accepted a predicate that is not the record re-encoded")
+			}
+		}
 		st2, err := got.Statement()
 		if err != nil {
 			t.Fatalf("accepted record has no statement: %v", err)

@@ -48,8 +48,12 @@ type Record struct {
 	Assumptions []string      `json:"assumptions"`
 	NonClaims   []string      `json:"non_claims"`
 	Probes      []ProbeResult `json:"probes"`
-	Window      Window        `json:"window"`
-	Maturity    Maturity      `json:"maturity"`
+	// NotRun lists the suite's probes (of the binary under test) that
+	// this run did not select (--only, --class): a partial run admits no
+	// claim, whatever the probes it ran say.
+	NotRun   []string `json:"not_run,omitempty"`
+	Window   Window   `json:"window"`
+	Maturity Maturity `json:"maturity"`
 }
 
 // Build identifies the cordon binary under test (the one running the suite).
@@ -152,7 +156,7 @@ func (r *Record) Finish(results []ProbeResult, now time.Time) {
 		r.Probes = []ProbeResult{}
 	}
 	r.Window.Finished = now.UTC()
-	r.Claim = Judge(r.Claim.Requested, r.Claim.Profile, r.Provider.Capability, r.Probes)
+	r.Claim = r.judge()
 	r.Maturity = judgeMaturity(r)
 	// Finish may run again (a record re-judged): drop the previous claim's.
 	r.NonClaims = slices.DeleteFunc(r.NonClaims, func(s string) bool { return strings.HasPrefix(s, noClaimPrefix) })
@@ -162,7 +166,7 @@ func (r *Record) Finish(results []ProbeResult, now time.Time) {
 // Statement is the in-toto statement of the record: its subjects are the
 // binary and each binding given.
 func (r *Record) Statement() (attest.Statement, error) {
-	body, err := json.Marshal(r)
+	body, err := canonical(r)
 	if err != nil {
 		return attest.Statement{}, err
 	}
@@ -222,4 +226,30 @@ func FromStatement(st attest.Statement) (*Record, error) {
 		return nil, &attest.FieldError{Field: "statement.subject", Problem: "the subjects are not the record's binary and bindings", Err: attest.ErrMalformed}
 	}
 	return &r, nil
+}
+
+// canonical encodes r as a verifier re-encodes what it decodes (Check):
+// encoding/json writes an invalid UTF-8 byte (a hint printed inside the
+// sandbox) as \ufffd, which decodes to U+FFFD and re-encodes raw, so the
+// record is encoded, decoded and encoded again.
+func canonical(r *Record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	var again Record
+	if err := json.Unmarshal(b, &again); err != nil {
+		return nil, err
+	}
+	return json.Marshal(&again)
+}
+
+// judge is Judge of the record's probes, and no claim for a partial run.
+func (r *Record) judge() Claim {
+	c := Judge(r.Claim.Requested, r.Claim.Profile, r.Provider.Capability, r.Probes)
+	if len(r.NotRun) > 0 {
+		c.Why = append(c.Why, fmt.Sprintf("a partial run: %d probes of the suite not run (not_run)", len(r.NotRun)))
+		c.Admitted = NoClaim
+	}
+	return c
 }

@@ -40,8 +40,14 @@ func (l Level) String() string {
 // MarshalText encodes the level by name.
 func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
-// UnmarshalText decodes a level name.
+// UnmarshalText decodes a level name, and "UNKNOWN", which MarshalText
+// writes for LevelUnknown (a provider that could not say what it can do):
+// what cordon encodes must decode. Parse still refuses it as a request.
 func (l *Level) UnmarshalText(b []byte) error {
+	if string(b) == "UNKNOWN" {
+		*l = LevelUnknown
+		return nil
+	}
 	v, err := Parse(string(b))
 	if err != nil {
 		return err
