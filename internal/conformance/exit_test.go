@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -75,5 +76,31 @@ func TestScratchDirTooDeep(t *testing.T) {
 	o.Dir = t.TempDir()
 	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatalf("control: Run in %s: %v", o.Dir, err)
+	}
+}
+
+// The progress line goes to the operator's terminal as each probe ends:
+// a reason carries what the sandbox influenced (a program's stderr in a
+// broken run, a fact's observed value), so its control characters are
+// escaped, never written raw.
+func TestProgressEscapesReason(t *testing.T) {
+	hostile := "program said \x1b]0;owned\x07\x1b[2J\rPASS"
+	Register(Probe{ID: "bypass.test-only.progress", Class: record.Bypass, Clause: "c", Title: "t",
+		Run: func(context.Context, *Env) Outcome { return Outcome{Err: errors.New(hostile)} }})
+	var buf strings.Builder
+	rep, err := Run(context.Background(), Options{Bin: "/nonexistent/cordon", Only: []string{"bypass.test-only.progress"},
+		Dir: t.TempDir(), Progress: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Control: the hostile text did reach the reason the line prints.
+	if len(rep.Results) != 1 || !strings.Contains(rep.Results[0].Reason, "\x1b]0;owned") {
+		t.Fatalf("results = %+v, want the probe's error in its reason", rep.Results)
+	}
+	if strings.ContainsAny(buf.String(), "\x1b\x07\r") {
+		t.Errorf("progress line carries raw control characters: %q", buf.String())
+	}
+	if !strings.Contains(buf.String(), "owned") {
+		t.Errorf("progress line %q lost the reason", buf.String())
 	}
 }

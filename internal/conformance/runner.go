@@ -16,6 +16,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/textsafe"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,7 +122,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if o.Progress != nil {
 			line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), p.ID, r.Duration.Seconds())
 			if r.Reason != "" {
-				line += ": " + r.Reason
+				// The reason carries what the sandbox influenced.
+				line += ": " + textsafe.Line(r.Reason)
 			}
 			fmt.Fprintln(o.Progress, line)
 		}
