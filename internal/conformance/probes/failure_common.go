@@ -7,9 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +18,7 @@ import (
 	"github.com/cordon-project/cordon/internal/conformance/fixture"
 	"github.com/cordon-project/cordon/internal/conformance/probeops"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"golang.org/x/sys/unix"
 )
 
 // Helpers of the failure and reset/recovery probes.
@@ -222,16 +223,37 @@ func errf(format string, a ...any) conformance.Outcome {
 	return conformance.Outcome{Err: fmt.Errorf(format, a...)}
 }
 
-// runLogRe finds the run log's path in cordon run's summary on stderr.
-var runLogRe = regexp.MustCompile(`(?:full log|while the program ran): (/\S+)`)
-
-// runLog is everything cordon run logged: its stderr and, once the
-// program ran, the run log its summary names (read on the host).
-func runLog(r conformance.RunResult) string {
-	m := runLogRe.FindStringSubmatch(r.Stderr)
-	if m == nil {
-		return r.Stderr
+// runLogs names the run logs cordon run left in stateDir/logs (its own
+// root-only directory), to pass to runLog after the next run.
+func runLogs(stateDir string) map[string]bool {
+	names := map[string]bool{}
+	ms, _ := filepath.Glob(filepath.Join(stateDir, "logs", "run-*.log"))
+	for _, m := range ms {
+		names[m] = true
 	}
-	b, _ := os.ReadFile(m[1])
-	return r.Stderr + "\n" + string(b)
+	return names
+}
+
+// runLog is what the runs since before logged in their run logs (read on
+// the host). Never cordon run's stderr: the program's stderr goes there,
+// so it could print the line a fact looks for, or a "full log: PATH" of a
+// host file for the runner, root, to read. Only regular files are read,
+// never through a symlink.
+func runLog(stateDir string, before map[string]bool) string {
+	var b strings.Builder
+	for m := range runLogs(stateDir) {
+		if before[m] {
+			continue
+		}
+		f, err := os.OpenFile(m, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			_, _ = io.Copy(&b, io.LimitReader(f, 16<<20))
+			b.WriteByte('\n')
+		}
+		f.Close()
+	}
+	return b.String()
 }

@@ -3,6 +3,9 @@ package probes
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/conformance"
@@ -55,5 +58,40 @@ func TestCountsOf(t *testing.T) {
 	want := "probe/probe-w1/testing=0 probe/probe-w1/other=1 probe/probe-w2/testing=0 probe/x/y=2"
 	if got != want {
 		t.Errorf("countsOf = %q, want %q", got, want)
+	}
+}
+
+// The run log a fact is judged from is the trusted side's own file under
+// <state-dir>/logs, never cordon run's stderr: the program's stderr goes
+// there, so a program could print the very line the fact looks for, or
+// name a host file ("full log: /etc/shadow") for the root runner to read.
+func TestRunLogIsTheTrustedSidesFile(t *testing.T) {
+	st := t.TempDir()
+	logs := filepath.Join(st, "logs")
+	if err := os.Mkdir(logs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(logs, name), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("run-old.log", "answer_withheld=true from an earlier run")
+	before := runLogs(st)
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("host-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(logs, "run-link.log")); err != nil {
+		t.Fatal(err)
+	}
+	got := runLog(st, before)
+	if strings.Contains(got, "answer_withheld") || strings.Contains(got, "host-secret") {
+		t.Errorf("runLog = %q: judged an earlier run's log or a host file behind a symlink", got)
+	}
+	// Control: the run's own new log is what it reads.
+	write("run-new.log", "level=WARN answer_withheld=true")
+	if got := runLog(st, before); !strings.Contains(got, "answer_withheld=true") {
+		t.Errorf("runLog = %q, want the new run log's line", got)
 	}
 }
