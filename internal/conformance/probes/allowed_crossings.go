@@ -77,8 +77,7 @@ func allowedTool(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err := ranOp(r); err != nil {
 		return broke(err)
 	}
-	b, rerr := os.ReadFile(filepath.Join(data, "out.txt"))
-	got := string(b)
+	got, rerr := readSandboxFile(filepath.Join(data, "out.txt"))
 	if rerr != nil {
 		got = rerr.Error()
 	}

@@ -64,8 +64,7 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	okOut, gotOut := absent(filepath.Join(outside, name))
 	okRO, gotRO := absent(filepath.Join(ro, roSub, name))
-	b, werr := os.ReadFile(filepath.Join(ws.Sub, name))
-	gotWS := string(b)
+	gotWS, werr := readSandboxFile(filepath.Join(ws.Sub, name))
 	if werr != nil {
 		gotWS = werr.Error()
 	}
@@ -147,7 +146,7 @@ func wsText(dir string) string {
 		if err != nil || !d.Type().IsRegular() || b.Len() > 1<<20 {
 			return nil
 		}
-		if c, err := os.ReadFile(p); err == nil {
+		if c, err := readSandboxFile(p); err == nil {
 			fmt.Fprintf(&b, "%s\n", c)
 		}
 		return nil

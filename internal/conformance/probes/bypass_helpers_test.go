@@ -1,8 +1,14 @@
 package probes
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The device check passes the safe set and the sandbox's own pty
@@ -15,5 +21,42 @@ func TestUnsafeNodes(t *testing.T) {
 	want := []string{"mem c 1:1", "kmsg c 1:11", "sda b 8:0", "loop0 b 7:0", "evil c 136:0", "ptmx b 5:2"}
 	if !slices.Equal(got, want) {
 		t.Errorf("unsafeNodes = %q, want %q", got, want)
+	}
+}
+
+// A file a sandbox could write (its workspace, a writable bind) is read
+// by the runner, root, without following a symlink into a host file and
+// without blocking on a FIFO; a regular file is read (the control).
+func TestReadSandboxFile(t *testing.T) {
+	d := t.TempDir()
+	host := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(host, []byte("host-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(d, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(d, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "plain"), []byte("probe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"link", "fifo"} {
+		done := make(chan struct{})
+		var got string
+		var err error
+		go func() { got, err = readSandboxFile(filepath.Join(d, name)); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("readSandboxFile(%s) blocked", name)
+		}
+		if err == nil || strings.Contains(got, "host-secret") {
+			t.Errorf("readSandboxFile(%s) = %q, %v: want an error, no host content", name, got, err)
+		}
+	}
+	if got, err := readSandboxFile(filepath.Join(d, "plain")); err != nil || got != "probe" {
+		t.Errorf("control: readSandboxFile(plain) = %q, %v", got, err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"github.com/cordon-project/cordon/internal/conformance/fixture"
 	"github.com/cordon-project/cordon/internal/conformance/probeops"
 	"github.com/cordon-project/cordon/internal/conformance/record"
-	"golang.org/x/sys/unix"
 )
 
 // Helpers of the failure and reset/recovery probes.
@@ -245,15 +243,9 @@ func runLog(stateDir string, before map[string]bool) string {
 		if before[m] {
 			continue
 		}
-		f, err := os.OpenFile(m, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue
+		if c, err := readSandboxFile(m); err == nil {
+			b.WriteString(c + "\n")
 		}
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-			_, _ = io.Copy(&b, io.LimitReader(f, 16<<20))
-			b.WriteByte('\n')
-		}
-		f.Close()
 	}
 	return b.String()
 }

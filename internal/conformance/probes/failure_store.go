@@ -262,8 +262,8 @@ func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outco
 		return conformance.Outcome{Err: err}
 	}
 	answered := func(name string) bool {
-		b, _ := os.ReadFile(filepath.Join(e.Dir, name, "started.response"))
-		return strings.Contains(string(b), "probe-answer")
+		b, _ := readSandboxFile(filepath.Join(e.Dir, name, "started.response"))
+		return strings.Contains(b, "probe-answer")
 	}
 	withheld := strings.Contains(runLog(st, logs), "answer_withheld=true")
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
