@@ -214,10 +214,11 @@ func runOne(ctx context.Context, o Options, dir, name string, p Probe, base *evi
 	if pctx.Err() != nil && out.Err == nil && out.NotEvidenced == "" {
 		out.Err = fmt.Errorf("did not finish within %s", timeout)
 	}
-	if out.Err != nil && strings.Contains(out.Err.Error(), NoGateway) {
+	if out.Err != nil && strings.Contains(out.Err.Error(), NoGateway) && e.RefusedGateway() {
 		// cordon itself refused the gateway because the provider gives
 		// the sandbox no leased identity: the provider cannot support
-		// the probe, whichever probe met it.
+		// the probe, whichever probe met it. Only when cordon's own
+		// report said so: the error may quote the program's stderr.
 		out = Outcome{NotEvidenced: "the provider gives its sandboxes no leased identity, so no gateway can run for them (cordon refused: " + NoGateway + ")"}
 	}
 	r.Verdict, r.Reason = Judge(p, out)

@@ -140,7 +140,7 @@ func gwRun(ctx context.Context, e *conformance.Env, o conformance.RunOpts) (conf
 func gatewayProbe(run func(context.Context, *conformance.Env) conformance.Outcome) func(context.Context, *conformance.Env) conformance.Outcome {
 	return func(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		o := run(ctx, e)
-		if o.Err != nil && (errors.Is(o.Err, errNoGateway) || strings.Contains(o.Err.Error(), noGateway)) {
+		if o.Err != nil && (errors.Is(o.Err, errNoGateway) || strings.Contains(o.Err.Error(), noGateway) && e.RefusedGateway()) {
 			return conformance.Outcome{NotEvidenced: errNoGateway.Error()}
 		}
 		return o
