@@ -248,8 +248,14 @@ func removeTree(dir string) {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
-				under = append(under, fs[4])
+			if len(fs) <= 4 {
+				continue
+			}
+			// The kernel escapes space, tab, newline and backslash: a
+			// mount at "a b" must match too, or RemoveAll descends into
+			// it and deletes what it shows.
+			if p := unescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+				under = append(under, p)
 			}
 		}
 		f.Close()
@@ -258,6 +264,26 @@ func removeTree(dir string) {
 		}
 	}
 	_ = os.RemoveAll(dir)
+}
+
+// unescapeMountinfo undoes the kernel's octal escaping in mountinfo
+// (\040 space, \011 tab, \012 newline, \134 backslash).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 func firstLine(s string) string {
