@@ -254,7 +254,7 @@ func removeTree(dir string) {
 			// The kernel escapes space, tab, newline and backslash: a
 			// mount at "a b" must match too, or RemoveAll descends into
 			// it and deletes what it shows.
-			if p := unescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+			if p := UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
 				under = append(under, p)
 			}
 		}
@@ -266,9 +266,9 @@ func removeTree(dir string) {
 	_ = os.RemoveAll(dir)
 }
 
-// unescapeMountinfo undoes the kernel's octal escaping in mountinfo
+// UnescapeMountinfo undoes the kernel's octal escaping in mountinfo
 // (\040 space, \011 tab, \012 newline, \134 backslash).
-func unescapeMountinfo(s string) string {
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

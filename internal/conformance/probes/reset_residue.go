@@ -105,8 +105,11 @@ func mountsUnder(dir string) []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
-			out = append(out, fs[4])
+		if len(fs) <= 4 {
+			continue
+		}
+		if p := conformance.UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
 		}
 	}
 	return out
