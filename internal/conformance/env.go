@@ -363,6 +363,10 @@ func (e *Env) Start(ctx context.Context, o RunOpts) (*Held, error) {
 	h.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, o.Env...)
 	h.cmd.Stdin, h.cmd.Stdout, h.cmd.Stderr = inR, outW, h.errb
 	h.cmd.ExtraFiles = []*os.File{h.outcome}
+	// Once cordon has ended, wait for its stderr no longer than this: a
+	// process the program left (on a provider that does not end it) may
+	// hold it open for ever.
+	h.cmd.WaitDelay = 5 * time.Second
 	h.stdin = inW
 	if err := h.cmd.Start(); err != nil {
 		inR.Close()
