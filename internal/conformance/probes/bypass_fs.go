@@ -41,7 +41,7 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	outside, err := newDir(e, "outside", 0o777)
+	outside, err := outsideDir(e, "outside")
 	if err != nil {
 		return broke(err)
 	}
@@ -50,7 +50,7 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	roSub := "cordon-" + randToken(6)
-	if _, err := newDir(e, "ro/"+roSub, 0o777); err != nil {
+	if _, err := outsideDir(e, "ro/"+roSub); err != nil {
 		return broke(err)
 	}
 	name := "cordon-escape-" + randToken(6)

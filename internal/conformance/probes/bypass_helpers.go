@@ -71,6 +71,14 @@ func newDir(e *conformance.Env, name string, mode os.FileMode) (string, error) {
 	return d, os.Chmod(d, mode)
 }
 
+// outsideDir makes a directory under e.Dir that every uid may write (so
+// that only the layer under test denies a sandbox's write there) and
+// sticky, so that no other local user can remove or rename a file an
+// escaping sandbox left before the host looks for it.
+func outsideDir(e *conformance.Env, name string) (string, error) {
+	return newDir(e, name, 0o777|os.ModeSticky)
+}
+
 // randToken is n random bytes in hex.
 func randToken(n int) string {
 	b := make([]byte, n)

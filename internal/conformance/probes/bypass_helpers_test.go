@@ -2,12 +2,15 @@ package probes
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cordon-project/cordon/internal/conformance"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,5 +61,52 @@ func TestReadSandboxFile(t *testing.T) {
 	}
 	if got, err := readSandboxFile(filepath.Join(d, "plain")); err != nil || got != "probe" {
 		t.Errorf("control: readSandboxFile(plain) = %q, %v", got, err)
+	}
+}
+
+// The "outside" directories a sandbox must fail to write into are
+// writable by every uid (so that only the layer under test denies the
+// sandbox) and sticky: another local user cannot remove what an escaping
+// sandbox wrote there before the host looks, which would make the
+// "absent" fact pass on a broken boundary.
+func TestOutsideDirKeepsOthersFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (files of other uids) and CI is set")
+		}
+		t.Skip("needs root")
+	}
+	e := &conformance.Env{Dir: t.TempDir()}
+	for _, p := range []string{filepath.Dir(e.Dir), e.Dir} {
+		if err := os.Chmod(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := outsideDir(e, "outside")
+	if err != nil {
+		t.Fatal(err)
+	}
+	escaped := filepath.Join(d, "escaped")
+	if err := os.WriteFile(escaped, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(escaped, 4243, 4243); err != nil {
+		t.Fatal(err)
+	}
+	rm := func(uid uint32, p string) error {
+		cmd := exec.Command("/bin/rm", "-f", p)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		return cmd.Run()
+	}
+	_ = rm(4242, escaped)
+	if _, err := os.Lstat(escaped); err != nil {
+		t.Errorf("another local user removed the sandbox's file from %s: %v", d, err)
+	}
+	// Control: the directory is writable by any uid (the sandbox's).
+	own := filepath.Join(d, "own")
+	cmd := exec.Command("/bin/touch", own)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4242, Gid: 4242}}
+	if err := cmd.Run(); err != nil {
+		t.Errorf("control: uid 4242 cannot create a file in %s: %v", d, err)
 	}
 }
