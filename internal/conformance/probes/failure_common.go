@@ -96,7 +96,9 @@ func outDir(e *conformance.Env, name string) (dir, token string, flags []string,
 	if err := os.WriteFile(filepath.Join(d, probeops.TokenFile), []byte(token+"\n"), 0o644); err != nil {
 		return "", "", nil, err
 	}
-	if err := os.Chown(d, 65534, 65534); err != nil {
+	// The probes' workspace uid, with no host account: not nobody, whose
+	// host processes could remove a marker or truncate a count.
+	if err := os.Chown(d, wsOwnerUID, wsOwnerUID); err != nil {
 		return "", "", nil, err
 	}
 	return d, token, []string{"--rw", d + ":/out"}, nil

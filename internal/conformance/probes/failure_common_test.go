@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/conformance"
@@ -95,5 +97,41 @@ func TestRunLogIsTheTrustedSidesFile(t *testing.T) {
 	write("run-new.log", "level=WARN answer_withheld=true")
 	if got := runLog(st, before); !strings.Contains(got, "answer_withheld=true") {
 		t.Errorf("runLog = %q, want the new run log's line", got)
+	}
+}
+
+// The directory a run binds read-write at /out (markers, responses, a
+// tool's call count) is owned by the probes' workspace uid, which has no
+// account on the host: not nobody (65534), whose processes (host
+// daemons) could delete a marker or truncate a count and make an
+// "absent"/"one line" fact pass.
+func TestOutDirOwnerHasNoAccount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (chown) and CI is set")
+		}
+		t.Skip("needs root")
+	}
+	e := &conformance.Env{Dir: t.TempDir()}
+	d, _, _, err := outDir(e, "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := fi.Sys().(*syscall.Stat_t).Uid
+	if uid != wsOwnerUID {
+		t.Errorf("%s owned by uid %d, want the probes' workspace uid %d", d, uid, wsOwnerUID)
+	}
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Split(l, ":"); len(f) > 2 && f[2] == strconv.Itoa(int(uid)) {
+			t.Errorf("uid %d, owner of %s, is host account %q", uid, d, f[0])
+		}
 	}
 }
