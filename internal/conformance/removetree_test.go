@@ -44,3 +44,40 @@ func TestRemoveTreeDetachesEscapedMounts(t *testing.T) {
 		}
 	}
 }
+
+// The same when the directory is named through a symlink (a TMPDIR that
+// is one): mountinfo names the real path.
+func TestRemoveTreeDetachesMountsThroughASymlinkedDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (bind mounts) and CI is set")
+		}
+		t.Skip("needs root (bind mounts)")
+	}
+	victim := t.TempDir()
+	keep := filepath.Join(victim, "keep")
+	if err := os.WriteFile(keep, []byte("host file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "tmpdir")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(link, "cc")
+	mnt := filepath.Join(dir, "m")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(victim, mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(real, "cc", "m"), unix.MNT_DETACH) })
+	removeTree(dir)
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("the host file behind a mount under %s (a symlinked path): %v", dir, err)
+	}
+	if _, err := os.Lstat(filepath.Join(real, "cc")); err == nil {
+		t.Errorf("%s is still there", dir)
+	}
+}

@@ -243,6 +243,11 @@ func call(ctx context.Context, p Probe, e *Env) (out Outcome) {
 // provider that isolates nothing may have mounted there on the host),
 // then removes it.
 func removeTree(dir string) {
+	// mountinfo names real paths: a dir named through a symlink (a
+	// TMPDIR that is one) would match none of its mounts.
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
 		var under []string
 		sc := bufio.NewScanner(f)
