@@ -96,6 +96,10 @@ func nsHolders(kind, ns string) []int {
 
 // mountsUnder lists the host's mount points at or under dir.
 func mountsUnder(dir string) []string {
+	// mountinfo names real paths (a TMPDIR may be a symlink).
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return []string{"mountinfo: " + err.Error()}

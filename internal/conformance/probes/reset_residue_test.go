@@ -34,3 +34,30 @@ func TestMountsUnderEscapedPath(t *testing.T) {
 		}
 	}
 }
+
+// The same through a symlinked path (a TMPDIR that is one): mountinfo
+// names the real path.
+func TestMountsUnderSymlinkedPath(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (bind mounts) and CI is set")
+		}
+		t.Skip("needs root (bind mounts)")
+	}
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "tmpdir")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(real, "m")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(t.TempDir(), mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	if got := mountsUnder(link); len(got) != 1 {
+		t.Errorf("mountsUnder(%q) = %q, want the mount at %s", link, got, mnt)
+	}
+}
