@@ -40,6 +40,33 @@ type Env struct {
 	cleanups []func()
 	states   int
 	daemons  int
+	// refusedGateway: cordon's own report (a run's --json outcome, a
+	// daemon command's stderr) said it refused a gateway for want of a
+	// leased identity.
+	refusedGateway bool
+}
+
+// RefusedGateway says whether, during this probe, cordon itself refused
+// a gateway because the provider gives the sandbox no leased identity:
+// seen in a run's --json outcome (fd 3, never the program's) or in a
+// cordon command that runs no program. Never from cordon run's stderr,
+// where the program's stderr goes too.
+func (e *Env) RefusedGateway() bool {
+	if e == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.refusedGateway
+}
+
+// sawOutcome notes what cordon's own report says.
+func (e *Env) sawOutcome(trusted string) {
+	if strings.Contains(trusted, NoGateway) {
+		e.mu.Lock()
+		e.refusedGateway = true
+		e.mu.Unlock()
+	}
 }
 
 // RunOpts describes one `cordon run`.
@@ -182,6 +209,7 @@ func (e *Env) Run(ctx context.Context, o RunOpts) (RunResult, error) {
 	r := result(cmd.ProcessState.ExitCode(), out.String(), errb.String())
 	if b, err := os.ReadFile(outcome.Name()); err == nil && len(bytes.TrimSpace(b)) > 0 {
 		r.Outcome = json.RawMessage(bytes.TrimSpace(b))
+		e.sawOutcome(string(r.Outcome))
 	}
 	return r, nil
 }
@@ -218,6 +246,10 @@ func (e *Env) cordonWith(ctx context.Context, stateDir string, env []string, arg
 	}
 	ob, _ := os.ReadFile(out.Name())
 	eb, _ := os.ReadFile(errf.Name())
+	if len(args) > 1 && args[0] == "sandbox" && (args[1] == "create" || args[1] == "start") {
+		// Where the daemon refuses a gateway; no program's output in it.
+		e.sawOutcome(string(eb))
+	}
 	return result(cmd.ProcessState.ExitCode(), string(ob), string(eb)), nil
 }
 
@@ -331,6 +363,10 @@ func (e *Env) Start(ctx context.Context, o RunOpts) (*Held, error) {
 	h.cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, o.Env...)
 	h.cmd.Stdin, h.cmd.Stdout, h.cmd.Stderr = inR, outW, h.errb
 	h.cmd.ExtraFiles = []*os.File{h.outcome}
+	// Once cordon has ended, wait for its stderr no longer than this: a
+	// process the program left (on a provider that does not end it) may
+	// hold it open for ever.
+	h.cmd.WaitDelay = 5 * time.Second
 	h.stdin = inW
 	if err := h.cmd.Start(); err != nil {
 		inR.Close()
@@ -364,6 +400,9 @@ func (e *Env) Start(ctx context.Context, o RunOpts) (*Held, error) {
 		case l, ok := <-lines:
 			if !ok {
 				<-h.waited
+				if b, err := os.ReadFile(h.outcome.Name()); err == nil {
+					e.sawOutcome(string(b))
+				}
 				return nil, fmt.Errorf("cordon run ended (exit %d) before the held op reported\nstderr: %s", h.cmd.ProcessState.ExitCode(), h.errb.String())
 			}
 			if strings.HasPrefix(l, `{"op"`) && json.Unmarshal([]byte(l), &h.Op) == nil {

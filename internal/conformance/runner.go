@@ -209,10 +209,11 @@ func runOne(ctx context.Context, o Options, dir, name string, p Probe, base *evi
 	if pctx.Err() != nil && out.Err == nil && out.NotEvidenced == "" {
 		out.Err = fmt.Errorf("did not finish within %s", timeout)
 	}
-	if out.Err != nil && strings.Contains(out.Err.Error(), NoGateway) {
+	if out.Err != nil && strings.Contains(out.Err.Error(), NoGateway) && e.RefusedGateway() {
 		// cordon itself refused the gateway because the provider gives
 		// the sandbox no leased identity: the provider cannot support
-		// the probe, whichever probe met it.
+		// the probe, whichever probe met it. Only when cordon's own
+		// report said so: the error may quote the program's stderr.
 		out = Outcome{NotEvidenced: "the provider gives its sandboxes no leased identity, so no gateway can run for them (cordon refused: " + NoGateway + ")"}
 	}
 	r.Verdict, r.Reason = Judge(p, out)
@@ -237,13 +238,24 @@ func call(ctx context.Context, p Probe, e *Env) (out Outcome) {
 // provider that isolates nothing may have mounted there on the host),
 // then removes it.
 func removeTree(dir string) {
+	// mountinfo names real paths: a dir named through a symlink (a
+	// TMPDIR that is one) would match none of its mounts.
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
 		var under []string
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
-				under = append(under, fs[4])
+			if len(fs) <= 4 {
+				continue
+			}
+			// The kernel escapes space, tab, newline and backslash: a
+			// mount at "a b" must match too, or RemoveAll descends into
+			// it and deletes what it shows.
+			if p := UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+				under = append(under, p)
 			}
 		}
 		f.Close()
@@ -252,6 +264,26 @@ func removeTree(dir string) {
 		}
 	}
 	_ = os.RemoveAll(dir)
+}
+
+// UnescapeMountinfo undoes the kernel's octal escaping in mountinfo
+// (\040 space, \011 tab, \012 newline, \134 backslash).
+func UnescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 func firstLine(s string) string {

@@ -41,7 +41,7 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	if err != nil {
 		return broke(err)
 	}
-	outside, err := newDir(e, "outside", 0o777)
+	outside, err := outsideDir(e, "outside")
 	if err != nil {
 		return broke(err)
 	}
@@ -50,7 +50,7 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return broke(err)
 	}
 	roSub := "cordon-" + randToken(6)
-	if _, err := newDir(e, "ro/"+roSub, 0o777); err != nil {
+	if _, err := outsideDir(e, "ro/"+roSub); err != nil {
 		return broke(err)
 	}
 	name := "cordon-escape-" + randToken(6)
@@ -64,8 +64,7 @@ func writeOutside(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	okOut, gotOut := absent(filepath.Join(outside, name))
 	okRO, gotRO := absent(filepath.Join(ro, roSub, name))
-	b, werr := os.ReadFile(filepath.Join(ws.Sub, name))
-	gotWS := string(b)
+	gotWS, werr := readSandboxFile(filepath.Join(ws.Sub, name))
 	if werr != nil {
 		gotWS = werr.Error()
 	}
@@ -147,7 +146,7 @@ func wsText(dir string) string {
 		if err != nil || !d.Type().IsRegular() || b.Len() > 1<<20 {
 			return nil
 		}
-		if c, err := os.ReadFile(p); err == nil {
+		if c, err := readSandboxFile(p); err == nil {
 			fmt.Fprintf(&b, "%s\n", c)
 		}
 		return nil

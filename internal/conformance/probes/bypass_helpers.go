@@ -28,6 +28,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"golang.org/x/sys/unix"
 )
 
 // wsOwnerUID owns the probes' workspaces: not root, so cordon maps the
@@ -70,6 +71,14 @@ func newDir(e *conformance.Env, name string, mode os.FileMode) (string, error) {
 	return d, os.Chmod(d, mode)
 }
 
+// outsideDir makes a directory under e.Dir that every uid may write (so
+// that only the layer under test denies a sandbox's write there) and
+// sticky, so that no other local user can remove or rename a file an
+// escaping sandbox left before the host looks for it.
+func outsideDir(e *conformance.Env, name string) (string, error) {
+	return newDir(e, name, 0o777|os.ModeSticky)
+}
+
 // randToken is n random bytes in hex.
 func randToken(n int) string {
 	b := make([]byte, n)
@@ -91,6 +100,27 @@ func hasSkipLayer(ctx context.Context, e *conformance.Env) bool {
 	has := strings.Contains(string(out), "--test-skip-layer")
 	skipLayer.Store(e.Bin, has)
 	return has
+}
+
+// readSandboxFile reads a file a sandbox could have written (its
+// workspace, a writable bind), as the runner (root) must: never through a
+// symlink (it would read the host file it names, and a fact would carry
+// its content), never blocking on a FIFO or device, at most 1 MiB.
+func readSandboxFile(p string) (string, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s: not a regular file (%s)", p, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	return string(b), err
 }
 
 // absent says whether nothing exists at p (lstat: ENOENT).

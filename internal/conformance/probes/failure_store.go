@@ -251,6 +251,7 @@ func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outco
 	if err := storeExec(ctx, st, "CREATE TRIGGER probe_refuse_leaf BEFORE INSERT ON log_leaves BEGIN SELECT RAISE(ABORT, 'conformance probe: the evidence log refuses appends'); END"); err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	logs := runLogs(st)
 	r, _, err := markedRun(ctx, e, st, "out-after", "--config", cfg)
 	if err != nil {
 		return conformance.Outcome{Err: err}
@@ -261,10 +262,10 @@ func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outco
 		return conformance.Outcome{Err: err}
 	}
 	answered := func(name string) bool {
-		b, _ := os.ReadFile(filepath.Join(e.Dir, name, "started.response"))
-		return strings.Contains(string(b), "probe-answer")
+		b, _ := readSandboxFile(filepath.Join(e.Dir, name, "started.response"))
+		return strings.Contains(b, "probe-answer")
 	}
-	withheld := strings.Contains(runLog(r), "answer_withheld=true")
+	withheld := strings.Contains(runLog(st, logs), "answer_withheld=true")
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
 		{Name: "the upstream's answer in what reached the program while the log refused appends", Want: "absent", Got: present(answered("out-after")), OK: !answered("out-after"),
 			Source: "the response the program received, written beside its marker in the host directory bound at /out"},

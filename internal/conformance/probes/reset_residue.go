@@ -96,6 +96,10 @@ func nsHolders(kind, ns string) []int {
 
 // mountsUnder lists the host's mount points at or under dir.
 func mountsUnder(dir string) []string {
+	// mountinfo names real paths (a TMPDIR may be a symlink).
+	if r, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = r
+	}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return []string{"mountinfo: " + err.Error()}
@@ -105,8 +109,11 @@ func mountsUnder(dir string) []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
-			out = append(out, fs[4])
+		if len(fs) <= 4 {
+			continue
+		}
+		if p := conformance.UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
 		}
 	}
 	return out

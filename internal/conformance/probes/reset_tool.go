@@ -126,8 +126,8 @@ tools:
 		return conformance.Outcome{Err: err}
 	}
 	invocations := func() int {
-		b, _ := os.ReadFile(filepath.Join(count, "calls"))
-		return strings.Count(string(b), "\n")
+		b, _ := readSandboxFile(filepath.Join(count, "calls"))
+		return strings.Count(b, "\n")
 	}
 	st := e.StateDir()
 	const args = `{"seconds":20}`
