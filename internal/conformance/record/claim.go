@@ -14,6 +14,9 @@ const NoClaim = "NONE"
 // noClaimPrefix starts the non-claim a record without a claim carries.
 const noClaimPrefix = "no isolation level is claimed: "
 
+// notEvidencedPrefix starts the non-claim of each probe not evidenced.
+const notEvidencedPrefix = "not evidenced here, so not claimed: "
+
 // Claim is the level requested and the claim the probes admit (contract
 // section 11: the claim is no stronger than its evidence).
 type Claim struct {
@@ -30,6 +33,10 @@ type Claim struct {
 	Classes map[Class]ClassCount `json:"classes"`
 	Missing []Class              `json:"classes_without_pass,omitempty"`
 	Failed  []string             `json:"failed,omitempty"`
+	// NotEvidenced names each probe not evidenced here, with why: the
+	// admitted claim does not cover what they probe (a narrower claim,
+	// listed among the record's non-claims).
+	NotEvidenced []string `json:"not_evidenced,omitempty"`
 }
 
 // ClassCount counts a class's verdicts.
@@ -60,6 +67,7 @@ func Judge(requested, profile string, capability sandbox.Capability, probes []Pr
 			n.Pass++
 		case NotEvidenced:
 			n.NotEvidenced++
+			c.NotEvidenced = append(c.NotEvidenced, p.ID+": "+p.Reason)
 		default: // fail, or anything else: never a pass
 			n.Fail++
 			c.Failed = append(c.Failed, p.ID)
@@ -100,6 +108,9 @@ func (c Claim) NonClaims() []string {
 	var out []string
 	if c.Admitted == NoClaim {
 		out = append(out, noClaimPrefix+strings.Join(c.Why, "; "))
+	}
+	for _, ne := range c.NotEvidenced {
+		out = append(out, notEvidencedPrefix+ne)
 	}
 	return out
 }

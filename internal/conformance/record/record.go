@@ -159,7 +159,9 @@ func (r *Record) Finish(results []ProbeResult, now time.Time) {
 	r.Claim = r.judge()
 	r.Maturity = judgeMaturity(r)
 	// Finish may run again (a record re-judged): drop the previous claim's.
-	r.NonClaims = slices.DeleteFunc(r.NonClaims, func(s string) bool { return strings.HasPrefix(s, noClaimPrefix) })
+	r.NonClaims = slices.DeleteFunc(r.NonClaims, func(s string) bool {
+		return strings.HasPrefix(s, noClaimPrefix) || strings.HasPrefix(s, notEvidencedPrefix)
+	})
 	r.NonClaims = append(r.NonClaims, r.Claim.NonClaims()...)
 }
 
