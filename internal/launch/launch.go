@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -293,6 +294,16 @@ func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) 
 		if err := el.CheckLatest(ctx); err != nil {
 			return nil, failure.Fail(failure.KindStore, "evidence log",
 				fmt.Errorf("%w; run 'cordon evidence verify' to see what changed", err))
+		}
+		// Then sign what no checkpoint covers yet (usually nothing: the
+		// last gateway signed at its stop). A changed receipt there
+		// could never be signed over, nor anything this run adds. Any
+		// other failure (a busy store) is the checkpointer's to retry.
+		if _, err := el.Checkpoint(ctx); errors.Is(err, evlog.ErrInconsistent) {
+			return nil, failure.Fail(failure.KindStore, "evidence log",
+				fmt.Errorf("%w; run 'cordon evidence verify' to see what changed", err))
+		} else if err != nil {
+			h.logger().Error("evidence log: checkpoint at start", "err", err)
 		}
 		el.Logger = h.logger()
 		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -68,6 +69,58 @@ func TestForwardReceiptRefusedTruncates(t *testing.T) {
 			}
 			if u := l.used(); u.Connections != 1 || u.EgressBytes == 0 {
 				t.Errorf("charged %+v, want the connection and its bytes", u)
+			}
+		})
+	}
+}
+
+// An HTTP/1.0 client's response has no chunked encoding: its body ends when
+// the connection closes. When the receipt cannot be recorded the client
+// must still not read a complete response: the connection is reset, so the
+// read ends in an error, not a clean EOF. Control: the same request over a
+// working log reads to a clean end.
+func TestForwardReceiptRefusedHTTP10(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "part one;")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "part two")
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	for _, refuse := range []bool{false, true} {
+		name := "log works (control)"
+		if refuse {
+			name = "log refuses appends"
+		}
+		t.Run(name, func(t *testing.T) {
+			b, l := testBroker(t, Options{
+				Allow:             []Rule{{Host: "api.example.com", Ports: []int{port}}},
+				Resolve:           map[string][]netip.Addr{"api.example.com": addrs("127.0.0.1")},
+				UnsafeAllowRanges: []netip.Prefix{loopback},
+				Dialer:            realDialer,
+			})
+			l.refuse = refuse
+			c, err := net.Dial("tcp", startProxy(t, b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, "GET http://api.example.com:"+strconv.Itoa(port)+"/ HTTP/1.0\r\nHost: api.example.com:"+strconv.Itoa(port)+"\r\n\r\n")
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if !refuse {
+				if err != nil || string(body) != "part one;part two" {
+					t.Fatalf("control: body %q, %v; want the whole response", body, err)
+				}
+				l.receipt(t)
+				return
+			}
+			if err == nil {
+				t.Fatalf("HTTP/1.0 body %q read to a clean end with no receipt recorded, want a reset connection", body)
 			}
 		})
 	}

@@ -158,8 +158,27 @@ func (b *Broker) serveForward(w http.ResponseWriter, r *http.Request, at *attemp
 		// chunk, so the client sees a truncated response, not a
 		// complete one. A response with a Content-Length was complete
 		// on the wire; the limit is stated in docs/evidence-log.md.
+		// An HTTP/1.0 client's body has no chunked encoding: it ends
+		// where the connection closes, so a plain close would read as
+		// a complete response. The connection is reset instead (a TCP
+		// RST), which the client reads as an error.
+		resetConn(w)
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// resetConn takes the agent's connection from the server and resets it
+// (SO_LINGER 0: the close sends a RST, not a FIN). It does nothing where
+// the connection cannot be taken (HTTP/2), or is not TCP.
+func resetConn(w http.ResponseWriter) {
+	c, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // streamBody copies the response body, flushing after each read so

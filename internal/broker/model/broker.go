@@ -148,6 +148,11 @@ type Broker struct {
 	log       *slog.Logger
 	now       func() time.Time
 	streams   atomic.Int64 // open streams
+	// logDown: the last receipt could not be recorded. Calls are
+	// refused before they reach the upstream until a receipt records
+	// again (a refusal's own receipt tells): an SDK's retry of a
+	// withheld answer would pay the upstream again for nothing.
+	logDown   atomic.Bool
 	redactors custody.RedactorCache
 	pool      sync.Pool // *exchange
 }
@@ -401,6 +406,11 @@ func (b *Broker) admit(r *http.Request, x *exchange) *refusal {
 
 // call reserves budget, makes the upstream call and relays the answer.
 func (b *Broker) call(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange) {
+	if b.logDown.Load() {
+		w.Header().Set("X-Should-Retry", "false")
+		b.deny(r.Context(), w, x, refuse(kindUnavailable, errEvidenceDown))
+		return
+	}
 	secret, err := b.secrets.Secret(x.route.Credential)
 	if err != nil || len(secret) == 0 || !validHeaderValue(secret) {
 		b.log.LogAttrs(ctx, slog.LevelError, "model route credential unavailable",
@@ -575,6 +585,10 @@ func (b *Broker) fail(w http.ResponseWriter, x *exchange, k kind, msg string) {
 // an unavailable evidence log denies the crossing).
 const errEvidence = "evidence log unavailable: the receipt of this call could not be recorded, so its answer is withheld"
 
+// errEvidenceDown is the agent's message for a call refused, before it
+// was forwarded, because the last receipt could not be recorded.
+const errEvidenceDown = "evidence log unavailable: the last receipt could not be recorded; nothing was forwarded"
+
 // commit settles the reservation and records the receipt of a call whose
 // answer is ready but not yet sent: pending is the bytes still to go to the
 // agent (counted in the receipt). It runs once; finish does not record
@@ -641,9 +655,10 @@ func (b *Broker) finish(ctx context.Context, x *exchange) {
 // call's usage (the upstream did the work); if even that fails it stays
 // held, and the store charges it whole when the sandbox's reservations
 // are released — never returned as unused.
-func (b *Broker) settleRecord(reqCtx context.Context, x *exchange, pending int64) error {
+func (b *Broker) settleRecord(reqCtx context.Context, x *exchange, pending int64) (err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), authorityTimeout)
 	defer cancel()
+	defer func() { b.logDown.Store(err != nil) }()
 	if x.reserved {
 		x.rc.Usage = b.used(x)
 		if x.rc.Usage.OutputTokens > x.want.OutputTokens {
@@ -668,7 +683,6 @@ func (b *Broker) settleRecord(reqCtx context.Context, x *exchange, pending int64
 		x.rc.Decision = crossing.Deny
 	}
 	settled := !x.reserved
-	var err error
 	if sr, ok := b.authority.(crossing.SettleRecorder); ok && x.reserved {
 		// One round trip and one commit: settle and record together.
 		var st crossing.BudgetState

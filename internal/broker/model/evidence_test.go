@@ -23,8 +23,14 @@ type logAuthority struct {
 
 var errLogRefused = fmt.Errorf("%w: append receipt 7 to the evidence log: refused", crossing.ErrUnavailable)
 
+func (a *logAuthority) refusing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.refuse
+}
+
 func (a *logAuthority) SettleRecord(ctx context.Context, r crossing.Reservation, used crossing.Amount, rc crossing.Receipt) (crossing.BudgetState, error) {
-	if a.refuse {
+	if a.refusing() {
 		return crossing.BudgetState{}, errLogRefused
 	}
 	st, err := a.Settle(ctx, r, used)
@@ -36,7 +42,7 @@ func (a *logAuthority) SettleRecord(ctx context.Context, r crossing.Reservation,
 }
 
 func (a *logAuthority) Record(ctx context.Context, rc crossing.Receipt) error {
-	if a.refuse {
+	if a.refusing() {
 		return errLogRefused
 	}
 	return a.fakeAuthority.Record(ctx, rc)
@@ -152,5 +158,65 @@ func TestEvidenceLogRefusedWithholdsAnswer(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// An agent whose call was withheld retries it: the Gemini CLI retries any
+// 5xx up to ten times, whatever X-Should-Retry says. While the evidence
+// log refuses appends a retry must not reach the upstream (it would be
+// paid for again and withheld again): once a receipt could not be
+// recorded the broker refuses the next calls before forwarding, until a
+// receipt records again (the refusal's own receipt tells). Control: the
+// first call reaches the upstream; after the log recovers, calls are
+// forwarded again.
+func TestEvidenceLogDownRetryNotForwarded(t *testing.T) {
+	up, seen := fakeProvider(t, func(w http.ResponseWriter, r *http.Request, body []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"candidates":[{"content":{"parts":[{"text":"SECRET-ANSWER"}],"role":"model"},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":9}}`)
+	})
+	la := &logAuthority{refuse: true}
+	s := newSetup(t, up.URL, func(o *Options) {
+		la.fakeAuthority = o.Authority.(*fakeAuthority)
+		o.Authority = la
+	})
+	const path = "/v1beta/models/gemini-2.5-pro:generateContent"
+	const body = `{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":100}}`
+	settled := func() int {
+		la.mu.Lock()
+		defer la.mu.Unlock()
+		return len(la.settled)
+	}
+	resp, out := s.postGemini(t, path, body)
+	if seen.count() != 1 || resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(out), "SECRET-ANSWER") {
+		t.Fatalf("control: upstream saw %d calls, status %d %s; want 1 call, withheld", seen.count(), resp.StatusCode, out)
+	}
+	for i := range 3 {
+		resp, out = s.postGemini(t, path, body)
+		if seen.count() != 1 {
+			t.Fatalf("retry %d reached the upstream (%d calls) while the log refuses appends", i+1, seen.count())
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(out), "evidence log unavailable") || strings.Contains(string(out), "SECRET-ANSWER") {
+			t.Fatalf("retry %d: status %d %s, want 503 evidence log unavailable", i+1, resp.StatusCode, out)
+		}
+		if resp.Header.Get("X-Should-Retry") != "false" {
+			t.Errorf("retry %d: X-Should-Retry = %q, want false", i+1, resp.Header.Get("X-Should-Retry"))
+		}
+	}
+	if n := settled(); n != 1 {
+		t.Errorf("%d settlements, want 1: a refused retry reserves nothing", n)
+	}
+	// The log recovers: the next refusal's receipt records, and calls
+	// are forwarded again.
+	la.mu.Lock()
+	la.refuse = false
+	la.mu.Unlock()
+	for range 2 {
+		resp, out = s.postGemini(t, path, body)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), "SECRET-ANSWER") || seen.count() != 2 {
+		t.Fatalf("control after recovery: status %d %s, upstream calls %d; want the answer from a second upstream call", resp.StatusCode, out, seen.count())
 	}
 }

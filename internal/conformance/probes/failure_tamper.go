@@ -24,7 +24,8 @@ import (
 //     limit) signs a new checkpoint, and verify still reports it;
 //   - a receipt appended after the last checkpoint is changed: `cordon
 //     evidence checkpoint` refuses to sign, names the leaf, and the newest
-//     checkpoint stays the old one;
+//     checkpoint stays the old one; the next gateway run is refused
+//     (its receipts could never be signed), nothing crosses;
 //   - the stored hash the newest checkpoint's root is computed from is
 //     changed: the next gateway run is refused, nothing crosses.
 //
@@ -99,6 +100,18 @@ func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
 		return conformance.Outcome{Err: err}
 	}
 	facts = append(facts, f...)
+	// The changed receipt no checkpoint covers yet can never be signed
+	// over: a gateway run on that log would record crossings that no
+	// checkpoint will ever cover. It is refused, nothing crosses.
+	before := len(up.Seen())
+	r, after, err := markedRun(ctx, e, st, "out-tail-after", "--config", cfg)
+	if err != nil {
+		return conformance.Outcome{Err: err}
+	}
+	facts = append(facts,
+		refusedFact("the gateway run after a receipt no checkpoint covers yet was changed", r, "store_unavailable"),
+		markerFact("the program's start marker after the run on the changed unsigned receipt", after),
+		countFact("requests the model upstream received from the run on the changed unsigned receipt", len(up.Seen())-before, 0, false))
 	f, err = runOnChangedTree(ctx, e, up, cfg)
 	if err != nil {
 		return conformance.Outcome{Err: err}
