@@ -38,6 +38,8 @@ type runFlags struct {
 	timeout      time.Duration
 	env          []string
 	evidenceFile string
+	receiptFile  string
+	insitu       string
 	json         bool
 	jsonFile     string
 	tty          string
@@ -98,6 +100,7 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the program after this long (e.g. 30s, 10m); exit 124")
 	fl.StringArrayVar(&f.env, "env", nil, "K=V for the program's environment (repeatable); the host environment is not inherited")
 	fl.StringVar(&f.evidenceFile, "evidence", "", "write the evidence record (cordon.evidence/v1 JSON) to this file")
+	fl.StringVar(&f.insitu, "insitu", sandbox.InSituDefault, "in-situ set attempted at start and judged from outside: default (a few milliseconds) or full (more of the kernel's surface)")
 	addRunIOFlags(fl, f)
 	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE: allow a writable bind of a directory owned by root or a system account")
 	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to (the config's workload when --config is given)")
@@ -155,7 +158,7 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 		return sandbox.Spec{}, err
 	}
 	spec := sandbox.Spec{Argv: argv, Level: level, Workload: f.workload, UnsafeRootWorkspace: f.unsafeRoot,
-		Workspace: f.workspace, Rootfs: f.rootfs, Env: f.env}
+		Workspace: f.workspace, Rootfs: f.rootfs, Env: f.env, InSitu: f.insitu}
 	if spec.Binds, err = parseBinds(f.ro, f.rw); err != nil {
 		return sandbox.Spec{}, err
 	}
