@@ -132,33 +132,10 @@ func writePub(dir, vkey string) error {
 // regular, not owned by the caller, or accessible to group or others. It
 // returns the signer and its verifier key.
 func loadKey(dir string) (note.Signer, string, error) {
-	path := filepath.Join(dir, KeyFile)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	skey, path, err := readSignerKey(dir)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, "", fmt.Errorf("evidence log key %s: %w: a symlink", path, ErrUnsafeKey)
-		}
-		return nil, "", fmt.Errorf("evidence log key: %w", err)
+		return nil, "", err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, "", fmt.Errorf("evidence log key %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, "", fmt.Errorf("evidence log key %s: %w: not a regular file", path, ErrUnsafeKey)
-	}
-	if err := checkPrivate(path, fi); err != nil {
-		return nil, "", fmt.Errorf("evidence log key: %w", err)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
-		return nil, "", fmt.Errorf("evidence log key %s: %w", path, err)
-	}
-	if len(b) > maxKeyFile {
-		return nil, "", fmt.Errorf("evidence log key %s: longer than %d bytes", path, maxKeyFile)
-	}
-	skey := strings.TrimSpace(string(b))
 	signer, err := note.NewSigner(skey)
 	if err != nil {
 		return nil, "", fmt.Errorf("evidence log key %s: %w", path, err)
@@ -168,6 +145,39 @@ func loadKey(dir string) (note.Signer, string, error) {
 		return nil, "", fmt.Errorf("evidence log key %s: %w", path, err)
 	}
 	return signer, vkey, nil
+}
+
+// readSignerKey reads dir's KeyFile with loadKey's checks (no symlink, a
+// regular file owned by the caller, closed to group and others, bounded)
+// and returns its trimmed text and path.
+func readSignerKey(dir string) (skey, path string, err error) {
+	path = filepath.Join(dir, KeyFile)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return "", path, fmt.Errorf("evidence log key %s: %w: a symlink", path, ErrUnsafeKey)
+		}
+		return "", path, fmt.Errorf("evidence log key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", path, fmt.Errorf("evidence log key %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", path, fmt.Errorf("evidence log key %s: %w: not a regular file", path, ErrUnsafeKey)
+	}
+	if err := checkPrivate(path, fi); err != nil {
+		return "", path, fmt.Errorf("evidence log key: %w", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return "", path, fmt.Errorf("evidence log key %s: %w", path, err)
+	}
+	if len(b) > maxKeyFile {
+		return "", path, fmt.Errorf("evidence log key %s: longer than %d bytes", path, maxKeyFile)
+	}
+	return strings.TrimSpace(string(b)), path, nil
 }
 
 // verifierKey derives the verifier key of a signer key

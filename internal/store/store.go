@@ -125,7 +125,7 @@ var systemHostFiles = hostFiles{
 
 const (
 	dbName        = "cordon.db"
-	schemaVersion = 8
+	schemaVersion = 9
 
 	// busyTimeout bounds how long one statement waits for another process's
 	// write transaction. Write transactions here last well under a
@@ -325,7 +325,7 @@ func checkVersion(v int) (done bool, err error) {
 	switch v {
 	case schemaVersion:
 		return true, nil
-	case 0, 1, 2, 3, 4, 5, 6, 7: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes; 7 the ingress budget columns; 8 the receipts' decision and time indexes
+	case 0, 1, 2, 3, 4, 5, 6, 7, 8: // 3: written while the version-3 fragments were still empty; 5 adds the daemon's and the state broker's tables; 6 the daemon's volumes; 7 the ingress budget columns; 8 the receipts' decision and time indexes; 9 the attestations (attest.go)
 		return false, nil
 	default:
 		return false, fmt.Errorf("%w: database has version %d, this cordon understands %d", ErrSchemaVersion, v, schemaVersion)
@@ -355,7 +355,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if done, err := checkVersion(v); done || err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, schema+logSchema+approvalSchema+toolCallSchema+daemonSchema+stateSchema); err != nil {
+	if _, err := tx.ExecContext(ctx, schema+logSchema+approvalSchema+toolCallSchema+daemonSchema+stateSchema+attestSchema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
 	if err := addColumns(ctx, tx, version7Columns); err != nil {
