@@ -302,6 +302,9 @@ func (d *Daemon) start(ctx context.Context, b *box) error {
 		return err
 	}
 	d.crash("start.after_spawn")
+	if err := d.signReceipt(ctx, b, l.Record); err != nil {
+		return err
+	}
 	evJSON, _ := json.Marshal(l.Record)
 	if b.spec.Gateway != nil {
 		if err := d.startGateway(ctx, b); err != nil {

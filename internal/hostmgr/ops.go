@@ -222,12 +222,17 @@ func (d *Daemon) opStatus(ctx context.Context, c *call) (any, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := d.info(b)
+	rc, err := d.receipt(ctx, b)
+	if err != nil {
+		return nil, err
+	}
 	return struct {
 		Info
 		Limits        sandbox.Limits  `json:"limits"`
 		GatewayRoutes []string        `json:"gateway_routes,omitempty"`
 		Evidence      json.RawMessage `json:"evidence,omitempty"`
-	}{i, b.spec.Limits, gatewayRoutes(b.spec.GatewayEnv), b.rec.Evidence}, nil
+		Receipt       *ReceiptInfo    `json:"receipt,omitempty"`
+	}{i, b.spec.Limits, gatewayRoutes(b.spec.GatewayEnv), b.rec.Evidence, rc}, nil
 }
 
 // gatewayRoutes are the entries of a sandbox's gateway environment that
