@@ -196,6 +196,32 @@ func TestSessionReceipt(t *testing.T) {
 	}
 	proveLogged(t, state, out.ReceiptID, b)
 
+	// A third party: only the receipt and log.pub, copied elsewhere.
+	third := t.TempDir()
+	pub, err := os.ReadFile(filepath.Join(evlog.KeyDir(state), evlog.PubFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(third, "log.pub"), pub, 0o644)
+	os.WriteFile(filepath.Join(third, "receipt.json"), b, 0o644)
+	if r := cordon(t, cordonBin, filepath.Join(third, "no-state"), "evidence", "verify-receipt", filepath.Join(third, "receipt.json"),
+		"--pubkey", filepath.Join(third, "log.pub"), "--binary", cordonBin); r.Code != 0 || !strings.HasPrefix(r.Stdout, "ok: session "+rec.SandboxID) {
+		t.Errorf("verify-receipt with log.pub only = %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := cordon(t, cordonBin, state, "evidence", "verify-receipt", rcpt, "--log"); r.Code != 0 || !strings.Contains(r.Stdout, "in the evidence log as receipt") {
+		t.Errorf("verify-receipt --log = %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+	}
+	// Positive control: the same check refuses another binary and a
+	// receipt with one byte of its signature changed.
+	if r := cordon(t, cordonBin, state, "evidence", "verify-receipt", rcpt, "--binary", hooksBin); r.Code != 1 || !strings.Contains(r.Stdout, "PROBLEM subject cordon") {
+		t.Errorf("verify-receipt --binary of another binary = %d, want 1 naming the subject\nstdout: %s", r.Code, r.Stdout)
+	}
+	tampered := strings.Replace(string(b), `"sig":"`, `"sig":"AA`, 1)
+	os.WriteFile(filepath.Join(third, "tampered.json"), []byte(tampered), 0o644)
+	if r := cordon(t, cordonBin, state, "evidence", "verify-receipt", filepath.Join(third, "tampered.json")); r.Code != 1 || !strings.Contains(r.Stdout, "PROBLEM receipt") {
+		t.Errorf("verify-receipt of a tampered receipt = %d, want 1\nstdout: %s", r.Code, r.Stdout)
+	}
+
 	t.Run("full set", func(t *testing.T) {
 		t.Parallel()
 		ev := filepath.Join(t.TempDir(), "ev.json")

@@ -1,7 +1,9 @@
 package sessionreceipt
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -108,4 +110,53 @@ func Sign(ctx context.Context, st *store.Store, stateDir string, rec *evidence.R
 		return Receipt{}, fmt.Errorf("session receipt: checkpoint: %w", err)
 	}
 	return Receipt{Envelope: env, ReceiptID: id, Digest: attest.Digest(b)}, nil
+}
+
+// Verified is a receipt that verified: the statement and the record it
+// signs.
+type Verified struct {
+	Statement attest.Statement
+	Record    evidence.Record
+	// Subjects maps each subject's name to its sha256 digest (hex).
+	Subjects map[string]string
+}
+
+// Verify parses an envelope (untrusted input: bounded, strict), checks its
+// signature with pub and that it is a session receipt: the predicate type,
+// exactly the binary and one config subject, and a predicate that is an
+// evidence record (cordon.evidence/v1) naming the same binary digest.
+func Verify(b []byte, pub ed25519.PublicKey) (Verified, error) {
+	env, err := attest.ParseEnvelope(b)
+	if err != nil {
+		return Verified{}, err
+	}
+	st, err := attest.Verify(env, pub)
+	if err != nil {
+		return Verified{}, err
+	}
+	if st.PredicateType != PredicateType {
+		return Verified{}, fmt.Errorf("%w: predicateType %q, want %q", attest.ErrMalformed, st.PredicateType, PredicateType)
+	}
+	v := Verified{Statement: st, Subjects: map[string]string{}}
+	for _, s := range st.Subject {
+		if _, dup := v.Subjects[s.Name]; dup {
+			return Verified{}, fmt.Errorf("%w: subject %q twice", attest.ErrMalformed, s.Name)
+		}
+		v.Subjects[s.Name] = s.Digest["sha256"]
+	}
+	_, cfg := v.Subjects[SubjectConfig]
+	_, none := v.Subjects[SubjectNoConfig]
+	if len(st.Subject) != 2 || v.Subjects[SubjectBinary] == "" || cfg == none {
+		return Verified{}, fmt.Errorf("%w: subjects %v, want %s and one of %s, %s", attest.ErrMalformed, v.Subjects, SubjectBinary, SubjectConfig, SubjectNoConfig)
+	}
+	dec := json.NewDecoder(bytes.NewReader(st.Predicate))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v.Record); err != nil {
+		return Verified{}, fmt.Errorf("%w: predicate: %v", attest.ErrMalformed, err)
+	}
+	if v.Record.Schema != evidence.Schema || v.Record.CordonSHA256 != v.Subjects[SubjectBinary] {
+		return Verified{}, fmt.Errorf("%w: predicate is a %q record for binary %q, want %q for the subject's %q", attest.ErrMalformed,
+			v.Record.Schema, v.Record.CordonSHA256, evidence.Schema, v.Subjects[SubjectBinary])
+	}
+	return v, nil
 }
