@@ -212,4 +212,3 @@ func printReceiptVerify(w io.Writer, out receiptVerifyOutput) {
 	}
 	fmt.Fprintln(w, textsafe.Line(strings.TrimSpace(line)))
 }
-

@@ -21,7 +21,7 @@ func (r *aRun) signReceipt(ctx context.Context) error {
 	if r.plan != nil && r.plan.Config() != nil {
 		cfgDigest = r.plan.Config().Digest
 	}
-	rc, err := sessionreceipt.Sign(ctx, r.st, r.g.stateDir, r.l.Record, cfgDigest)
+	rc, err := sessionreceipt.Sign(ctx, r.st, r.g.stateDir, r.l.Record, binaryDigest(r.g.stateDir), cfgDigest)
 	if err != nil {
 		return failure.Failf(failure.KindStore, "session receipt", "%v; the program was not started", err)
 	}

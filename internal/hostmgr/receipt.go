@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"sync"
 
 	"github.com/cordon-project/cordon/internal/attest"
 	"github.com/cordon-project/cordon/internal/evidence"
@@ -31,7 +32,7 @@ func (d *Daemon) signReceipt(ctx context.Context, b *box, rec *evidence.Record) 
 		sum := sha256.Sum256(b.spec.Gateway.Config)
 		cfg = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	if _, err := sessionreceipt.Sign(ctx, d.o.Store, d.o.StateDir, rec, cfg); err != nil {
+	if _, err := sessionreceipt.Sign(ctx, d.o.Store, d.o.StateDir, rec, d.runtimeDigest(), cfg); err != nil {
 		return failure.Failf(failure.KindStore, "session receipt", "%v; the program was not started", err)
 	}
 	return nil
@@ -49,3 +50,19 @@ func (d *Daemon) receipt(ctx context.Context, b *box) (*ReceiptInfo, error) {
 	}
 	return &ReceiptInfo{ReceiptID: a.ReceiptID, Digest: a.Digest, Envelope: json.RawMessage(a.Envelope)}, nil
 }
+
+// runtimeDigest is the running binary's digest: the daemon's own
+// (Options.RuntimeDigest), or, when it was given none (tests), read once
+// from /proc/self/exe.
+func (d *Daemon) runtimeDigest() string {
+	if d.o.RuntimeDigest != "" {
+		return d.o.RuntimeDigest
+	}
+	selfDigestOnce.Do(func() { selfDigest, _ = fileDigest("/proc/self/exe") })
+	return selfDigest
+}
+
+var (
+	selfDigestOnce sync.Once
+	selfDigest     string
+)

@@ -40,13 +40,21 @@ type Receipt struct {
 	Digest string
 }
 
-// Statement is the in-toto statement of rec. configDigest is the
-// configuration's "sha256:<hex>" digest, "" for a session without one.
-func Statement(rec *evidence.Record, configDigest string) (attest.Statement, error) {
+// Statement is the in-toto statement of rec. binaryDigest is the running
+// cordon binary's SHA-256 (hex, "sha256:" optional; "" for the record's
+// own cordon_sha256), configDigest the configuration's, "" for a session
+// without one.
+func Statement(rec *evidence.Record, binaryDigest, configDigest string) (attest.Statement, error) {
 	if rec == nil {
 		return attest.Statement{}, errors.New("session receipt: no evidence record")
 	}
-	bin, err := hexDigest(rec.CordonSHA256)
+	if binaryDigest == "" {
+		binaryDigest = rec.CordonSHA256
+	}
+	bin, err := hexDigest(strings.TrimPrefix(binaryDigest, "sha256:"))
+	if err == nil && rec.CordonSHA256 != "" && rec.CordonSHA256 != bin {
+		err = fmt.Errorf("the record names binary %s", rec.CordonSHA256)
+	}
 	if err != nil {
 		return attest.Statement{}, fmt.Errorf("session receipt: cordon binary digest: %w", err)
 	}
@@ -78,8 +86,8 @@ func hexDigest(h string) (string, error) {
 // envelope to the log and signs a checkpoint that covers it. With no key yet it makes one first, exactly as the
 // log itself does on first use (evlog.Open: refused when the log already
 // holds checkpoints signed by a key that is gone).
-func Sign(ctx context.Context, st *store.Store, stateDir string, rec *evidence.Record, configDigest string) (Receipt, error) {
-	stmt, err := Statement(rec, configDigest)
+func Sign(ctx context.Context, st *store.Store, stateDir string, rec *evidence.Record, binaryDigest, configDigest string) (Receipt, error) {
+	stmt, err := Statement(rec, binaryDigest, configDigest)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -124,7 +132,8 @@ type Verified struct {
 // Verify parses an envelope (untrusted input: bounded, strict), checks its
 // signature with pub and that it is a session receipt: the predicate type,
 // exactly the binary and one config subject, and a predicate that is an
-// evidence record (cordon.evidence/v1) naming the same binary digest.
+// evidence record (cordon.evidence/v1) naming the same binary digest, if
+// it names one (a provider may record none).
 func Verify(b []byte, pub ed25519.PublicKey) (Verified, error) {
 	env, err := attest.ParseEnvelope(b)
 	if err != nil {
@@ -154,7 +163,7 @@ func Verify(b []byte, pub ed25519.PublicKey) (Verified, error) {
 	if err := dec.Decode(&v.Record); err != nil {
 		return Verified{}, fmt.Errorf("%w: predicate: %v", attest.ErrMalformed, err)
 	}
-	if v.Record.Schema != evidence.Schema || v.Record.CordonSHA256 != v.Subjects[SubjectBinary] {
+	if v.Record.Schema != evidence.Schema || (v.Record.CordonSHA256 != "" && v.Record.CordonSHA256 != v.Subjects[SubjectBinary]) {
 		return Verified{}, fmt.Errorf("%w: predicate is a %q record for binary %q, want %q for the subject's %q", attest.ErrMalformed,
 			v.Record.Schema, v.Record.CordonSHA256, evidence.Schema, v.Subjects[SubjectBinary])
 	}

@@ -29,7 +29,7 @@ func testRecord() *evidence.Record {
 func signed(t testing.TB, rec *evidence.Record, cfg string) []byte {
 	t.Helper()
 	k, _ := fixedKey()
-	st, err := Statement(rec, cfg)
+	st, err := Statement(rec, "", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +92,20 @@ func TestEveryByteMatters(t *testing.T) {
 func TestStatementRefuses(t *testing.T) {
 	r := testRecord()
 	r.CordonSHA256 = ""
-	if _, err := Statement(r, ""); err == nil {
+	if _, err := Statement(r, "", ""); err == nil {
 		t.Error("Statement of a record without a binary digest: want an error")
 	}
-	if _, err := Statement(testRecord(), "sha256:xyz"); err == nil {
+	sum := sha256.Sum256([]byte("another binary"))
+	if _, err := Statement(testRecord(), "sha256:"+hex.EncodeToString(sum[:]), ""); err == nil {
+		t.Error("Statement naming another binary than the record's: want an error")
+	}
+	if _, err := Statement(r, "sha256:"+hex.EncodeToString(sum[:]), ""); err != nil {
+		t.Errorf("Statement of a record without a binary digest, given one: %v", err)
+	}
+	if _, err := Statement(testRecord(), "", "sha256:xyz"); err == nil {
 		t.Error("Statement with a bad config digest: want an error")
 	}
-	if _, err := Statement(nil, ""); err == nil {
+	if _, err := Statement(nil, "", ""); err == nil {
 		t.Error("Statement(nil): want an error")
 	}
 }
