@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -322,4 +323,22 @@ func TestDaemonSessionReceipt(t *testing.T) {
 	}
 	b, _ := attest.Marshal(env)
 	proveLogged(t, state, st.Receipt.ReceiptID, b)
+	// --insitu full reaches the daemon's sandbox; anything else is refused.
+	d.createStart("rcpt-full", "--insitu", "full")
+	var full struct {
+		Evidence *evidence.Record `json:"evidence"`
+	}
+	if r := d.cli("sandbox", "status", "rcpt-full", "--json"); json.Unmarshal([]byte(r.Stdout), &full) != nil || full.Evidence == nil ||
+		full.Evidence.InSitu == nil || full.Evidence.InSitu.Set != "full" {
+		t.Errorf("sandbox create --insitu full: status %s", r.Stdout)
+	}
+	if r := d.cli("sandbox", "create", "rcpt-bad", "--insitu", "some"); r.Code == 0 || !strings.Contains(r.Stderr, "insitu") {
+		t.Errorf("sandbox create --insitu some = %d, want refused naming insitu\n%s", r.Code, r.Stderr)
+	}
+	r = d.cli("sandbox", "status", "rcpt")
+	for _, want := range []string{"in-situ default set: 11 of 11 checks OK", "Receipt:", fmt.Sprintf("signed, evidence-log receipt %d", st.Receipt.ReceiptID)} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.Stdout)
+		}
+	}
 }

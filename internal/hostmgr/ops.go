@@ -26,6 +26,9 @@ type Spec struct {
 	Env    []string       `json:"env,omitempty"`
 	Level  string         `json:"level,omitempty"` // default DEDICATED_CONTAINER
 	Limits sandbox.Limits `json:"limits"`
+	// InSitu is the in-situ set attempted at start (sandbox.InSituDefault
+	// when empty, or sandbox.InSituFull; docs/session-receipts.md).
+	InSitu string `json:"insitu,omitempty"`
 	// Workspace says the caller passed its workspace directory as the
 	// request's first descriptor; it is bound read-write at /workspace.
 	Workspace bool `json:"workspace,omitempty"`
