@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/cordon-project/cordon/internal/cli"
+	"github.com/cordon-project/cordon/internal/conformance/probeops"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/gateway"
 	"github.com/cordon-project/cordon/internal/gateway/proc"
@@ -14,6 +15,13 @@ import (
 )
 
 func main() {
+	// `cordon __probe OP`: one attempt of the conformance suite, run
+	// inside a sandbox as an untrusted program would (or on the host as
+	// its positive control); nothing of cordon's own start-up applies.
+	if len(os.Args) > 1 && os.Args[1] == "__probe" {
+		probeops.Self = []string{"__probe"}
+		os.Exit(probeops.Main(os.Args[2:]))
+	}
 	// Nothing cordon inherited beyond stdio may reach a sandbox: a leaked
 	// descriptor (a shell's "exec 7<>file", a supervisor's socket, a
 	// jobserver pipe) would carry host files or the host's network past

@@ -92,7 +92,7 @@ Examples:
 	fl.BoolVar(&asJSON, "json", false, "print one JSON receipt per line")
 	fl.StringVar(&f.Workload, "workload", "", "only this workload")
 	fl.StringVar(&f.SandboxID, "sandbox", "", "only this sandbox id")
-	fl.StringVar(&f.Broker, "broker", "", "only this broker (model, egress, tool, state, ingress)")
+	fl.StringVar(&f.Broker, "broker", "", "only this broker (model, egress, tool, state, ingress, evidence)")
 	fl.StringVar(&f.Decision, "decision", "", "only this decision (allow or deny)")
 	fl.StringVar(&since, "since", "", "only receipts from this long ago (10m, 24h) or since this time (RFC 3339)")
 	fl.IntVar(&f.Limit, "limit", 0, "only the last N")

@@ -24,6 +24,10 @@ CREATE TABLE IF NOT EXISTS attestations (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS attestations_digest ON attestations (digest);
 CREATE INDEX IF NOT EXISTS attestations_kind ON attestations (kind, receipt_id);
+CREATE TRIGGER IF NOT EXISTS attestations_append_only_u BEFORE UPDATE ON attestations
+	BEGIN SELECT RAISE(ABORT, 'attestations are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS attestations_append_only_d BEFORE DELETE ON attestations
+	BEGIN SELECT RAISE(ABORT, 'attestations are append-only'); END;
 `
 
 // Attestation is one stored envelope and the receipt that logs it.

@@ -64,10 +64,17 @@
 //     Served by the gateway's root side for the state broker; the run
 //     applies the workload's retention before the program starts
 //     (RetainState); `cordon state` lists, exports, resets and purges.
+//   - Attestations (attest.go): RecordAttestation, AttestationByDigest,
+//     Attestations. A signed envelope (a conformance record, a session's
+//     containment receipt) stored beside the digest-only receipt (broker
+//     "evidence") that puts it in the evidence log, in one transaction;
+//     written by internal/attest (Append), read by `cordon conformance
+//     verify --log`.
 //
 // Open and Close are in store.go, with the records' and the budgets'
 // tables; every other slice's tables are defined beside its code
-// (logSchema, approvalSchema, toolCallSchema, daemonSchema, stateSchema).
+// (logSchema, approvalSchema, toolCallSchema, daemonSchema, stateSchema,
+// attestSchema).
 //
 // # Transactions
 //

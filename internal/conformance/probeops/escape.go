@@ -1,4 +1,4 @@
-package main
+package probeops
 
 // Escape attempts. Each op tries something a sandbox must deny and reports
 // per attempt the errno ("ok" when the call succeeded) as a JSON object in
@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -101,14 +100,9 @@ func hold(a []string) (string, error) {
 	if len(a) == 0 {
 		return "", fmt.Errorf("hold OP [ARGS...]")
 	}
-	f, ok := ops[a[0]]
+	r, ok := Run(a[0], a[1:])
 	if !ok {
 		return "", fmt.Errorf("unknown op %q", a[0])
-	}
-	data, err := f(a[1:])
-	r := Result{Op: a[0], OK: err == nil, Data: data}
-	if err != nil {
-		r.Err, r.Errno = err.Error(), errnoName(err)
 	}
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
@@ -228,7 +222,7 @@ func pid1([]string) (string, error) {
 	// The child holds until its stdin closes: with /dev/null as stdin it
 	// would exit at once, and a parent slow to attach (a loaded host)
 	// would meet a zombie, which ptrace refuses with EPERM too.
-	child := exec.Command("/proc/self/exe", "hold", "ids")
+	child := selfCmd("hold", "ids")
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		return "", err
@@ -266,7 +260,7 @@ func connect(spec string) (string, error) {
 // A multithreaded Go process cannot unshare(CLONE_NEWUSER) (EINVAL), so
 // the new namespace is made at clone time, as a launcher would.
 func userns(a []string) (string, error) {
-	cmd := exec.Command("/proc/self/exe", "mark", a[0])
+	cmd := selfCmd("mark", a[0])
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
 	if err := cmd.Start(); err != nil {
 		return "", err // an *os.PathError wrapping the clone errno

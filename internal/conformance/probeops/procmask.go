@@ -1,4 +1,4 @@
-package main
+package probeops
 
 // Host facts in /proc: what the program reads at each masked path, and
 // its attempts to take the masks off.

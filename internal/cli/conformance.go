@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cordon-project/cordon/internal/conformance"
+	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/textsafe"
+
+	// The probes register themselves.
+	_ "github.com/cordon-project/cordon/internal/conformance/probes"
+)
+
+func conformanceCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "conformance",
+		Short: "Run the conformance probes against this host; verify a conformance record",
+		Long: `The conformance suite runs one probe per claim of the isolation contract
+against the live system on this host, through this binary, and judges each
+from the trusted side: a listener's count, a host file, /proc, the store.
+What the program inside the sandbox reports is a hint, never the verdict.
+
+Classes (contract section 2, item 5): allowed (each declared crossing
+works), bypass (each undeclared route is denied), stale_state, cross_tenant,
+exhaustion, failure (an unavailable dependency denies), reset_recovery.
+
+A probe passes only when what it attempted was denied AND its positive
+control (the same attempt by a permitted route) was observed to work. A
+provider or host that cannot support a probe yields not_evidenced, never a
+pass. See docs/conformance.md.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(conformanceRunCmd(g), conformanceListCmd(g), conformanceVerifyCmd(g), conformanceReportCmd(g))
+	return cmd
+}
+
+type conformanceRunFlags struct {
+	level, profile string
+	only, classes  []string
+	asJSON         bool
+}
+
+// conformanceOutput is the --json output of cordon conformance run.
+type conformanceOutput struct {
+	Exit          int                  `json:"exit_status"`
+	Started       string               `json:"started"`
+	Finished      string               `json:"finished"`
+	BaselineError string               `json:"baseline_error,omitempty"`
+	Results       []record.ProbeResult `json:"results"`
+}
+
+func conformanceRunCmd(g *globals) *cobra.Command {
+	var f conformanceRunFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the conformance probes against this host",
+		Long: `Run the conformance probes (all, or those --only and --class select) one
+after another against this host, each in its own state directory, through
+this binary (the probes run 'cordon run' as a user would). Needs root, like
+'cordon run'.
+
+Exit status: 0 when no probe failed and (for the whole suite) every class
+has a passing probe; 1 when a probe failed; 3 when nothing failed but a
+class has no pass (the claim is not evidenced); 125 when the suite could
+not run.
+
+Examples:
+  sudo cordon conformance run
+  sudo cordon conformance run --class bypass --json
+  sudo cordon conformance run --only bypass.net.host-loopback`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.conformanceRun(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.level, "level", "DEDICATED_CONTAINER", "the isolation level every sandbox of the suite must be admitted at")
+	fl.StringVar(&f.profile, "profile", "SAFE_GUIDED", "the profile of the suite's daemon sandboxes (SAFE_GUIDED, FULL_CONTROL_LAB)")
+	fl.StringSliceVar(&f.only, "only", nil, "run only these probes (IDs, comma-separated; see 'cordon conformance list')")
+	fl.StringSliceVar(&f.classes, "class", nil, "run only the probes of these classes")
+	fl.BoolVar(&f.asJSON, "json", false, "print the results as JSON on stdout (progress still goes to stderr)")
+	return cmd
+}
+
+func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) error {
+	bin, err := os.Executable()
+	if err == nil {
+		bin, err = filepath.EvalSymlinks(bin)
+	}
+	if err != nil {
+		return failure.Fail(failure.KindInternal, "conformance", fmt.Errorf("find this binary: %w", err))
+	}
+	o := conformance.Options{Bin: bin, Level: f.level, Profile: f.profile, Only: f.only, Progress: g.stderr}
+	for _, c := range f.classes {
+		o.Classes = append(o.Classes, record.Class(c))
+	}
+	sel, err := conformance.Selected(o)
+	if err != nil {
+		return failure.Fail(failure.KindUsage, "conformance", err)
+	}
+	if len(sel) == 0 {
+		return failure.Failf(failure.KindUsage, "conformance", "%v (classes: %v)", conformance.ErrNoProbes, record.Classes())
+	}
+	rep, err := conformance.Run(cmd.Context(), o)
+	if err != nil {
+		return failure.Fail(failure.KindInternal, "conformance", err)
+	}
+	code := rep.ExitStatus()
+	if f.asJSON {
+		out := conformanceOutput{Exit: code, Started: rep.Started.Format(timeFormat), Finished: rep.Finished.Format(timeFormat), BaselineError: rep.BaselineError, Results: rep.Results}
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		printConformance(g, rep)
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// printConformance prints the verdicts by class; every fact is escaped
+// (facts carry what the sandbox could influence).
+func printConformance(g *globals, rep *conformance.Report) {
+	if rep.BaselineError != "" {
+		fmt.Fprintf(g.stdout, "baseline run: %s\n", textsafe.Line(rep.BaselineError))
+	}
+	counts := map[record.Verdict]int{}
+	for _, r := range rep.Results {
+		counts[r.Verdict]++
+		fmt.Fprintf(g.stdout, "%-13s %-14s %s\n", strings.ToUpper(string(r.Verdict)), r.Class, r.ID)
+		if r.Reason != "" {
+			fmt.Fprintf(g.stdout, "    %s\n", textsafe.Line(r.Reason))
+		}
+	}
+	fmt.Fprintf(g.stdout, "%d pass, %d fail, %d not evidenced\n", counts[record.Pass], counts[record.Fail], counts[record.NotEvidenced])
+}
+
+func conformanceListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the conformance probes with their class and contract clause",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			type entry struct {
+				ID          string       `json:"id"`
+				Class       record.Class `json:"class"`
+				Clause      string       `json:"clause"`
+				Title       string       `json:"title"`
+				Destructive bool         `json:"destructive,omitempty"`
+			}
+			var out []entry
+			for _, p := range conformance.All() {
+				out = append(out, entry{p.ID, p.Class, p.Clause, p.Title, p.Destructive})
+			}
+			if asJSON {
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			for _, e := range out {
+				fmt.Fprintf(g.stdout, "%-14s %-36s %s\n    %s\n", e.Class, e.ID, e.Title, e.Clause)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	return cmd
+}

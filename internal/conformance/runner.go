@@ -1,0 +1,251 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/evidence"
+	"golang.org/x/sys/unix"
+)
+
+// Options say what a run of the suite tests and how.
+type Options struct {
+	Bin                      string // the cordon binary under test (absolute)
+	Provider, Profile, Level string
+	Only                     []string       // probe IDs ("" or nil: all)
+	Classes                  []record.Class // nil: all
+	// Dir is where probes' scratch directories go (a fresh 0700 one
+	// under the system temp directory when "").
+	Dir string
+	// Progress, when set, gets one line per probe as it ends.
+	Progress io.Writer
+}
+
+// Report is one run of the suite.
+type Report struct {
+	Started, Finished time.Time
+	// Baseline is the evidence record of a plain run at the requested
+	// level, read by the trusted side (nil when that run was refused).
+	Baseline *evidence.Record
+	// BaselineError says why the baseline run gave no record.
+	BaselineError string
+	Results       []record.ProbeResult
+	// Full is true when every probe was selected.
+	Full bool
+}
+
+// Selected lists the probes o selects; an unknown ID is an error.
+func Selected(o Options) ([]Probe, error) {
+	all := All()
+	known := map[string]bool{}
+	for _, p := range all {
+		known[p.ID] = true
+	}
+	for _, id := range o.Only {
+		if !known[id] {
+			return nil, fmt.Errorf("no probe %q (cordon conformance list names them)", id)
+		}
+	}
+	var out []Probe
+	for _, p := range all {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, p.ID) {
+			continue
+		}
+		if len(o.Classes) > 0 && !slices.Contains(o.Classes, p.Class) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Run runs the selected probes one after another against the live
+// system.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	sel, err := Selected(o)
+	if err != nil {
+		return nil, err
+	}
+	if !filepath.IsAbs(o.Bin) {
+		return nil, fmt.Errorf("the binary under test must be an absolute path, not %q", o.Bin)
+	}
+	dir := o.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "cordon-conformance-"); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, err
+		}
+		defer removeTree(dir)
+	}
+	rep := &Report{Started: time.Now().UTC(), Full: len(o.Only) == 0 && len(o.Classes) == 0}
+	rep.Baseline, rep.BaselineError = baseline(ctx, o, dir)
+	for _, p := range sel {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r := runOne(ctx, o, dir, p, rep.Baseline)
+		rep.Results = append(rep.Results, r)
+		if o.Progress != nil {
+			line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), p.ID, r.Duration.Seconds())
+			if r.Reason != "" {
+				line += ": " + r.Reason
+			}
+			fmt.Fprintln(o.Progress, line)
+		}
+	}
+	rep.Finished = time.Now().UTC()
+	return rep, nil
+}
+
+// baseline runs one plain program at the requested level and reads the
+// evidence record the trusted side wrote.
+func baseline(ctx context.Context, o Options, dir string) (*evidence.Record, string) {
+	e := newEnv(o, dir, "baseline")
+	if e == nil {
+		return nil, "cannot make a scratch directory"
+	}
+	defer e.finish()
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	ev := filepath.Join(e.Dir, "evidence.json")
+	r, err := e.Run(ctx, RunOpts{Flags: []string{"--evidence", ev}, Op: []string{"ids"}})
+	if err != nil {
+		return nil, err.Error()
+	}
+	b, err := os.ReadFile(ev)
+	if err != nil {
+		return nil, fmt.Sprintf("the run (exit %d) wrote no evidence record: %s", r.Code, firstLine(r.Stderr))
+	}
+	var rec evidence.Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, "evidence record: " + err.Error()
+	}
+	return &rec, ""
+}
+
+func newEnv(o Options, dir, id string) *Env {
+	d, err := os.MkdirTemp(dir, id+"-")
+	if err != nil || os.Chmod(d, 0o711) != nil {
+		return nil
+	}
+	return &Env{Bin: o.Bin, Provider: o.Provider, Profile: o.Profile, Level: o.Level, Dir: d}
+}
+
+func (e *Env) finish() {
+	e.close()
+	removeTree(e.Dir)
+}
+
+// runOne runs p in its own Env and judges what it observed.
+func runOne(ctx context.Context, o Options, dir string, p Probe, base *evidence.Record) (r record.ProbeResult) {
+	r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC()}
+	defer func() { r.Duration = time.Since(r.Started) }()
+	if p.Destructive && (base == nil || !base.Boundaries[evidence.Resource].Verified) {
+		r.Verdict, r.Reason = record.NotEvidenced, "destructive probe: runs only when the admitted evidence verified the resource boundary"
+		return r
+	}
+	e := newEnv(o, dir, p.ID)
+	if e == nil {
+		r.Verdict, r.Reason = record.Fail, "cannot make the probe's scratch directory"
+		return r
+	}
+	defer e.finish()
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out := call(pctx, p, e)
+	if pctx.Err() != nil && out.Err == nil && out.NotEvidenced == "" {
+		out.Err = fmt.Errorf("did not finish within %s", timeout)
+	}
+	r.Verdict, r.Reason = Judge(p, out)
+	r.Facts, r.Hint = out.Facts, out.Hint
+	if r.Facts == nil {
+		r.Facts = []record.Fact{}
+	}
+	return r
+}
+
+// call runs the probe, turning a panic into a broken probe.
+func call(ctx context.Context, p Probe, e *Env) (out Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			out = Outcome{Err: fmt.Errorf("panic: %v", v)}
+		}
+	}()
+	return p.Run(ctx, e)
+}
+
+// removeTree detaches anything mounted under dir (a probe against a
+// provider that isolates nothing may have mounted there on the host),
+// then removes it.
+func removeTree(dir string) {
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		var under []string
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
+				under = append(under, fs[4])
+			}
+		}
+		f.Close()
+		for i := len(under) - 1; i >= 0; i-- {
+			_ = unix.Unmount(under[i], unix.MNT_DETACH)
+		}
+	}
+	_ = os.RemoveAll(dir)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// Exit statuses of `cordon conformance run`.
+const (
+	ExitPass       = 0 // no probe failed (and, for the whole suite, every class has a pass)
+	ExitFail       = 1 // a probe failed
+	ExitIncomplete = 3 // nothing failed, but a class has no pass: the claim is not evidenced
+)
+
+// ExitStatus sums a report up.
+func (r *Report) ExitStatus() int {
+	passed := map[record.Class]bool{}
+	for _, x := range r.Results {
+		if x.Verdict == record.Fail {
+			return ExitFail
+		}
+		if x.Verdict == record.Pass {
+			passed[x.Class] = true
+		}
+	}
+	if r.Full {
+		for _, c := range record.Classes() {
+			if !passed[c] {
+				return ExitIncomplete
+			}
+		}
+	}
+	if len(r.Results) == 0 {
+		return ExitIncomplete
+	}
+	return ExitPass
+}
+
+// ErrNoProbes is returned when a selection matches nothing.
+var ErrNoProbes = errors.New("no probe matches")
