@@ -32,9 +32,9 @@ func Append(ctx context.Context, st *store.Store, env Envelope, kind, sandboxID,
 	if err != nil {
 		return 0, fmt.Errorf("log attestation: %w", err)
 	}
-	body, err := b64.DecodeString(env.Payload)
+	body, err := Payload(env)
 	if err != nil {
-		return 0, fmt.Errorf("log attestation: %w", malformed("payload", "not standard base64: %v", err))
+		return 0, fmt.Errorf("log attestation: %w", err)
 	}
 	target := sandboxID
 	if target == "" {

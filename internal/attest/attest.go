@@ -220,22 +220,42 @@ func ParseEnvelope(b []byte) (Envelope, error) {
 	if err := exactKeys(b, "envelope", "payloadType", "payload", "signatures"); err != nil {
 		return Envelope{}, err
 	}
-	var env Envelope
-	if err := strictUnmarshal(b, &env); err != nil {
-		return Envelope{}, malformed("envelope", "%v", err)
-	}
 	var raw struct {
 		Signatures []json.RawMessage `json:"signatures"`
 	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return Envelope{}, malformed("envelope", "%v", err)
-	}
-	for i, s := range raw.Signatures {
-		if err := exactKeys(s, fmt.Sprintf("signatures[%d]", i), "keyid", "sig"); err != nil {
-			return Envelope{}, err
+	if json.Unmarshal(b, &raw) == nil { // a type error is named below
+		for i, s := range raw.Signatures {
+			if err := exactKeys(s, fmt.Sprintf("signatures[%d]", i), "keyid", "sig"); err != nil {
+				return Envelope{}, err
+			}
 		}
 	}
+	var env Envelope
+	if err := strictUnmarshal(b, &env); err != nil {
+		where := "envelope"
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		var td *trailingData
+		switch {
+		case errors.As(err, &se):
+			where = fmt.Sprintf("envelope @byte %d", se.Offset)
+		case errors.As(err, &td):
+			where = fmt.Sprintf("envelope @byte %d", td.Offset)
+		case errors.As(err, &te):
+			where = "envelope." + te.Field
+		}
+		return Envelope{}, malformed(where, "%v", err)
+	}
 	return env, nil
+}
+
+// Payload returns the envelope's payload bytes (strict base64), unverified.
+func Payload(env Envelope) ([]byte, error) {
+	b, err := b64.DecodeString(env.Payload)
+	if err != nil {
+		return nil, malformed("payload", "not standard base64: %v", err)
+	}
+	return b, nil
 }
 
 // Marshal encodes an envelope as cordon writes it: compact JSON and one

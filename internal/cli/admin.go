@@ -13,7 +13,7 @@ import (
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/sandbox/registry"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
 
@@ -37,11 +37,15 @@ unattributable and left alone: they may belong to another state directory.`,
 				return err
 			}
 			defer st.Close()
-			prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st})
+			prov, err := g.newProvider(registry.Options{Store: st})
 			if err != nil {
 				return err
 			}
-			rep, err := linux.Reclaim(cmd.Context(), st, prov.Layout())
+			// A provider that leaves no residue has nothing to reclaim.
+			var rep registry.ReclaimReport
+			if rc, ok := prov.(registry.Reclaimer); ok {
+				rep, err = rc.Reclaim(cmd.Context())
+			}
 			if asJSON {
 				_ = writeJSON(g.stdout, rep)
 			} else {
@@ -104,7 +108,7 @@ func (g *globals) doctor(ctx context.Context, asJSON bool) error {
 		return err
 	}
 	defer st.Close()
-	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir)})
+	prov, err := g.newProvider(registry.Options{Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir)})
 	if err != nil {
 		return err
 	}
@@ -156,7 +160,7 @@ func (g *globals) doctor(ctx context.Context, asJSON bool) error {
 }
 
 // probeSandbox builds a sandbox with every layer on and runs /bin/true.
-func (g *globals) probeSandbox(ctx context.Context, prov *linux.Provider) *ProbeResult {
+func (g *globals) probeSandbox(ctx context.Context, prov sandbox.Provider) *ProbeResult {
 	pr := &ProbeResult{Boundaries: map[string]bool{}, Failed: map[string][]string{}, ExitCode: -1}
 	var out bytes.Buffer
 	sb, err := prov.Provision(ctx, sandbox.Spec{Argv: []string{"/bin/true"}, Level: sandbox.DedicatedContainer, Workload: "doctor",

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"encoding/base64"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -85,9 +84,9 @@ func (g *globals) conformanceReport(path, out, key string, unverified bool) erro
 // unverifiedRecord decodes the record of an envelope whose signature did
 // not verify (for --unverified only).
 func unverifiedRecord(env attest.Envelope) (*record.Record, error) {
-	body, err := base64.StdEncoding.Strict().DecodeString(env.Payload)
+	body, err := attest.Payload(env)
 	if err != nil {
-		return nil, fmt.Errorf("payload: %w", err)
+		return nil, err
 	}
 	st, err := attest.ParseStatement(body)
 	if err != nil {

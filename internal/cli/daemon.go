@@ -16,7 +16,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/sandbox/registry"
 )
 
 func daemonCmd(g *globals) *cobra.Command {
@@ -156,7 +156,7 @@ func (g *globals) daemon(ctx context.Context, socket string, gid int, policyDir,
 		return err
 	}
 	defer stopMetrics()
-	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: log, CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip, Daemon: true})
+	prov, err := g.newProvider(registry.Options{Store: st, Logger: log, CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip, Daemon: true})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -18,6 +19,7 @@ import (
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/sandbox/registry"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 )
@@ -27,6 +29,7 @@ var Version = "dev"
 
 type globals struct {
 	stateDir   string
+	provider   string // --provider: the sandbox provider's registry name
 	leaseSlots uint32
 	testSkip   []string
 	crashAt    string // test builds: the daemon's crash point
@@ -96,8 +99,17 @@ trusted side reads off the live sandbox before the program's first instruction.`
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", def, "state directory: store, leases (env CORDON_STATE_DIR)")
 	root.PersistentFlags().Uint32Var(&g.leaseSlots, "lease-slots", store.DefaultPool.Slots, "number of UID/GID ranges in the lease pool")
 	_ = root.PersistentFlags().MarkHidden("lease-slots")
+	root.PersistentFlags().StringVar(&g.provider, "provider", registry.Default, "sandbox provider for run, daemon, doctor and gc (this binary has: "+strings.Join(registry.Names(), ", ")+")")
 	addTestFlags(root, g)
 	addLogFlags(root, g)
+	// An unknown --provider is refused before any command runs.
+	logPre := root.PersistentPreRunE
+	root.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if err := registry.Known(g.provider); err != nil {
+			return err
+		}
+		return logPre(c, args)
+	}
 	setVersionFlag(root)
 	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g), configCmd(g), genCmd(g), conformanceCmd(g))
 	addCompletions(root) // last: over every command and flag (completion.go)
@@ -136,6 +148,13 @@ func requireRoot(op string) error {
 		return failure.Failf(failure.KindPrivilege, op, "cordon builds sandboxes as root (it creates user namespaces with a leased UID/GID range, cgroups and idmapped mounts); run it with sudo, or as root. There is no rootless mode yet")
 	}
 	return nil
+}
+
+// newProvider builds the --provider named provider for this state
+// directory; an unknown name is a usage error naming the known ones.
+func (g *globals) newProvider(o registry.Options) (registry.Provider, error) {
+	o.StateDir = g.stateDir
+	return registry.New(g.provider, o)
 }
 
 func (g *globals) openStore() (*store.Store, error) {

@@ -21,7 +21,7 @@ import (
 	"github.com/cordon-project/cordon/internal/launch"
 	"github.com/cordon-project/cordon/internal/safefile"
 	"github.com/cordon-project/cordon/internal/sandbox"
-	"github.com/cordon-project/cordon/internal/sandbox/linux"
+	"github.com/cordon-project/cordon/internal/sandbox/registry"
 	"github.com/cordon-project/cordon/internal/store"
 	"github.com/cordon-project/cordon/internal/textsafe"
 	"github.com/cordon-project/cordon/internal/trapscan"
@@ -344,15 +344,17 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	return r.wait(ctx)
 }
 
-// runProvider is the native provider for a standalone run, after the
-// residue of standalone runs whose owner is provably gone is reclaimed.
+// runProvider is the --provider for a standalone run, after the residue
+// of standalone runs whose owner is provably gone is reclaimed.
 func (g *globals) runProvider(ctx context.Context, st *store.Store) (sandbox.Provider, error) {
-	prov, err := linux.New(linux.Options{StateDir: g.stateDir, Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip})
+	prov, err := g.newProvider(registry.Options{Store: st, Logger: g.logger(), CordonSHA256: binaryDigest(g.stateDir), TestSkip: g.testSkip})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := linux.Reclaim(ctx, st, prov.Layout()); err != nil {
-		g.logger().Warn("reclaim residue", "err", err)
+	if rc, ok := prov.(registry.Reclaimer); ok {
+		if _, err := rc.Reclaim(ctx); err != nil {
+			g.logger().Warn("reclaim residue", "err", err)
+		}
 	}
 	return prov, nil
 }

@@ -39,6 +39,7 @@ type Env struct {
 	mu       sync.Mutex
 	cleanups []func()
 	states   int
+	daemons  int
 }
 
 // RunOpts describes one `cordon run`.
@@ -188,9 +189,25 @@ func (e *Env) Run(ctx context.Context, o RunOpts) (RunResult, error) {
 // Cordon runs any cordon subcommand with the state directory (and the
 // suite's provider) and returns what it printed.
 func (e *Env) Cordon(ctx context.Context, stateDir string, args ...string) (RunResult, error) {
-	cmd := e.command(ctx, stateDir, nil, args)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	return e.cordonWith(ctx, stateDir, nil, args...)
+}
+
+// cordonWith is Cordon with env added to cordon's environment. Output goes
+// to files, not pipes: a program a command starts in a sandbox (`sandbox
+// exec`) may hold cordon's stdio after cordon ends.
+func (e *Env) cordonWith(ctx context.Context, stateDir string, env []string, args ...string) (RunResult, error) {
+	cmd := e.command(ctx, stateDir, env, args)
+	out, err := os.CreateTemp(e.Dir, "stdout-")
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer func() { out.Close(); os.Remove(out.Name()) }()
+	errf, err := os.CreateTemp(e.Dir, "stderr-")
+	if err != nil {
+		return RunResult{}, err
+	}
+	defer func() { errf.Close(); os.Remove(errf.Name()) }()
+	cmd.Stdout, cmd.Stderr = out, errf
 	werr := cmd.Run()
 	if ctx.Err() != nil {
 		return RunResult{}, fmt.Errorf("cordon %v: %w", args, ctx.Err())
@@ -199,7 +216,9 @@ func (e *Env) Cordon(ctx context.Context, stateDir string, args ...string) (RunR
 	if werr != nil && !errors.As(werr, &exitErr) {
 		return RunResult{}, werr
 	}
-	return result(cmd.ProcessState.ExitCode(), out.String(), errb.String()), nil
+	ob, _ := os.ReadFile(out.Name())
+	eb, _ := os.ReadFile(errf.Name())
+	return result(cmd.ProcessState.ExitCode(), string(ob), string(eb)), nil
 }
 
 // HostOp runs op on the host, as a child of the trusted side with no

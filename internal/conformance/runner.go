@@ -29,6 +29,10 @@ type Options struct {
 	Dir string
 	// Progress, when set, gets one line per probe as it ends.
 	Progress io.Writer
+	// CannotEvidence, when set, says why the provider cannot evidence
+	// the level requested on this host (its capability descriptor says
+	// less): no probe runs, each is not evidenced with this reason.
+	CannotEvidence string
 }
 
 // Report is one run of the suite.
@@ -90,12 +94,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer removeTree(dir)
 	}
 	rep := &Report{Started: time.Now().UTC(), Full: len(o.Only) == 0 && len(o.Classes) == 0}
+	// Run even when the provider says it cannot evidence the level: the
+	// admission's refusal, observed from outside, is what the report shows.
 	rep.Baseline, rep.BaselineError = baseline(ctx, o, dir)
 	for _, p := range sel {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		var r record.ProbeResult
+		switch {
+		case o.CannotEvidence != "":
+			r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC(),
+				Verdict: record.NotEvidenced, Reason: o.CannotEvidence, Facts: []record.Fact{}}
+		case ctx.Err() != nil:
+			// The suite's deadline (--timeout) passed: what did not run
+			// is not evidenced, never a pass.
+			r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC(),
+				Verdict: record.NotEvidenced, Reason: "not run: the suite's deadline passed (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
+		default:
+			r = runOne(ctx, o, dir, p, rep.Baseline)
 		}
-		r := runOne(ctx, o, dir, p, rep.Baseline)
 		rep.Results = append(rep.Results, r)
 		if o.Progress != nil {
 			line := fmt.Sprintf("%-13s %s (%.1fs)", strings.ToUpper(string(r.Verdict)), p.ID, r.Duration.Seconds())
@@ -131,6 +146,11 @@ func baseline(ctx context.Context, o Options, dir string) (*evidence.Record, str
 	var rec evidence.Record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, "evidence record: " + err.Error()
+	}
+	if r.Code != 0 {
+		// Evidence of a refused run: kept (it says what was not verified),
+		// and the refusal reported.
+		return &rec, fmt.Sprintf("the run was refused (exit %d, admitted %s): %s", r.Code, rec.LevelAdmitted, firstLine(r.Stderr))
 	}
 	return &rec, ""
 }
@@ -223,26 +243,32 @@ const (
 	ExitIncomplete = 3 // nothing failed, but a class has no pass: the claim is not evidenced
 )
 
-// ExitStatus sums a report up.
+// ExitStatus sums a report up: any fail is ExitFail; otherwise every
+// class (of the whole suite, or of the probes a partial run selected)
+// needs a pass, else ExitIncomplete.
 func (r *Report) ExitStatus() int {
-	passed := map[record.Class]bool{}
+	passed, ran := map[record.Class]bool{}, map[record.Class]bool{}
 	for _, x := range r.Results {
 		if x.Verdict == record.Fail {
 			return ExitFail
 		}
+		ran[x.Class] = true
 		if x.Verdict == record.Pass {
 			passed[x.Class] = true
 		}
 	}
 	if r.Full {
 		for _, c := range record.Classes() {
-			if !passed[c] {
-				return ExitIncomplete
-			}
+			ran[c] = true
 		}
 	}
-	if len(r.Results) == 0 {
+	if len(ran) == 0 {
 		return ExitIncomplete
+	}
+	for c := range ran {
+		if !passed[c] {
+			return ExitIncomplete
+		}
 	}
 	return ExitPass
 }

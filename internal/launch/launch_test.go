@@ -185,4 +185,13 @@ func TestNotInTheBinary(t *testing.T) {
 	if strings.Contains(string(out), "internal/sandbox/fake") {
 		t.Error("cmd/cordon depends on the fake provider")
 	}
+	// Positive control: the test build registers the fake (package
+	// sandbox/registry, fake_on.go), so this check would see it.
+	out, err = exec.Command("go", "list", "-tags", "cordon_testhooks", "-deps", "github.com/cordon-project/cordon/cmd/cordon").CombinedOutput()
+	if err != nil {
+		testkit.Unavailable(t, "go list: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "internal/sandbox/fake\n") {
+		t.Error("positive control: the cordon_testhooks build of cmd/cordon does not depend on the fake provider")
+	}
 }

@@ -11,6 +11,9 @@ import (
 // NoClaim is the claim admitted when the probes support none.
 const NoClaim = "NONE"
 
+// noClaimPrefix starts the non-claim a record without a claim carries.
+const noClaimPrefix = "no isolation level is claimed: "
+
 // Claim is the level requested and the claim the probes admit (contract
 // section 11: the claim is no stronger than its evidence).
 type Claim struct {
@@ -96,7 +99,7 @@ func Judge(requested, profile string, capability sandbox.Capability, probes []Pr
 func (c Claim) NonClaims() []string {
 	var out []string
 	if c.Admitted == NoClaim {
-		out = append(out, fmt.Sprintf("no isolation level is claimed: %s", strings.Join(c.Why, "; ")))
+		out = append(out, noClaimPrefix+strings.Join(c.Why, "; "))
 	}
 	return out
 }

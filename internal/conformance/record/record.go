@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/attest"
@@ -153,6 +154,8 @@ func (r *Record) Finish(results []ProbeResult, now time.Time) {
 	r.Window.Finished = now.UTC()
 	r.Claim = Judge(r.Claim.Requested, r.Claim.Profile, r.Provider.Capability, r.Probes)
 	r.Maturity = judgeMaturity(r)
+	// Finish may run again (a record re-judged): drop the previous claim's.
+	r.NonClaims = slices.DeleteFunc(r.NonClaims, func(s string) bool { return strings.HasPrefix(s, noClaimPrefix) })
 	r.NonClaims = append(r.NonClaims, r.Claim.NonClaims()...)
 }
 

@@ -205,3 +205,27 @@ func TestNewAndFinish(t *testing.T) {
 		t.Error("New bound a policy directory without policies")
 	}
 }
+
+// TestFinishTwice: judging again replaces the claim's non-claim.
+func TestFinishTwice(t *testing.T) {
+	r := Sample()
+	r.Probes[0].Verdict = Fail
+	r.Finish(r.Probes, r.Window.Finished)
+	r.Finish(r.Probes, r.Window.Finished)
+	n := 0
+	for _, s := range r.NonClaims {
+		if strings.HasPrefix(s, noClaimPrefix) {
+			n++
+		}
+	}
+	if r.Claim.Admitted != NoClaim || n != 1 {
+		t.Fatalf("claim %s with %d no-claim non-claims", r.Claim.Admitted, n)
+	}
+	r.Probes[0].Verdict = Pass
+	r.Finish(r.Probes, r.Window.Finished)
+	for _, s := range r.NonClaims {
+		if strings.HasPrefix(s, noClaimPrefix) {
+			t.Fatalf("admitted %s still says %q", r.Claim.Admitted, s)
+		}
+	}
+}

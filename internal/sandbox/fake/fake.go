@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -161,10 +163,30 @@ func (s *Sandbox) Exec(context.Context) error {
 }
 
 func (s *Sandbox) command(argv, env []string) *exec.Cmd {
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(s.hostPath(argv[0]), argv[1:]...)
 	cmd.Env = append(append([]string{"PATH=/usr/bin:/bin"}, s.spec.Env...), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd
+}
+
+// hostPath maps a program path inside a bind's target to the bind's host
+// source: a plain child sees the host's filesystem, where nothing is
+// bound, so a program the caller bound in (`cordon run --ro
+// BIN:/x/bin -- /x/bin`) runs from where it lives. Only the program
+// path is mapped; its arguments and everything it opens are host paths.
+func (s *Sandbox) hostPath(prog string) string {
+	for _, b := range s.spec.Binds {
+		if b.Source == "" || b.Target == "" {
+			continue
+		}
+		if prog == b.Target {
+			return b.Source
+		}
+		if rest, ok := strings.CutPrefix(prog, strings.TrimSuffix(b.Target, "/")+"/"); ok {
+			return filepath.Join(b.Source, rest)
+		}
+	}
+	return prog
 }
 
 func exitOf(err error) sandbox.Exit {

@@ -1,0 +1,5 @@
+//go:build !cordon_testhooks
+
+package registry_test
+
+const testHooks = false
