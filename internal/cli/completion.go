@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cordon-project/cordon/internal/agent"
+	"github.com/cordon-project/cordon/internal/conformance/record"
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/registry"
 )
 
 // Shell completion. Cobra's `cordon completion bash|zsh|fish|powershell`
@@ -48,13 +50,23 @@ func flagValues() map[string][]string {
 		"tty":        {ttyAuto, ttyAlways, ttyNever},
 		"log-format": {"text", "json"},
 		"log-level":  {"debug", "info", "warn", "error"},
+		"provider":   registry.Names(),
+		"class":      classNames(),
 	}
+}
+
+func classNames() []string {
+	var out []string
+	for _, c := range record.Classes() {
+		out = append(out, string(c))
+	}
+	return out
 }
 
 // fileFlags take a file (completed from the file system); dirFlags a
 // directory.
 var (
-	fileFlags = []string{"config", "evidence", "log-file", "json-file", "pubkey", "checkpoint", "socket"}
+	fileFlags = []string{"config", "evidence", "log-file", "json-file", "pubkey", "checkpoint", "socket", "out", "html"}
 	dirFlags  = []string{"workspace", "rootfs", "state-dir", "volume-dir", "policy-dir", "agent-path", "agent-home"}
 	// ro/rw take HOST[:SANDBOX]: a file or a directory.
 	bindFlags = []string{"ro", "rw"}

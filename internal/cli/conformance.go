@@ -13,6 +13,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/conformance/report"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/sandbox/level"
@@ -182,7 +183,12 @@ func (g *globals) conformanceRun(cmd *cobra.Command, f conformanceRunFlags) erro
 		out.Record = f.out
 	}
 	if f.html != "" {
-		if err := writeReport(f.html, rec); err != nil {
+		v := report.Verification{}
+		if sink != nil {
+			// Signed by this run, and checked with the key's public half.
+			v = report.Verification{Checked: true, Verified: true, KeyID: sink.key.ID}
+		}
+		if err := writeReport(f.html, rec, v); err != nil {
 			return err
 		}
 	}
@@ -234,22 +240,27 @@ func printConformance(g *globals, rep *conformance.Report, out conformanceOutput
 }
 
 func conformanceListCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, markdown bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the conformance probes with their class and contract clause",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if markdown {
+				_, err := fmt.Fprint(g.stdout, conformance.MarkdownTable(conformance.All()))
+				return err
+			}
 			type entry struct {
 				ID          string       `json:"id"`
 				Class       record.Class `json:"class"`
 				Clause      string       `json:"clause"`
 				Title       string       `json:"title"`
 				Destructive bool         `json:"destructive,omitempty"`
+				Launcher    bool         `json:"launcher,omitempty"`
 			}
 			var out []entry
 			for _, p := range conformance.All() {
-				out = append(out, entry{p.ID, p.Class, p.Clause, p.Title, p.Destructive})
+				out = append(out, entry{p.ID, p.Class, p.Clause, p.Title, p.Destructive, p.Launcher})
 			}
 			if asJSON {
 				enc := json.NewEncoder(g.stdout)
@@ -263,5 +274,6 @@ func conformanceListCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	cmd.Flags().BoolVar(&markdown, "markdown", false, "print docs/testing.md's table of the probes by class")
 	return cmd
 }

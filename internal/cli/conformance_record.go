@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"path/filepath"
 
 	"github.com/cordon-project/cordon/internal/attest"
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/record"
+	"github.com/cordon-project/cordon/internal/conformance/report"
 	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/safefile"
@@ -63,6 +66,11 @@ func (s *recordSink) write(ctx context.Context, rec *record.Record, path string)
 	env, err := record.Sign(rec, s.key)
 	if err != nil {
 		return 0, failure.Fail(failure.KindEvidence, "sign the conformance record", err)
+	}
+	// The envelope as written must verify with the key's public half (the
+	// log.pub a third party is handed).
+	if _, err := attest.Verify(env, s.key.Private.Public().(ed25519.PublicKey)); err != nil {
+		return 0, failure.Fail(failure.KindInternal, "the signed conformance record does not verify", err)
 	}
 	b, err := attest.Marshal(env)
 	if err != nil {
@@ -126,7 +134,12 @@ func writeFileSafe(path string, b []byte) error {
 	return nil
 }
 
-// writeReport writes the readable HTML report of rec.
-func writeReport(path string, rec *record.Record) error {
-	return failure.Failf(failure.KindUnsupported, "conformance --html", "the HTML report is not built into this binary yet")
+// writeReport writes the readable HTML report of rec; v says whether
+// the record was signed (and its signature checked) by this run.
+func writeReport(path string, rec *record.Record, v report.Verification) error {
+	var buf bytes.Buffer
+	if err := report.Render(&buf, rec, v); err != nil {
+		return failure.Fail(failure.KindInternal, "conformance --html", err)
+	}
+	return writeFileSafe(path, buf.Bytes())
 }

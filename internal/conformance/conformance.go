@@ -26,6 +26,11 @@ type Probe struct {
 	Destructive bool
 	// Daemon probes need a cordon daemon (Env.Daemon).
 	Daemon bool
+	// Launcher marks a denial made by cordon's own launcher before any
+	// provider runs (e.g. closing inherited descriptors): it holds under
+	// every provider, including one that isolates nothing, so a pass
+	// says nothing about the provider under test.
+	Launcher bool
 	// Timeout bounds the probe (0: DefaultTimeout); at the deadline the
 	// runner stops what the probe started.
 	Timeout time.Duration

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
@@ -58,5 +59,21 @@ func TestCannotEvidenceRunsNothing(t *testing.T) {
 	}
 	if rep.ExitStatus() != ExitIncomplete {
 		t.Errorf("exit status %d, want %d", rep.ExitStatus(), ExitIncomplete)
+	}
+}
+
+// A scratch directory too deep for the sockets the suite's sandboxes make
+// under it is refused before anything runs; a short one is not.
+func TestScratchDirTooDeep(t *testing.T) {
+	Register(Probe{ID: "bypass.test-only.depth", Class: record.Bypass, Clause: "c", Title: "t",
+		Run: func(context.Context, *Env) Outcome { return Outcome{} }})
+	o := Options{Bin: "/nonexistent/cordon", Only: []string{"bypass.test-only.depth"}, CannotEvidence: "x"}
+	o.Dir = "/" + strings.Repeat("d", maxSocketPath-len(longestSocket))
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "TMPDIR") {
+		t.Fatalf("Run in %d-byte dir = %v, want a refusal naming TMPDIR", len(o.Dir), err)
+	}
+	o.Dir = t.TempDir()
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatalf("control: Run in %s: %v", o.Dir, err)
 	}
 }

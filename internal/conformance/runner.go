@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,7 +86,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	dir := o.Dir
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", "cordon-conformance-"); err != nil {
+		// Short: a daemon sandbox's exec socket lives at
+		// <dir>/p<N>/state<M>/run/<id>.sock, and sun_path holds 108 bytes.
+		if dir, err = os.MkdirTemp("", "cc-"); err != nil {
 			return nil, err
 		}
 		if err := os.Chmod(dir, 0o711); err != nil {
@@ -93,11 +96,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer removeTree(dir)
 	}
+	if n := len(dir) + len(longestSocket); n > maxSocketPath {
+		return nil, fmt.Errorf("the suite's scratch directory %s is too deep for the Unix sockets its sandboxes make under it (%d bytes, at most %d): set TMPDIR to a shorter directory", dir, n, maxSocketPath)
+	}
 	rep := &Report{Started: time.Now().UTC(), Full: len(o.Only) == 0 && len(o.Classes) == 0}
 	// Run even when the provider says it cannot evidence the level: the
 	// admission's refusal, observed from outside, is what the report shows.
 	rep.Baseline, rep.BaselineError = baseline(ctx, o, dir)
-	for _, p := range sel {
+	for i, p := range sel {
 		var r record.ProbeResult
 		switch {
 		case o.CannotEvidence != "":
@@ -109,7 +115,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC(),
 				Verdict: record.NotEvidenced, Reason: "not run: the suite's deadline passed (" + context.Cause(ctx).Error() + ")", Facts: []record.Fact{}}
 		default:
-			r = runOne(ctx, o, dir, p, rep.Baseline)
+			r = runOne(ctx, o, dir, "p"+strconv.Itoa(i), p, rep.Baseline)
 		}
 		rep.Results = append(rep.Results, r)
 		if o.Progress != nil {
@@ -127,7 +133,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // baseline runs one plain program at the requested level and reads the
 // evidence record the trusted side wrote.
 func baseline(ctx context.Context, o Options, dir string) (*evidence.Record, string) {
-	e := newEnv(o, dir, "baseline")
+	e := newEnv(o, dir, "b")
 	if e == nil {
 		return nil, "cannot make a scratch directory"
 	}
@@ -155,8 +161,22 @@ func baseline(ctx context.Context, o Options, dir string) (*evidence.Record, str
 	return &rec, ""
 }
 
-func newEnv(o Options, dir, id string) *Env {
-	d, err := os.MkdirTemp(dir, id+"-")
+// Socket paths under the suite's directory: the longest a probe's
+// sandboxes make (a daemon sandbox's exec socket), and what sun_path
+// holds with its NUL.
+const (
+	longestSocket = "/p999/state99/run/0123456789abcdef.sock"
+	maxSocketPath = 107
+)
+
+// newEnv makes the probe's directory dir/name (short: see longestSocket;
+// a fresh random one if name is taken).
+func newEnv(o Options, dir, name string) *Env {
+	d := filepath.Join(dir, name)
+	err := os.Mkdir(d, 0o711)
+	if errors.Is(err, os.ErrExist) {
+		d, err = os.MkdirTemp(dir, name+"-")
+	}
 	if err != nil || os.Chmod(d, 0o711) != nil {
 		return nil
 	}
@@ -169,14 +189,14 @@ func (e *Env) finish() {
 }
 
 // runOne runs p in its own Env and judges what it observed.
-func runOne(ctx context.Context, o Options, dir string, p Probe, base *evidence.Record) (r record.ProbeResult) {
+func runOne(ctx context.Context, o Options, dir, name string, p Probe, base *evidence.Record) (r record.ProbeResult) {
 	r = record.ProbeResult{ID: p.ID, Class: p.Class, Clause: p.Clause, Title: p.Title, Started: time.Now().UTC()}
 	defer func() { r.Duration = time.Since(r.Started) }()
 	if p.Destructive && (base == nil || !base.Boundaries[evidence.Resource].Verified) {
 		r.Verdict, r.Reason = record.NotEvidenced, "destructive probe: runs only when the admitted evidence verified the resource boundary"
 		return r
 	}
-	e := newEnv(o, dir, p.ID)
+	e := newEnv(o, dir, name)
 	if e == nil {
 		r.Verdict, r.Reason = record.Fail, "cannot make the probe's scratch directory"
 		return r
@@ -191,6 +211,12 @@ func runOne(ctx context.Context, o Options, dir string, p Probe, base *evidence.
 	out := call(pctx, p, e)
 	if pctx.Err() != nil && out.Err == nil && out.NotEvidenced == "" {
 		out.Err = fmt.Errorf("did not finish within %s", timeout)
+	}
+	if out.Err != nil && strings.Contains(out.Err.Error(), NoGateway) {
+		// cordon itself refused the gateway because the provider gives
+		// the sandbox no leased identity: the provider cannot support
+		// the probe, whichever probe met it.
+		out = Outcome{NotEvidenced: "the provider gives its sandboxes no leased identity, so no gateway can run for them (cordon refused: " + NoGateway + ")"}
 	}
 	r.Verdict, r.Reason = Judge(p, out)
 	r.Facts, r.Hint = out.Facts, out.Hint
@@ -235,6 +261,10 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
 }
+
+// NoGateway is what cordon says when it refuses a gateway for a sandbox
+// its provider gave no leased identity (internal/launch).
+const NoGateway = "has no leased identity for its gateway to run as"
 
 // Exit statuses of `cordon conformance run`.
 const (

@@ -1,6 +1,7 @@
 package testkit_test
 
 import (
+	"context"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -11,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cordon-project/cordon/internal/conformance"
+	"github.com/cordon-project/cordon/internal/conformance/record"
 )
 
 // probeClasses are the contract's probe classes (section 2, item 5), the
@@ -154,5 +158,48 @@ func TestProbeTableIsHonest(t *testing.T) {
 	}
 	if strings.Contains(got, `class "allowed" has no test`) {
 		t.Errorf("checkProbeTable(control) refused the one real row:\n%s", got)
+	}
+
+	// Each class also names its conformance probes (cordon conformance
+	// run), checked against the registered ones.
+	for _, e := range checkConformanceTable(string(doc), conformance.All(), everyClassHasAProbe) {
+		t.Error("docs/testing.md: " + e)
+	}
+	// What `cordon conformance list --markdown` prints passes the check.
+	if errs := checkConformanceTable(conformance.MarkdownTable(conformance.All()), conformance.All(), false); len(errs) > 0 {
+		t.Errorf("conformance.MarkdownTable does not pass its own check: %v", errs)
+	}
+	run := func(context.Context, *conformance.Env) conformance.Outcome { return conformance.Outcome{} }
+	probes := []conformance.Probe{
+		{ID: "bypass.a", Class: record.Bypass, Run: run},
+		{ID: "bypass.b", Class: record.Bypass, Run: run},
+		{ID: "failure.c", Class: record.Failure, Run: run},
+	}
+	ctable := conformanceHeader + "\n| --- | --- |\n" +
+		"| bypass | `bypass.a`, `bypass.gone` |\n" +
+		"| allowed | `failure.c` |\n" +
+		"| failure | (none yet) |\n" +
+		"| sideways | `bypass.a` |\n" +
+		"| stale_state | (none yet) |\n" +
+		"| cross_tenant | (none yet) |\n| exhaustion | (none yet) |\n"
+	got = strings.Join(checkConformanceTable(ctable, probes, false), "\n")
+	for _, want := range []string{
+		"probe bypass.gone is not registered",
+		"probe failure.c is in class failure, not allowed",
+		"class failure says (none yet), but 1 of its probes are registered",
+		`class "sideways" is not one of`,
+		"class reset_recovery has no row",
+		"registered probe bypass.b (bypass) is not listed",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("checkConformanceTable(control) does not say %q; it said:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "class stale_state") {
+		t.Errorf("checkConformanceTable(control) refused a class with no probe before every class must have one:\n%s", got)
+	}
+	got = strings.Join(checkConformanceTable(ctable, probes, true), "\n")
+	if !strings.Contains(got, "class stale_state has no conformance probe") || !strings.Contains(got, "class stale_state has no registered conformance probe") {
+		t.Errorf("strict checkConformanceTable(control) accepts a class with no probe:\n%s", got)
 	}
 }

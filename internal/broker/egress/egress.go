@@ -251,8 +251,9 @@ func (b *Broker) refuse(w http.ResponseWriter, r *http.Request, at *attempt, sta
 	b.finish(r.Context(), at, crossing.Deny, reason)
 }
 
-// finish writes the receipt and the one canonical log line of a crossing.
-func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason string, extra ...slog.Attr) {
+// finish writes the receipt and the one canonical log line of a crossing;
+// it returns the error recording the receipt (nil when it was recorded).
+func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason string, extra ...slog.Attr) error {
 	d := time.Since(at.start)
 	attrs := append([]slog.Attr{
 		slog.String("workload", at.id.Workload),
@@ -271,6 +272,7 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 	if decision != crossing.Allow {
 		level = slog.LevelWarn
 	}
+	var recErr error
 	if at.id.Workload != "" {
 		rc := crossing.Receipt{
 			Time:         at.start,
@@ -292,23 +294,24 @@ func (b *Broker) finish(ctx context.Context, at *attempt, decision, reason strin
 			rc.Approval = at.approval.ID
 		}
 		rctx, cancel := detached(ctx)
-		err := b.authority.Record(rctx, rc)
+		recErr = b.authority.Record(rctx, rc)
 		cancel()
-		if err != nil {
+		if recErr != nil {
 			level = slog.LevelError
-			attrs = append(attrs, slog.String("receipt_error", err.Error()))
+			attrs = append(attrs, slog.String("receipt_error", recErr.Error()))
 		}
 	}
 	if level > slog.LevelInfo {
 		dropped, ok := b.warns.Admit(time.Now())
 		if !ok {
-			return
+			return recErr
 		}
 		if dropped > 0 {
 			attrs = append(attrs, slog.Int64("suppressed", dropped))
 		}
 	}
 	b.log.LogAttrs(ctx, level, "egress crossing", attrs...)
+	return recErr
 }
 
 // detached is a context for authority writes that must happen even after the

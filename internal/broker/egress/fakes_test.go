@@ -30,6 +30,7 @@ type fakeAuthority struct {
 	reserves int
 	settles  int
 	fail     error // returned by every Reserve when set
+	refuse   bool  // Record fails: the evidence log refuses appends
 	receipts chan crossing.Receipt
 }
 
@@ -80,6 +81,12 @@ func (l *fakeAuthority) Settle(_ context.Context, r crossing.Reservation, used c
 }
 
 func (l *fakeAuthority) Record(_ context.Context, rc crossing.Receipt) error {
+	l.mu.Lock()
+	refuse := l.refuse
+	l.mu.Unlock()
+	if refuse {
+		return fmt.Errorf("%w: append receipt to the evidence log: refused", crossing.ErrUnavailable)
+	}
 	l.receipts <- rc
 	return nil
 }

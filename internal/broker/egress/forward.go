@@ -109,7 +109,7 @@ func (b *Broker) serveForward(w http.ResponseWriter, r *http.Request, at *attemp
 		out.Body = nil
 	}
 	resp, err := b.transport.RoundTrip(out)
-	settle := func(decision, reason string) {
+	settle := func(decision, reason string) error {
 		at.bytesIn, at.bytesOut = p.in.Load(), p.out.Load()
 		at.usage = crossing.Amount{EgressBytes: at.bytesIn + at.bytesOut}
 		if at.bytesIn > 0 || at.bytesOut > 0 {
@@ -117,7 +117,7 @@ func (b *Broker) serveForward(w http.ResponseWriter, r *http.Request, at *attemp
 		}
 		at.budget = m.settle(at.usage)
 		at.usage.EgressBytes = m.charged
-		b.finish(ctx, at, decision, reason)
+		return b.finish(ctx, at, decision, reason)
 	}
 	if err != nil {
 		reason := ReasonUpstreamError
@@ -151,7 +151,15 @@ func (b *Broker) serveForward(w http.ResponseWriter, r *http.Request, at *attemp
 	if p.cut.Load() {
 		cut = ReasonBudgetExceeded
 	}
-	settle(crossing.Allow, cut)
+	if err := settle(crossing.Allow, cut); err != nil {
+		// The body's bytes already went (a proxied response is relayed
+		// as it arrives, its size unbounded), but its end has not: the
+		// connection is dropped without the chunked encoding's last
+		// chunk, so the client sees a truncated response, not a
+		// complete one. A response with a Content-Length was complete
+		// on the wire; the limit is stated in docs/evidence-log.md.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // streamBody copies the response body, flushing after each read so

@@ -240,6 +240,15 @@ func (b *Broker) settle(ctx context.Context, at *attempt, res crossing.Reservati
 		defer cancel()
 		if sr, ok := b.o.Authority.(crossing.SettleRecorder); ok {
 			_, err := sr.SettleRecord(sctx, res, used, rc)
+			if err != nil {
+				// The receipt could not be recorded and the settlement
+				// went down with its transaction: the bytes moved, so
+				// charge them alone (a reservation already settled is
+				// not found, never charged twice).
+				if _, serr := b.o.Authority.Settle(sctx, res, used); serr != nil {
+					b.log.Error("ingress settle after a failed receipt", "route", at.route.Name, "err", serr)
+				}
+			}
 			return err
 		}
 		if _, err := b.o.Authority.Settle(sctx, res, used); err != nil {

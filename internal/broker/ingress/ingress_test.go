@@ -149,7 +149,7 @@ func (tg *target) count() int {
 
 // start serves one route to tg through a broker over auth; it returns the
 // route's address.
-func start(t *testing.T, auth *fakeAuthority, tg *target, maxConc int, chunk int64, log ...*slog.Logger) string {
+func start(t *testing.T, auth crossing.Authority, tg *target, maxConc int, chunk int64, log ...*slog.Logger) string {
 	t.Helper()
 	host, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -213,6 +213,50 @@ func TestRelayAndReceipt(t *testing.T) {
 	}
 	if st := auth.state(); st.Used.IngressConnections != 1 || st.Used.IngressBytes != int64(2*len(msg)+4) || len(auth.held) != 0 {
 		t.Errorf("budget after = %+v (held %v), want 1 connection and every byte settled", st.Used, auth.held)
+	}
+}
+
+// refusingLog is the fake with the store's one-step SettleRecord, over an
+// evidence log that refuses every append: SettleRecord fails whole (the
+// settlement rolls back with the receipt) and Record fails.
+type refusingLog struct{ *fakeAuthority }
+
+var errLogRefused = fmt.Errorf("%w: append receipt to the evidence log: refused", crossing.ErrUnavailable)
+
+func (refusingLog) SettleRecord(context.Context, crossing.Reservation, crossing.Amount, crossing.Receipt) (crossing.BudgetState, error) {
+	return crossing.BudgetState{}, errLogRefused
+}
+
+func (refusingLog) Record(context.Context, crossing.Receipt) error { return errLogRefused }
+
+// An ingress connection's bytes flow before its receipt can be written (a
+// TCP relay has no terminator to hold back): when the receipt cannot be
+// recorded the connection is still charged what it moved, never left
+// held or released as unused. The control is the same exchange over a
+// working log (TestRelayAndReceipt).
+func TestReceiptRefusedStillCharged(t *testing.T) {
+	auth, tg := newFake(crossing.Amount{}), newTarget(t)
+	addr := start(t, refusingLog{auth}, tg, 4, 0)
+	msg := strings.Repeat("y", 10<<10)
+	if got := exchange(t, addr, msg); got != msg+"bye\n" {
+		t.Fatalf("relayed %d bytes back, want %d and bye", len(got), len(msg))
+	}
+	want := crossing.Amount{IngressConnections: 1, IngressBytes: int64(2*len(msg) + 4)}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		auth.mu.Lock()
+		st, held := auth.state(), len(auth.held)
+		auth.mu.Unlock()
+		if st.Used == want && held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("budget %+v with %d reservations held, want %+v settled", st.Used, held, want)
+		}
+	}
+	select {
+	case rc := <-auth.receipts:
+		t.Errorf("a receipt was recorded by a log that refuses appends: %+v", rc)
+	default:
 	}
 }
 

@@ -570,64 +570,41 @@ func (b *Broker) fail(w http.ResponseWriter, x *exchange, k kind, msg string) {
 	x.status = kinds[k].status
 }
 
-// finish settles the reservation, records the receipt and logs the
-// decision. It runs after the agent has its answer.
-func (b *Broker) finish(reqCtx context.Context, x *exchange) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), authorityTimeout)
-	defer cancel()
+// errEvidence is the agent's message when a call's receipt could not be
+// recorded: the answer the upstream gave is withheld (design decision 12:
+// an unavailable evidence log denies the crossing).
+const errEvidence = "evidence log unavailable: the receipt of this call could not be recorded, so its answer is withheld"
+
+// commit settles the reservation and records the receipt of a call whose
+// answer is ready but not yet sent: pending is the bytes still to go to the
+// agent (counted in the receipt). It runs once; finish does not record
+// again. A non-nil error means nothing may be sent: the caller answers
+// errEvidence instead. The reservation is charged either way.
+func (b *Broker) commit(reqCtx context.Context, x *exchange, pending int) error {
+	if x.rc.FirstByte == 0 && pending > 0 {
+		// The answer leaves as soon as the receipt commits.
+		x.rc.FirstByte = b.now().Sub(x.start)
+	}
+	x.recErr = b.settleRecord(reqCtx, x, int64(pending))
+	x.committed = true
+	return x.recErr
+}
+
+// finish settles the reservation and records the receipt unless commit
+// did, and logs the decision. It runs after the agent has its answer: on
+// the paths that reach it without commit the agent got a refusal or an
+// error, never an upstream's answer.
+func (b *Broker) finish(ctx context.Context, x *exchange) {
 	if x.streamSlot {
 		b.streams.Add(-1)
 		x.streamSlot = false
 	}
-	if x.reserved {
-		x.rc.Usage = b.used(x)
-		if x.rc.Usage.OutputTokens > x.want.OutputTokens {
-			// The provider generated more than the cap it was sent:
-			// the real usage is settled, and the operator told.
-			b.log.LogAttrs(ctx, slog.LevelWarn, "model usage above the reservation",
-				slog.String("workload", x.rc.Identity.Workload), slog.String("action", x.rc.Action),
-				slog.String("model", x.rc.Target), slog.Int64("reserved_output_tokens", x.want.OutputTokens),
-				slog.Int64("reported_output_tokens", x.rc.Usage.OutputTokens))
-		}
-	}
-	if x.outcome != "" && x.rc.Decision == crossing.Allow {
-		x.rc.Reason += "; " + x.outcome
-	}
-	x.rc.Time = x.start
-	x.rc.Broker = Name
-	x.rc.BytesIn = x.bodyLen
-	x.rc.BytesOut = x.out
-	x.rc.Untrusted = x.untrusted
-	x.rc.Duration = b.now().Sub(x.start)
-	if x.rc.Decision == "" {
-		x.rc.Decision = crossing.Deny
-	}
-	var err error
-	if sr, ok := b.authority.(crossing.SettleRecorder); ok && x.reserved {
-		// One round trip and one commit: settle and record together.
-		var st crossing.BudgetState
-		if st, err = sr.SettleRecord(ctx, x.res, x.rc.Usage, x.rc); err == nil {
-			x.rc.Budget = st
-		} else {
-			b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
-				slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", err.Error()))
-		}
-	} else {
-		if x.reserved {
-			st, serr := b.authority.Settle(ctx, x.res, x.rc.Usage)
-			if serr != nil {
-				b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
-					slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", serr.Error()))
-			} else {
-				x.rc.Budget = st
-			}
-		}
-		err = b.authority.Record(ctx, x.rc)
+	err := x.recErr
+	if !x.committed {
+		err = b.settleRecord(ctx, x, 0)
 	}
 	lvl := slog.LevelInfo
 	if err != nil {
-		// The answer is already with the agent; the missing evidence is
-		// an operator alarm.
 		lvl = slog.LevelError
 	}
 	rule := ""
@@ -651,8 +628,80 @@ func (b *Broker) finish(reqCtx context.Context, x *exchange) {
 	}
 	if err != nil {
 		attrs = append(attrs, slog.String("error", "record receipt: "+err.Error()))
+		if x.withheld {
+			attrs = append(attrs, slog.Bool("answer_withheld", true))
+		}
 	}
 	b.log.LogAttrs(ctx, lvl, "model crossing", attrs...)
+}
+
+// settleRecord completes the receipt (pending: bytes not yet sent that it
+// counts), settles the reservation and records the receipt. When the
+// receipt cannot be recorded the reservation is still settled at the
+// call's usage (the upstream did the work); if even that fails it stays
+// held, and the store charges it whole when the sandbox's reservations
+// are released — never returned as unused.
+func (b *Broker) settleRecord(reqCtx context.Context, x *exchange, pending int64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), authorityTimeout)
+	defer cancel()
+	if x.reserved {
+		x.rc.Usage = b.used(x)
+		if x.rc.Usage.OutputTokens > x.want.OutputTokens {
+			// The provider generated more than the cap it was sent:
+			// the real usage is settled, and the operator told.
+			b.log.LogAttrs(ctx, slog.LevelWarn, "model usage above the reservation",
+				slog.String("workload", x.rc.Identity.Workload), slog.String("action", x.rc.Action),
+				slog.String("model", x.rc.Target), slog.Int64("reserved_output_tokens", x.want.OutputTokens),
+				slog.Int64("reported_output_tokens", x.rc.Usage.OutputTokens))
+		}
+	}
+	if x.outcome != "" && x.rc.Decision == crossing.Allow {
+		x.rc.Reason += "; " + x.outcome
+	}
+	x.rc.Time = x.start
+	x.rc.Broker = Name
+	x.rc.BytesIn = x.bodyLen
+	x.rc.BytesOut = x.out + pending
+	x.rc.Untrusted = x.untrusted
+	x.rc.Duration = b.now().Sub(x.start)
+	if x.rc.Decision == "" {
+		x.rc.Decision = crossing.Deny
+	}
+	settled := !x.reserved
+	var err error
+	if sr, ok := b.authority.(crossing.SettleRecorder); ok && x.reserved {
+		// One round trip and one commit: settle and record together.
+		var st crossing.BudgetState
+		if st, err = sr.SettleRecord(ctx, x.res, x.rc.Usage, x.rc); err == nil {
+			x.rc.Budget = st
+			return nil
+		}
+	} else {
+		if x.reserved {
+			st, serr := b.authority.Settle(ctx, x.res, x.rc.Usage)
+			if serr != nil {
+				b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
+					slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", serr.Error()))
+			} else {
+				x.rc.Budget = st
+			}
+			settled = true
+		}
+		if err = b.authority.Record(ctx, x.rc); err == nil {
+			return nil
+		}
+	}
+	if !settled {
+		// The settlement went down with the receipt's transaction:
+		// charge the usage alone. A reservation already settled (the
+		// reply was lost after the commit) is not found and not
+		// charged twice.
+		if _, serr := b.authority.Settle(ctx, x.res, x.rc.Usage); serr != nil {
+			b.log.LogAttrs(ctx, slog.LevelError, "model budget settle failed",
+				slog.String("workload", x.rc.Identity.Workload), slog.Int64("reservation", x.res.ID), slog.String("error", serr.Error()))
+		}
+	}
+	return err
 }
 
 // used is what a call settles: real usage where the provider reported it,

@@ -15,8 +15,12 @@
 // credential, relays the answer — streams event by event, flushed
 // as they arrive — while guarding it (size, well-formed events, redaction
 // of every custodied value), settles the real usage and records one
-// receipt. Refusals are shaped as the provider's own errors so agents'
-// SDKs report them plainly.
+// receipt. The answer waits for its receipt: a non-streamed body is sent
+// only once the receipt commits, and a stream's terminal event is held
+// until then; a receipt that cannot be recorded withholds them (the agent
+// gets a 503-class error, or an error event ending the stream). Refusals
+// are shaped as the provider's own errors so agents' SDKs report them
+// plainly.
 //
 // Plane: unprivileged — it runs in the gateway process
 // (internal/gateway/proc) and parses agent bytes; its trusted half, on
@@ -45,6 +49,9 @@
 //     case: names are canonicalised) is dropped;
 //   - relay a body it cannot read: it asks for identity encoding and
 //     refuses a response in any other Content-Encoding;
+//   - send a non-streamed answer, or a stream's terminal event, before the
+//     call's receipt commits (docs/evidence-log.md), or release as unused
+//     a reservation whose receipt could not be recorded;
 //   - let a call through when identity, the authority or the credential is
 //     unavailable (section 9: unavailable dependencies deny; there is no
 //     direct-path fallback), or hold budget for a client that went away

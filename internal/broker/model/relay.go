@@ -56,6 +56,16 @@ func (b *Broker) relayBuffered(ctx context.Context, w http.ResponseWriter, rc *h
 		x.charge, x.outcome = chargeNone, "upstream status "+strconv.Itoa(st)
 	}
 	x.write = x.m.AppendRedacted(x.write[:0], data)
+	// The answer leaves only once its receipt is durable.
+	if err := b.commit(ctx, x, len(x.write)); err != nil {
+		x.write, x.withheld = x.write[:0], true
+		// The upstream did the work, and it is charged: an SDK's
+		// automatic retry of a 503 would pay for it again while the
+		// log is still down (the Anthropic and OpenAI SDKs honour it).
+		w.Header().Set("X-Should-Retry", "false")
+		b.fail(w, x, kindUnavailable, errEvidence)
+		return
+	}
 	h := w.Header()
 	copyResponseHeaders(h, resp.Header, x.m)
 	h.Set("Content-Length", strconv.Itoa(len(x.write)))
@@ -92,8 +102,10 @@ func readLimited(resp *http.Response, max int64, buf []byte) ([]byte, error) {
 
 // relayStream carries an event stream incrementally: every upstream read is
 // parsed into events, each complete event is inspected, redacted and sent,
-// and the agent's connection is flushed before the next read. Nothing
-// waits for the end of the response.
+// and the agent's connection is flushed before the next read. Only the
+// stream's terminal event (and anything after it) waits: it is held until
+// the call's receipt commits, and withheld, the stream ending with an
+// error event instead, when the receipt cannot be recorded.
 func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, resp *http.Response, x *exchange) {
 	h := w.Header()
 	copyResponseHeaders(h, resp.Header, x.m)
@@ -114,7 +126,11 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 		if err := x.inspectEvent(ev); err != nil {
 			return err
 		}
-		x.write = x.red.Write(x.write, ev.raw)
+		if x.terminal() {
+			x.held = x.red.Write(x.held, ev.raw)
+		} else {
+			x.write = x.red.Write(x.write, ev.raw)
+		}
 		return nil
 	}
 	var stop *refusal
@@ -148,8 +164,7 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 				stop = refuse(kindUpstream, "the model upstream ended the stream before its final event")
 			}
 			if stop == nil {
-				x.write = x.red.Flush(x.write)
-				b.send(w, rc, x)
+				b.endStream(ctx, w, rc, x)
 				return
 			}
 		case ctx.Err() != nil:
@@ -163,9 +178,42 @@ func (b *Broker) relayStream(ctx context.Context, w http.ResponseWriter, rc *htt
 	// Cut the stream: what was already judged goes out, then an error
 	// event the agent's SDK understands, and the upstream is cancelled.
 	x.cancel()
-	x.write = x.red.Flush(x.write)
+	if x.terminal() {
+		// The terminator is never sent on a cut stream.
+		x.held = x.red.Flush(x.held)[:0]
+	} else {
+		x.write = x.red.Flush(x.write)
+	}
 	x.write = errorEvent(x.write, x.api, x.ep.resp, stop.kind, stop.msg)
 	b.send(w, rc, x)
+}
+
+// endStream ends a complete stream: the receipt commits, then the held
+// terminal event(s) go out; when the receipt cannot be recorded the agent
+// gets the API's error event instead and the stream ends without its
+// terminator, so the SDK reports the call as failed.
+func (b *Broker) endStream(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, x *exchange) {
+	x.held = x.red.Flush(x.held)
+	if err := b.commit(ctx, x, len(x.held)); err != nil {
+		x.held, x.withheld = x.held[:0], true
+		x.write = errorEvent(x.write, x.api, x.ep.resp, kindUnavailable, errEvidence)
+		b.send(w, rc, x)
+		return
+	}
+	x.write = append(x.write, x.held...)
+	x.held = x.held[:0]
+	b.send(w, rc, x)
+}
+
+// terminal reports whether the stream's terminal event was seen: the events
+// from it on are held until the receipt commits. Gemini has no terminator:
+// its final chunk is the one that finishes the last candidate (or blocks,
+// or errs); an earlier candidate's finish is not the end.
+func (x *exchange) terminal() bool {
+	if x.api == apiGemini {
+		return x.gFinal
+	}
+	return x.done
 }
 
 func streamError(err error) string {

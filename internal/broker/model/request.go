@@ -53,7 +53,10 @@ type exchange struct {
 	charge     charge
 	usage      usage
 	untrusted  []string
-	done       bool // the stream's final event was seen
+	done       bool  // the stream's final event was seen
+	committed  bool  // settled and recorded (commit), before the answer was sent
+	recErr     error // commit's error: the answer was withheld
+	withheld   bool  // the upstream's answer was withheld: no receipt
 	// Gemini: the candidates that finished (by index, maxChoices of
 	// them), how many, and whether the output usage is final.
 	gDone     [2]uint64
@@ -69,6 +72,7 @@ type exchange struct {
 	// Response buffers, kept across calls.
 	read   []byte
 	write  []byte
+	held   []byte // a stream's terminal event(s), sent once the receipt commits
 	parser sseParser
 	red    custody.Stream
 }
@@ -80,9 +84,12 @@ func (b *Broker) release(x *exchange) {
 	if x.body != nil {
 		x.body.release()
 	}
-	read, write, parser, red := x.read, x.write[:0], x.parser, x.red
+	read, write, held, parser, red := x.read, x.write[:0], x.held[:0], x.parser, x.red
 	if cap(write) > maxPooled {
 		write = nil
+	}
+	if cap(held) > maxPooled {
+		held = nil
 	}
 	if cap(read) > maxPooled {
 		read = nil
@@ -90,7 +97,7 @@ func (b *Broker) release(x *exchange) {
 	parser.reset()
 	red.Reset(nil)
 	red.Trim(maxPooled)
-	*x = exchange{read: read, write: write, parser: parser, red: red}
+	*x = exchange{read: read, write: write, held: held, parser: parser, red: red}
 	b.pool.Put(x)
 }
 

@@ -19,7 +19,9 @@ func init() {
 		Class:  record.Bypass,
 		Clause: "§2.2 every undeclared route is denied by a control outside the agent: descriptors inherited from the caller",
 		Title:  "a descriptor of a host secret, open and inheritable in cordon's caller, never reaches the program",
-		Run:    inheritedFD,
+		// cordon closes what it inherited before any provider runs.
+		Launcher: true,
+		Run:      inheritedFD,
 	})
 }
 

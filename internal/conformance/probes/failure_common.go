@@ -120,7 +120,7 @@ func markedRun(ctx context.Context, e *conformance.Env, stateDir, name string, f
 
 // noGateway is how cordon refuses a gateway on a provider that gives the
 // sandbox no leased identity (the test fake).
-const noGateway = "has no leased identity for its gateway to run as"
+const noGateway = conformance.NoGateway
 
 // errNoGateway: the provider cannot run a gateway.
 var errNoGateway = errors.New("this provider cannot run the gateway (" + noGateway + ")")

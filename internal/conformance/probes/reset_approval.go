@@ -153,34 +153,10 @@ egress:
 		return conformance.Outcome{Err: err}
 	}
 	hits := target.Hits()
-	// Control: a live run retries while the operator approves its request.
-	// Every approval so far (the later run asked again) is not its.
-	var known []string
-	if as, err = approvals(ctx, e, st); err != nil {
+	ctl, capprove, ctlHits, err := liveApprovalControl(ctx, e, st, cfg, url, target)
+	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
-	for _, a := range as {
-		known = append(known, a.ID)
-	}
-	done := make(chan error, 1)
-	var ctl conformance.RunResult
-	go func() {
-		var err error
-		ctl, err = gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http-until", "200", "20", "GET", url}})
-		done <- err
-	}()
-	cid, perr := pendingFor(ctx, e, st, "approve.test", known)
-	var capprove conformance.RunResult
-	if perr == nil {
-		capprove, perr = e.Cordon(ctx, st, "approvals", "approve", cid)
-	}
-	if err := <-done; err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	if perr != nil {
-		return conformance.Outcome{Err: perr}
-	}
-	ctlHits := target.Hits() - hits
 	return conformance.Outcome{Hint: "held: " + opJSON(h.Op) + " | later: " + later.Hint() + " | control: " + ctl.Hint(), Facts: []record.Fact{
 		{Name: "the killed run's pending approval after cordon gc", Want: "revoked", Got: state, OK: state == "revoked",
 			Source: "the store, via cordon approvals list --all --json"},
@@ -196,4 +172,36 @@ egress:
 			Got: fmt.Sprintf("approve exit %d, %d requests", capprove.Code, ctlHits), OK: capprove.Code == 0 && ctlHits == 1,
 			Source: "cordon approvals approve's exit status; the target on the host, request count", Control: true},
 	}}
+}
+
+// liveApprovalControl is killedRunApproval's positive control: a live run
+// retries while the operator approves its request, which then reaches the
+// target once. Every approval already in the store is not its.
+func liveApprovalControl(ctx context.Context, e *conformance.Env, st, cfg, url string, target *fixture.Target) (ctl, approve conformance.RunResult, hits int64, err error) {
+	before := target.Hits()
+	var known []string
+	as, err := approvals(ctx, e, st)
+	if err != nil {
+		return ctl, approve, 0, err
+	}
+	for _, a := range as {
+		known = append(known, a.ID)
+	}
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		ctl, err = gwRun(ctx, e, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: []string{"http-until", "200", "20", "GET", url}})
+		done <- err
+	}()
+	cid, perr := pendingFor(ctx, e, st, "approve.test", known)
+	if perr == nil {
+		approve, perr = e.Cordon(ctx, st, "approvals", "approve", cid)
+	}
+	if err := <-done; err != nil {
+		return ctl, approve, 0, err
+	}
+	if perr != nil {
+		return ctl, approve, 0, perr
+	}
+	return ctl, approve, target.Hits() - before, nil
 }

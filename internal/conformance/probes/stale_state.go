@@ -126,6 +126,14 @@ get
 	}()
 	var id string
 	err = pollUntil(ctx, func() (bool, error) {
+		// A run that ended (refused, or broke) will never ask.
+		select {
+		case r := <-done:
+			return false, fmt.Errorf("the run ended (exit %d) before it asked: %s", r.Code, firstLineOf(r.Stderr))
+		case err := <-errc:
+			return false, err
+		default:
+		}
 		as, err := listApprovals(ctx, e, st, false)
 		for _, a := range as {
 			if a.State == "pending" && a.Target == "stale.test" && a.Action == "egress.connect" {
