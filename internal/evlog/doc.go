@@ -20,7 +20,11 @@
 // receipts and that the old tree is unchanged. [Verify] rebuilds the whole
 // tree from the receipt bodies and checks every stored hash and every
 // checkpoint; [Prove] gives one receipt's inclusion proof, which
-// [Proof.Check] verifies with only the public key.
+// [Proof.Check] verifies with only the public key. Before a gateway
+// starts, [Log.CheckLatest] makes the cheap check (O(log n) stored
+// hashes) that the newest checkpoint still matches the log; it reads no
+// receipt body, so a body changed under an older checkpoint is found by
+// Verify only (run it regularly).
 //
 // # Threat model
 //

@@ -232,3 +232,40 @@ func (l *Log) RunCheckpointer(ctx context.Context, every time.Duration) error {
 		}
 	}
 }
+
+// CheckLatest is the cheap check made before a run: the latest
+// checkpoint's signature verifies, the log still has at least its leaves,
+// and the stored hashes its root is computed from (the complete subtrees:
+// O(log n) hashes, one read) still hash to it. It fails with
+// ErrInconsistent (or the store's error) when they do not. It reads no
+// receipt body and no hash below a complete subtree's: a receipt body, or
+// a leaf hash alone, changed under a checkpoint is found by Verify, not
+// here.
+func (l *Log) CheckLatest(ctx context.Context) error {
+	prev, ok, err := l.st.LatestCheckpoint(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	c, err := ParseCheckpoint(prev.Note, l.verifier)
+	if err != nil {
+		return fmt.Errorf("%w: latest checkpoint (size %d): %v", ErrInconsistent, prev.Size, err)
+	}
+	if c.Size != prev.Size {
+		return fmt.Errorf("%w: checkpoint stored as size %d signs size %d", ErrInconsistent, prev.Size, c.Size)
+	}
+	n, err := l.st.LogSize(ctx)
+	if err != nil {
+		return err
+	}
+	if n < c.Size {
+		return fmt.Errorf("%w: the log has %d leaves, fewer than the %d its latest checkpoint signed", ErrInconsistent, n, c.Size)
+	}
+	h, err := tlog.TreeHash(c.Size, l.st.LogHashReader(ctx))
+	if err != nil {
+		return fmt.Errorf("%w: tree of the first %d leaves: %v", ErrInconsistent, c.Size, err)
+	}
+	if h != c.Root {
+		return fmt.Errorf("%w: the stored hashes of the first %d leaves no longer hash to the latest checkpoint's root", ErrInconsistent, c.Size)
+	}
+	return nil
+}

@@ -287,6 +287,13 @@ func StartGateway(ctx context.Context, h *Host, sb sandbox.Sandbox, plan *Plan) 
 		if err != nil {
 			return nil, failure.Fail(failure.KindStore, "evidence log", err)
 		}
+		// The cheap check (O(log n) stored hashes, no receipt bodies):
+		// the latest checkpoint still matches the log; a run never adds
+		// to a log whose signed tree was changed.
+		if err := el.CheckLatest(ctx); err != nil {
+			return nil, failure.Fail(failure.KindStore, "evidence log",
+				fmt.Errorf("%w; run 'cordon evidence verify' to see what changed", err))
+		}
 		el.Logger = h.logger()
 		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan error, 1)

@@ -113,7 +113,11 @@ func markHTTP(a []string) (string, error) {
 	if err := markOwned(a[0], a[1]); err != nil {
 		return "", fmt.Errorf("marker: %w", err)
 	}
-	return httpOp(a[2:], false)
+	got, err := httpOp(a[2:], false)
+	// What arrived, beside the marker (a directory markOwned checked),
+	// for the host to read: whether an answer reached the program.
+	_ = os.WriteFile(a[1]+".response", []byte(got), 0o644)
+	return got, err
 }
 
 func init() { register("http-until", httpUntil) }

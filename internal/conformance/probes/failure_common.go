@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,4 +227,18 @@ func receipts(ctx context.Context, e *conformance.Env, stateDir string, filter .
 
 func errf(format string, a ...any) conformance.Outcome {
 	return conformance.Outcome{Err: fmt.Errorf(format, a...)}
+}
+
+// runLogRe finds the run log's path in cordon run's summary on stderr.
+var runLogRe = regexp.MustCompile(`(?:full log|while the program ran): (/\S+)`)
+
+// runLog is everything cordon run logged: its stderr and, once the
+// program ran, the run log its summary names (read on the host).
+func runLog(r conformance.RunResult) string {
+	m := runLogRe.FindStringSubmatch(r.Stderr)
+	if m == nil {
+		return r.Stderr
+	}
+	b, _ := os.ReadFile(m[1])
+	return r.Stderr + "\n" + string(b)
 }

@@ -36,14 +36,14 @@ func init() {
 		ID:     "failure.evidence-log.append",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a crossing the log cannot record does not happen)",
-		Title:  "with the evidence log refusing appends, a model crossing never reaches the upstream",
+		Title:  "with the evidence log refusing appends, the upstream's answer never reaches the program and the run says it was withheld",
 		Run:    gatewayProbe(logAppendRefused),
 	})
 	conformance.Register(conformance.Probe{
 		ID:     "failure.evidence-log.tampered",
 		Class:  record.Failure,
 		Clause: "§2.5 failure; §9: unavailable Evidence denies the affected crossing (a log that no longer verifies is not available evidence); §5: the Agent cannot rewrite authoritative Evidence",
-		Title:  "after a logged receipt is changed in the store, a gateway run is refused and nothing crosses",
+		Title:  "a receipt changed under a checkpoint is reported by cordon evidence verify, and still after later runs; no checkpoint signs a changed new receipt; a changed signed tree refuses the next gateway run, nothing crosses",
 		Run:    gatewayProbe(logTampered),
 	})
 }
@@ -217,63 +217,16 @@ func logKeyUnavailable(ctx context.Context, e *conformance.Env) conformance.Outc
 	return conformance.Outcome{Hint: r.Hint(), Facts: facts}
 }
 
-// logTampered: after a gateway run logged a receipt, the probe changes
-// that receipt's body in its own store (around the append-only trigger,
-// as root on the host could). `cordon evidence verify` must see it (the
-// tamper is real), and the next gateway run must be refused: no marker,
-// no upstream request. Control: the first run, on the intact log,
-// started and crossed.
-func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
-	key := secretValue()
-	up := upstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	st := e.StateDir()
-	first, started, err := markedRun(ctx, e, st, "out-first", "--config", cfg)
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	firstSeen := len(up.Seen())
-	if err := storeExec(ctx, st,
-		"DROP TRIGGER receipts_append_only_u",
-		"UPDATE receipts SET body = replace(body, 'claude-probe-1', 'claude-probe-2')",
-		"CREATE TRIGGER receipts_append_only_u BEFORE UPDATE ON receipts BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END",
-	); err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	v, err := e.Cordon(ctx, st, "evidence", "verify")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	detected := v.Code == 1 && strings.Contains(v.Stdout, "receipt_modified")
-	r, after, err := markedRun(ctx, e, st, "out-after", "--config", cfg)
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	n := len(up.Seen()) - firstSeen
-	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		{Name: "cordon evidence verify after receipt 1's body was changed", Want: "exit 1, receipt_modified", Got: fmt.Sprintf("exit %d, receipt_modified %s", v.Code, present(detected)),
-			OK: detected, Source: "cordon evidence verify on the probe's state directory"},
-		refusedFact("the gateway run on the changed log", r, "store_unavailable", "evidence_insufficient"),
-		markerFact("the program's start marker after the run on the changed log", after),
-		countFact("requests the model upstream received from the run on the changed log", n, 0, false),
-		{Name: "the same gateway run on the intact log", Want: "exit 0, started (marker present), 1 upstream request",
-			Got: fmt.Sprintf("exit %d, marker %s, %d upstream requests", first.Code, present(started), firstSeen), OK: first.Code == 0 && started && firstSeen == 1,
-			Source: "cordon run's exit status; the host directory bound at /out; the fake model upstream's request count", Control: true},
-	}}
-}
-
 // logAppendRefused: after a gateway run made the evidence log, the probe
 // makes its own store refuse every new leaf (a trigger aborting inserts
 // into log_leaves: the log is there but cannot record, as on a full or
-// failing disk). The next gateway run's model crossing must never reach
-// the upstream. Control: the first run, on the working log, reached it.
+// failing disk). The store learns that only when the receipt is appended,
+// after the upstream answered, so the call does reach the upstream (a
+// control: the crossing was attempted); what the claim needs is that the
+// answer never reaches the program (the model broker withholds it until
+// its receipt commits, docs/evidence-log.md), that no receipt appears,
+// and that the trusted side's run log says the answer was withheld.
+// Control: the first run, on the working log, got the answer.
 func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
@@ -307,12 +260,23 @@ func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outco
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
+	answered := func(name string) bool {
+		b, _ := os.ReadFile(filepath.Join(e.Dir, name, "started.response"))
+		return strings.Contains(string(b), "probe-answer")
+	}
+	withheld := strings.Contains(runLog(r), "answer_withheld=true")
 	return conformance.Outcome{Hint: r.Hint(), Facts: []record.Fact{
-		countFact("requests the model upstream received while the log refused appends", n, 0, false),
+		{Name: "the upstream's answer in what reached the program while the log refused appends", Want: "absent", Got: present(answered("out-after")), OK: !answered("out-after"),
+			Source: "the response the program received, written beside its marker in the host directory bound at /out"},
 		{Name: "receipts recorded while the log refused appends", Want: "0", Got: fmt.Sprint(len(after) - len(rcs)), OK: len(after) == len(rcs),
 			Source: "the store, via cordon receipts --json"},
-		{Name: "the same gateway run on the working log", Want: "exit 0, 1 upstream request, 1 receipt",
-			Got: fmt.Sprintf("exit %d, %d upstream requests, %d receipts", first.Code, firstSeen, len(rcs)), OK: first.Code == 0 && firstSeen == 1 && len(rcs) == 1,
-			Source: "cordon run's exit status; the fake model upstream's request count; the store", Control: true},
+		{Name: "the trusted side's log of the crossing", Want: "answer_withheld=true", Got: present(withheld), OK: withheld,
+			Source: "cordon run's log on the host (<state-dir>/logs/run-*.log)"},
+		{Name: "the call was made: requests the model upstream received while the log refused appends", Want: "1", Got: fmt.Sprint(n), OK: n == 1,
+			Source: "the fake model upstream on the host, request count", Control: true},
+		{Name: "the same gateway run on the working log", Want: "exit 0, 1 upstream request, 1 receipt, the answer received",
+			Got:    fmt.Sprintf("exit %d, %d upstream requests, %d receipts, answer %s", first.Code, firstSeen, len(rcs), present(answered("out-first"))),
+			OK:     first.Code == 0 && firstSeen == 1 && len(rcs) == 1 && answered("out-first"),
+			Source: "cordon run's exit status; the fake model upstream's request count; the store; the host directory bound at /out", Control: true},
 	}}
 }

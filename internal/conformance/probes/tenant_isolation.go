@@ -36,18 +36,6 @@ func init() {
 		Timeout: 60 * time.Second,
 		Run:     tenantWorkspace,
 	})
-	for _, what := range []string{"receipts", "approvals"} {
-		conformance.Register(conformance.Probe{
-			ID:     "tenant." + what,
-			Class:  record.CrossTenant,
-			Clause: "§2.5 cross-tenant, §3 foreign access denied indistinguishably: another tenant's " + what,
-			Title:  "a tenant cannot read another tenant's " + what,
-			Run: func(context.Context, *conformance.Env) conformance.Outcome {
-				return conformance.Outcome{NotEvidenced: "no per-tenant view of " + what + " exists to probe: they are read from the host's store only, " +
-					"by root (cordon " + what + ", the approval console's operator token); neither a sandbox nor the daemon's socket serves them to a tenant"}
-			},
-		})
-	}
 }
 
 // stateReceipt is the part of a state receipt the probe compares.

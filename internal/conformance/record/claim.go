@@ -129,6 +129,7 @@ var (
 		"the record evidences this host (kernel, boot id, host facts) in its window only, not another host, kernel or later boot",
 		"the probes run cordon's own probe program inside the sandbox, not the agents: no claim about an agent's compatibility or behaviour",
 		"what a probe inside printed (hint) is shown, never judged; facts are what the trusted side observed from outside",
+		"cordon does not re-read the whole evidence log before a run: a run refuses a log whose newest signed tree no longer matches the stored hashes, and no checkpoint signs a receipt changed since it was appended, but a receipt body changed under an older checkpoint is found only by `cordon evidence verify` (run it, e.g. daily)",
 	}
 )
 
