@@ -95,6 +95,11 @@ func Sign(ctx context.Context, st *store.Store, stateDir string, rec *evidence.R
 	if err != nil {
 		return Receipt{}, fmt.Errorf("session receipt: %w", err)
 	}
+	// The same check a gateway start makes: never extend (and sign a
+	// checkpoint over) a log whose newest checkpoint no longer verifies.
+	if err := el.CheckLatest(ctx); err != nil {
+		return Receipt{}, fmt.Errorf("session receipt: the evidence log does not verify (run cordon evidence verify): %w", err)
+	}
 	k, err := attest.LoadKey(stateDir)
 	if err != nil {
 		return Receipt{}, fmt.Errorf("session receipt: %w", err)
