@@ -143,16 +143,23 @@ func receiptsOf(t *testing.T, st string) []receiptLine {
 }
 
 // receiptLines runs `cordon receipts --json` with filter (e.g. --broker
-// ingress) and decodes each line into T.
+// ingress) and decodes each line into T: the crossings' receipts, without
+// the evidence broker's (each session's signed containment receipt,
+// docs/session-receipts.md) unless filter asks for them.
 func receiptLines[T any](t *testing.T, st string, filter ...string) []T {
 	t.Helper()
 	r := cordon(t, cordonBin, st, append([]string{"receipts", "--json"}, filter...)...)
 	if r.Code != 0 {
 		t.Fatalf("cordon receipts --json %v = %d\n%s", filter, r.Code, r.Stderr)
 	}
+	evidence := slices.Contains(filter, "evidence")
 	var out []T
 	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		if l == "" {
+			continue
+		}
+		var b struct{ Broker string }
+		if json.Unmarshal([]byte(l), &b) == nil && b.Broker == "evidence" && !evidence {
 			continue
 		}
 		var rc T

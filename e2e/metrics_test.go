@@ -179,7 +179,7 @@ func TestDaemonMetrics(t *testing.T) {
 		{"cordon_sandboxes", []string{"state=running"}, 1},
 		{"cordon_sandboxes_admitted", []string{"level=DEDICATED_CONTAINER"}, 1},
 		{"cordon_sandbox_starts_total", nil, 1},
-		{"cordon_evidence_log_leaves", nil, 4},
+		{"cordon_evidence_log_leaves", nil, 5}, // the 4 crossings and the sandbox's signed session receipt
 		{"cordon_store_up", nil, 1},
 	} {
 		if got := metricValue(after, c.name, c.labels...); got != c.want {

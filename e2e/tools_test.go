@@ -374,8 +374,10 @@ func TestEvidenceLogVerifiesAndDetectsTampering(t *testing.T) {
 	for _, txt := range []string{"one", "two", "three"} {
 		toolLines(t, cordon(t, cordonBin, st, "run", "--config", cfg, "--ro", probeDir+":/probe", "--", "/probe/mcpclient", "call", "t__echo", fmt.Sprintf(`{"text":%q}`, txt)))
 	}
+	// Each run logs its signed session receipt first (odd ids), then the
+	// call's receipt (even ids).
 	v := cordon(t, cordonBin, st, "evidence", "verify")
-	if v.Code != 0 || !strings.Contains(v.Stdout, "ok: 3 receipts") {
+	if v.Code != 0 || !strings.Contains(v.Stdout, "ok: 6 receipts") {
 		t.Fatalf("verify: %d\n%s\n%s", v.Code, v.Stdout, v.Stderr)
 	}
 	if p := cordon(t, cordonBin, st, "evidence", "verify", "--receipt", "2"); p.Code != 0 || !strings.Contains(p.Stdout, "proof of receipt 2: ok") {

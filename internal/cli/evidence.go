@@ -49,7 +49,7 @@ Examples:
   sudo cordon evidence pubkey > cordon-log.pub`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(evidenceVerifyCmd(g), evidenceCheckpointCmd(g), evidenceKeygenCmd(g), evidencePubkeyCmd(g))
+	cmd.AddCommand(evidenceVerifyCmd(g), evidenceCheckpointCmd(g), evidenceKeygenCmd(g), evidencePubkeyCmd(g), evidenceVerifyReceiptCmd(g))
 	return cmd
 }
 

@@ -38,6 +38,8 @@ type runFlags struct {
 	timeout      time.Duration
 	env          []string
 	evidenceFile string
+	receiptFile  string
+	insitu       string
 	json         bool
 	jsonFile     string
 	tty          string
@@ -98,6 +100,8 @@ kind and reason are printed on stderr); 126 the program cannot be executed;
 	fl.DurationVar(&f.timeout, "timeout", 0, "kill the program after this long (e.g. 30s, 10m); exit 124")
 	fl.StringArrayVar(&f.env, "env", nil, "K=V for the program's environment (repeatable); the host environment is not inherited")
 	fl.StringVar(&f.evidenceFile, "evidence", "", "write the evidence record (cordon.evidence/v1 JSON) to this file")
+	fl.StringVar(&f.receiptFile, "receipt", "", "write the session's signed containment receipt (a DSSE envelope over an in-toto statement; verify with log.pub) to this file")
+	fl.StringVar(&f.insitu, "insitu", sandbox.InSituDefault, "in-situ set attempted at start and judged from outside: default (a few milliseconds) or full (more of the kernel's surface)")
 	addRunIOFlags(fl, f)
 	fl.BoolVar(&f.unsafeRoot, "unsafe-root-workspace", false, "UNSAFE: allow a writable bind of a directory owned by root or a system account")
 	fl.StringVar(&f.workload, "workload", "default", "workload name this run belongs to (the config's workload when --config is given)")
@@ -119,7 +123,11 @@ type Outcome struct {
 	FailureKind     failure.Kind  `json:"failure_kind,omitempty"`
 	Error           string        `json:"error,omitempty"`
 	Unverified      []string      `json:"unverified_boundaries,omitempty"`
-	DurationMS      int64         `json:"duration_ms"`
+	// ReceiptID and ReceiptDigest name the session's signed containment
+	// receipt in the evidence log (docs/session-receipts.md).
+	ReceiptID     int64  `json:"receipt_id,omitempty"`
+	ReceiptDigest string `json:"receipt_digest,omitempty"`
+	DurationMS    int64  `json:"duration_ms"`
 	// WorkspaceTraps: what the program left in its writable binds that can
 	// trap a host user (exact names and targets).
 	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
@@ -155,7 +163,7 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 		return sandbox.Spec{}, err
 	}
 	spec := sandbox.Spec{Argv: argv, Level: level, Workload: f.workload, UnsafeRootWorkspace: f.unsafeRoot,
-		Workspace: f.workspace, Rootfs: f.rootfs, Env: f.env}
+		Workspace: f.workspace, Rootfs: f.rootfs, Env: f.env, InSitu: f.insitu}
 	if spec.Binds, err = parseBinds(f.ro, f.rw); err != nil {
 		return sandbox.Spec{}, err
 	}
@@ -182,6 +190,16 @@ func (f *runFlags) parseSpec(argv []string) (sandbox.Spec, error) {
 	}
 	if f.evidenceFile != "" {
 		if err := checkEvidenceDir(f.evidenceFile); err != nil {
+			return sandbox.Spec{}, err
+		}
+	}
+	if f.receiptFile != "" {
+		abs, err := filepath.Abs(f.receiptFile)
+		if err != nil {
+			return fail("--receipt: %v", err)
+		}
+		f.receiptFile = abs
+		if err := checkEvidenceDir(abs); err != nil {
 			return sandbox.Spec{}, err
 		}
 	}
@@ -222,6 +240,8 @@ type aRun struct {
 	spec  sandbox.Spec
 	l     *launch.Launch
 	prov  sandbox.Provider
+	st    *store.Store // the run's store (the session receipt is logged in it)
+	plan  *launch.Plan // nil without --config
 	// outcome is descriptor 3 (--json); log is where log lines go; term
 	// is the program's pseudo-terminal (runout.go, terminal.go).
 	outcome *os.File
@@ -282,6 +302,7 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	}
 	defer func() { st.Close(); r.tr.mark("store_close") }()
 	r.tr.mark("store_open")
+	r.st = st
 	if r.prov, err = g.runProvider(ctx, st); err != nil {
 		return failure.ExitRefused, err
 	}
@@ -293,6 +314,7 @@ func (r *aRun) do(ctx context.Context, argv []string) (int, error) {
 	if err := r.applyAgent(&spec, plan); err != nil {
 		return failure.ExitRefused, err
 	}
+	r.plan = plan
 	tp, err := newTelemetry(ctx, plan, g.logger())
 	if err != nil {
 		return failure.ExitRefused, err
@@ -372,6 +394,10 @@ func (r *aRun) start(ctx context.Context) (int, error) {
 		}
 	}
 	if err != nil {
+		r.writeEvidence()
+		return failure.ExitRefused, err
+	}
+	if err := r.signReceipt(ctx); err != nil {
 		r.writeEvidence()
 		return failure.ExitRefused, err
 	}

@@ -10,12 +10,14 @@ import (
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/hostmgr"
 	"github.com/cordon-project/cordon/internal/hostmgr/proto"
+	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
 
 type createFlags struct {
 	workspace, config, profile, accept, level, memory, tmp string
+	insitu                                                 string
 	rootfs                                                 string
 	env, volumes, ro, rw                                   []string
 	pids                                                   int64
@@ -68,6 +70,7 @@ resets to SAFE_GUIDED when the daemon or the sandbox restarts.`,
 	fl.StringVar(&f.profile, "profile", "SAFE_GUIDED", "SAFE_GUIDED or FULL_CONTROL_LAB")
 	fl.StringVar(&f.accept, "accept", "", "the exact risk-acceptance phrase FULL_CONTROL_LAB requires")
 	fl.StringVar(&f.level, "level", "", "isolation level that must be evidenced (default DEDICATED_CONTAINER)")
+	fl.StringVar(&f.insitu, "insitu", sandbox.InSituDefault, "in-situ set attempted at start and judged from outside: default or full (docs/session-receipts.md)")
 	fl.StringArrayVar(&f.env, "env", nil, "K=V for every program's environment (repeatable)")
 	fl.StringArrayVar(&f.ro, "ro", nil, "read-only bind HOST[:SANDBOX] of a directory or file you own (opened by this command, sent as a descriptor; repeatable)")
 	fl.StringArrayVar(&f.rw, "rw", nil, "read-write bind HOST[:SANDBOX] of a directory or file you own (opened by this command, sent as a descriptor; repeatable)")
@@ -90,7 +93,7 @@ func (f *createFlags) args(name string, argv []string) (hostmgr.CreateArgs, []*o
 		return fail("%v", err)
 	}
 	ca := hostmgr.CreateArgs{Name: name, Profile: f.profile, Accept: f.accept,
-		Spec: hostmgr.Spec{Argv: argv, Env: f.env, Level: f.level, UnsafeRootWorkspace: f.unsafeRoot}}
+		Spec: hostmgr.Spec{Argv: argv, Env: f.env, Level: f.level, UnsafeRootWorkspace: f.unsafeRoot, InSitu: f.insitu}}
 	var err error
 	if f.memory != "" {
 		if ca.Spec.Limits.MemoryBytes, err = ParseSize(f.memory); err != nil || ca.Spec.Limits.MemoryBytes < 8<<20 {

@@ -27,6 +27,10 @@ type statusReply struct {
 	Limits        sandbox.Limits   `json:"limits"`
 	GatewayRoutes []string         `json:"gateway_routes"`
 	Evidence      *evidence.Record `json:"evidence"`
+	Receipt       *struct {
+		ReceiptID int64  `json:"receipt_id"`
+		Digest    string `json:"digest"`
+	} `json:"receipt"`
 }
 
 func sbStatusCmd(g *globals, sf *sandboxFlags) *cobra.Command {
@@ -133,6 +137,11 @@ func printStatus(w io.Writer, r statusReply, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\n", k, textsafe.Line(rt))
 	}
 	line("Evidence", evidenceText(r.Evidence))
+	rc := "none"
+	if r.Receipt != nil {
+		rc = fmt.Sprintf("signed, evidence-log receipt %d, %s (--json: .receipt.envelope; docs/session-receipts.md)", r.Receipt.ReceiptID, textsafe.Line(short(r.Receipt.Digest)))
+	}
+	line("Receipt", rc)
 	drift := "none"
 	if r.Drain != "" {
 		drift = "DRAINING: " + textsafe.Line(r.Drain) + " (cordon sandbox readmit NAME)"
@@ -191,6 +200,15 @@ func evidenceText(ev *evidence.Record) string {
 		textsafe.Line(ev.EnforcementMode), ev.LevelAdmitted.String(), ev.LevelRequested.String())
 	if len(bad) > 0 {
 		s += "; unverified: " + strings.Join(bad, ", ")
+	}
+	if in := ev.InSitu; in != nil {
+		ok := 0
+		for _, c := range in.Checks {
+			if c.OK {
+				ok++
+			}
+		}
+		s += fmt.Sprintf("; in-situ %s set: %d of %d checks OK", textsafe.Line(in.Set), ok, len(in.Checks))
 	}
 	return s + " (cordon sandbox status NAME --json --pretty for every fact)"
 }

@@ -38,6 +38,11 @@ type Check struct {
 	Want   string `json:"want,omitempty"`
 	Got    string `json:"got"`
 	Source string `json:"source"` // where the trusted side read it
+	// Boundary (in-situ checks) names the boundary the check is a fact of.
+	Boundary string `json:"boundary,omitempty"`
+	// Control marks a positive control: a permitted attempt whose trace
+	// shows that the observation would see the denied one had it worked.
+	Control bool `json:"control,omitempty"`
 }
 
 // Boundary is the verdict for one boundary and the facts behind it. The
@@ -87,6 +92,10 @@ type Record struct {
 	// can trap a host user (symlinks leaving it, FIFOs, sockets, devices),
 	// read by the trusted side after the program ended.
 	WorkspaceTraps []trapscan.Report `json:"workspace_traps,omitempty"`
+	// InSitu is the in-situ set the init attempted at start, after every
+	// layer was in place, judged by the trusted side from the traces
+	// (insitu_linux.go); nil when the provider ran none.
+	InSitu *InSitu `json:"in_situ,omitempty"`
 }
 
 // LeaseFacts is the UID/GID range the sandbox was given.

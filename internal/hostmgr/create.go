@@ -90,7 +90,13 @@ func (c *call) createSpec(ctx context.Context, s *Spec) (sandbox.Spec, error) {
 			return sandbox.Spec{}, proto.Errorf(proto.KindBadRequest, "level: %v", err)
 		}
 	}
-	spec := sandbox.Spec{Argv: s.Argv, Env: append([]string{}, s.Env...), UnsafeRootWorkspace: s.UnsafeRootWorkspace, Limits: s.Limits, Level: level}
+	switch s.InSitu {
+	case "", sandbox.InSituDefault, sandbox.InSituFull:
+	default:
+		return sandbox.Spec{}, proto.Errorf(proto.KindBadRequest, "insitu %q: want %s or %s", s.InSitu, sandbox.InSituDefault, sandbox.InSituFull)
+	}
+	spec := sandbox.Spec{Argv: s.Argv, Env: append([]string{}, s.Env...), UnsafeRootWorkspace: s.UnsafeRootWorkspace, Limits: s.Limits, Level: level,
+		InSitu: s.InSitu}
 	if s.Workspace {
 		if err := checkOwned(files[0], c.peer, "workspace", true); err != nil {
 			return sandbox.Spec{}, err
@@ -302,6 +308,9 @@ func (d *Daemon) start(ctx context.Context, b *box) error {
 		return err
 	}
 	d.crash("start.after_spawn")
+	if err := d.signReceipt(ctx, b, l.Record); err != nil {
+		return err
+	}
 	evJSON, _ := json.Marshal(l.Record)
 	if b.spec.Gateway != nil {
 		if err := d.startGateway(ctx, b); err != nil {

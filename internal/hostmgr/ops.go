@@ -26,6 +26,9 @@ type Spec struct {
 	Env    []string       `json:"env,omitempty"`
 	Level  string         `json:"level,omitempty"` // default DEDICATED_CONTAINER
 	Limits sandbox.Limits `json:"limits"`
+	// InSitu is the in-situ set attempted at start (sandbox.InSituDefault
+	// when empty, or sandbox.InSituFull; docs/session-receipts.md).
+	InSitu string `json:"insitu,omitempty"`
 	// Workspace says the caller passed its workspace directory as the
 	// request's first descriptor; it is bound read-write at /workspace.
 	Workspace bool `json:"workspace,omitempty"`
@@ -222,12 +225,17 @@ func (d *Daemon) opStatus(ctx context.Context, c *call) (any, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := d.info(b)
+	rc, err := d.receipt(ctx, b)
+	if err != nil {
+		return nil, err
+	}
 	return struct {
 		Info
 		Limits        sandbox.Limits  `json:"limits"`
 		GatewayRoutes []string        `json:"gateway_routes,omitempty"`
 		Evidence      json.RawMessage `json:"evidence,omitempty"`
-	}{i, b.spec.Limits, gatewayRoutes(b.spec.GatewayEnv), b.rec.Evidence}, nil
+		Receipt       *ReceiptInfo    `json:"receipt,omitempty"`
+	}{i, b.spec.Limits, gatewayRoutes(b.spec.GatewayEnv), b.rec.Evidence, rc}, nil
 }
 
 // gatewayRoutes are the entries of a sandbox's gateway environment that

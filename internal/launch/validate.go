@@ -32,6 +32,7 @@ var specChecks = []specCheck{
 	{"pids", checkPids},
 	{"cpus", checkCPUs},
 	{"timeout", checkTimeout},
+	{"insitu", checkInSitu},
 }
 
 // Validate checks spec against every rule and returns the first failure.
@@ -175,4 +176,12 @@ func clip(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+func checkInSitu(s *sandbox.Spec) error {
+	switch s.InSitu {
+	case "", sandbox.InSituDefault, sandbox.InSituFull:
+		return nil
+	}
+	return usage("--insitu %q: want %s or %s", s.InSitu, sandbox.InSituDefault, sandbox.InSituFull)
 }

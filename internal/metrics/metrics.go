@@ -90,13 +90,23 @@ func New(o Options) *Metrics {
 	return m
 }
 
+// evidenceBroker is the broker of attestation receipts (internal/attest).
+const evidenceBroker = "evidence"
+
 // Registry is what the endpoint serves (and tests gather).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObserveReceipt counts one committed receipt. Only fixed label values
 // leave it: the broker and decision when they are known ones, the reason
 // reduced to its class.
+//
+// A receipt of the evidence broker (a signed session receipt or record,
+// logged by the trusted side: docs/session-receipts.md) is no crossing and
+// is not counted as one; it is a leaf of the log like any receipt.
 func (m *Metrics) ObserveReceipt(rc crossing.Receipt) {
+	if rc.Broker == evidenceBroker {
+		return
+	}
 	b := brokerLabel(rc.Broker)
 	m.crossings.WithLabelValues(b, decisionLabel(rc.Decision), ReasonClass(rc)).Inc()
 	if rc.Duration >= 0 {

@@ -477,3 +477,17 @@ func TestListenWarnsOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveReceiptSkipsEvidence: a session receipt (broker evidence) is
+// no crossing: nothing is counted for it; a crossing beside it is.
+func TestObserveReceiptSkipsEvidence(t *testing.T) {
+	m := New(Options{})
+	m.ObserveReceipt(crossing.Receipt{Broker: "evidence", Action: "session.receipt", Decision: crossing.Allow, Identity: crossing.Identity{Workload: "w"}})
+	m.ObserveReceipt(crossing.Receipt{Broker: "model", Decision: crossing.Allow})
+	if got := testutil.CollectAndCount(m.crossings); got != 1 {
+		t.Errorf("crossings series = %d, want 1 (the model crossing only)", got)
+	}
+	if got := testutil.ToFloat64(m.crossings.WithLabelValues("other", "allow", "ok")); got != 0 {
+		t.Errorf("the session receipt was counted as a crossing of broker other: %v", got)
+	}
+}

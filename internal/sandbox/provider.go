@@ -76,7 +76,18 @@ type Spec struct {
 	// provider allocates inside the sandbox (see Terminal); nil runs it
 	// on Stdin, Stdout and Stderr as they are.
 	Terminal *Terminal
+	// InSitu is the in-situ set the provider attempts at start and
+	// judges from outside (InSituDefault when empty; InSituFull runs the
+	// longer set). A provider that can attempt none records none, and
+	// its record says so.
+	InSitu string
 }
+
+// The in-situ sets (Spec.InSitu).
+const (
+	InSituDefault = "default"
+	InSituFull    = "full"
+)
 
 // Terminal asks for a pseudo-terminal allocated inside the sandbox, its
 // own (never one of the host's), as the program's controlling terminal.

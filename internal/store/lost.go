@@ -96,10 +96,13 @@ func chargeIn(ctx context.Context, tx *sql.Tx, sandboxID string, b Budget, annot
 	return out, nil
 }
 
-// CountReceipts is the number of receipts a sandbox has in the store.
+// CountReceipts is the number of receipts a sandbox's crossings added to
+// the store: the evidence broker's (its signed session receipt, written by
+// the trusted side at admission, never caused by the agent) are not
+// counted against its bound.
 func (s *Store) CountReceipts(ctx context.Context, workload, sandboxID string) (int64, error) {
 	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM receipts WHERE workload = ? AND sandbox_id = ?`, workload, sandboxID).Scan(&n)
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM receipts WHERE workload = ? AND sandbox_id = ? AND broker != 'evidence'`, workload, sandboxID).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("%w: count receipts: %v", crossing.ErrUnavailable, err)
 	}

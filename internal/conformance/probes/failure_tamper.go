@@ -71,7 +71,9 @@ func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	}
 	if err := storeExec(ctx, st,
 		"DROP TRIGGER receipts_append_only_u",
-		"UPDATE receipts SET body = replace(body, 'claude-probe-1', 'claude-probe-2') WHERE id = 1",
+		// The first model crossing's receipt (each run logs its signed
+		// session receipt first, broker evidence).
+		"UPDATE receipts SET body = replace(body, 'claude-probe-1', 'claude-probe-2') WHERE id = (SELECT min(id) FROM receipts WHERE broker = 'model')",
 		"CREATE TRIGGER receipts_append_only_u BEFORE UPDATE ON receipts BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END",
 	); err != nil {
 		return conformance.Outcome{Err: err}
@@ -194,7 +196,11 @@ func runOnChangedTree(ctx context.Context, e *conformance.Env, up *fixture.Model
 	n := len(up.Seen()) - before
 	if err := storeExec(ctx, st,
 		"DROP TRIGGER log_hashes_append_only_u",
-		"UPDATE log_hashes SET hash = randomblob(32) WHERE idx = 0",
+		// The newest stored hash: the top of the tree's rightmost complete
+		// subtree, which the newest checkpoint's root is computed from
+		// (a run logs its session receipt and its crossing: no longer a
+		// one-leaf tree whose root is hash 0).
+		"UPDATE log_hashes SET hash = randomblob(32) WHERE idx = (SELECT max(idx) FROM log_hashes)",
 		"CREATE TRIGGER log_hashes_append_only_u BEFORE UPDATE ON log_hashes BEGIN SELECT RAISE(ABORT, 'the evidence log is append-only'); END",
 	); err != nil {
 		return nil, err

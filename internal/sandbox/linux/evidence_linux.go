@@ -11,6 +11,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 )
 
 // evidence reads the live sandbox and builds its record. The limits come
@@ -31,6 +32,20 @@ func (sb *linuxSandbox) evidence(in evidence.Inputs) *evidence.Record {
 		CreatedAt: sb.created.UTC(), CollectedAt: time.Now().UTC(),
 	}
 	return rec
+}
+
+// judgeInSitu judges the in-situ set from its traces and admits again:
+// a boundary with a failed in-situ check is not verified. attemptUS is
+// the init's own measure of the attempts (a timing, not evidence).
+func (sb *linuxSandbox) judgeInSitu(rec *evidence.Record, ins *evidence.InSituHost, attemptUS int64) {
+	s := ins.Judge(evidence.InSituInputs{
+		Pid: sb.cmd.Process.Pid, ProbeDir: sbinit.ProbeDir, Write: sbinit.InSituWrite, Control: sbinit.InSituControl,
+		Route: sbinit.InSituRoute, RoutePort: sbinit.InSituPort,
+	})
+	s.AttemptMicros = attemptUS
+	rec.InSitu = s
+	evidence.ApplyInSitu(rec.Boundaries, s)
+	rec.LevelAdmitted, rec.EnforcementMode = evidence.Admit(rec.Boundaries)
 }
 
 func (sb *linuxSandbox) limitChecks() []evidence.Check {

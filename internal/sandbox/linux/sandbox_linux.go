@@ -255,6 +255,14 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	if err != nil {
 		return sandbox.Admission{}, err
 	}
+	// The in-situ set's host listeners, opened here, on a goroutine in the
+	// host's network namespace, and closed once judged.
+	ins, err := evidence.OpenInSitu(sb.spec.InSitu == sandbox.InSituFull)
+	if err != nil {
+		return sandbox.Admission{}, failure.Fail(failure.KindStart, "in-situ set", err)
+	}
+	defer ins.Close()
+	cfg.InSitu = &sbinit.InSitu{Full: ins.Full, Abstract: ins.Abstract, Port: ins.Port}
 	sb.cfg = cfg
 	sb.mark("config")
 	if err := sb.spawn(); err != nil {
@@ -274,7 +282,7 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 		return sandbox.Admission{}, initFailure(m)
 	}
 	sb.mark("init")
-	for _, k := range []string{"root", "namespaces", "masks", "rlimits_bounding", "creds_nnp", "landlock", "seccomp"} {
+	for _, k := range []string{"root", "namespaces", "masks", "rlimits_bounding", "creds_nnp", "landlock", "seccomp", "insitu"} {
 		if v, ok := m.Timings[k]; ok {
 			sb.phases = append(sb.phases, Phase{Name: "init." + k, Dur: time.Duration(v) * time.Microsecond, Nested: true})
 		}
@@ -282,6 +290,8 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	in.Pid = sb.cmd.Process.Pid
 	rec := sb.evidence(in)
 	sb.mark("evidence")
+	sb.judgeInSitu(rec, ins, m.Timings["insitu"])
+	sb.mark("insitu")
 	adm := sandbox.Admission{Level: rec.LevelAdmitted, Verified: rec.EnforcementMode == evidence.Verified, Record: rec}
 	return adm, nil
 }

@@ -1,7 +1,10 @@
 // Package sbinit is the sandbox init: the small program that runs as PID 1
 // inside a new sandbox, builds the boundary from the inside (mounts,
 // pivot_root, hostname, loopback, /proc masks, rlimits, capabilities, securebits,
-// no_new_privs, Landlock, seccomp), waits until the trusted side has read
+// no_new_privs, Landlock, seccomp), makes the in-situ attempts whose
+// traces the trusted side judges (insitu_linux.go: each fails with an
+// errno under the filter, never blocks, and is released before the program
+// starts), waits until the trusted side has read
 // its evidence, then starts the program in its own session (with
 // Config.Tty, on a pty of the sandbox's own devpts as its controlling
 // terminal, whose master it hands to the trusted side and closes:

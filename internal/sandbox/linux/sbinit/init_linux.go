@@ -131,6 +131,11 @@ func Main() int {
 	if err != nil {
 		return c.fail("harden", err)
 	}
+	// After harden: the attempts must meet every layer, seccomp included.
+	// Before ready: the trusted side judges their traces with the rest of
+	// the evidence, and "go" comes only after.
+	traces := attemptInSitu(&cfg)
+	tm.mark("insitu")
 	if err := c.send(Message{Type: "ready", LandlockABI: abi, Timings: tm.m}); err != nil {
 		return 125
 	}
@@ -139,6 +144,7 @@ func Main() int {
 		// The trusted side refused admission or went away: never start.
 		return 125
 	}
+	traces.release()
 	if cfg.Daemon {
 		return superviseDaemon(c, &cfg)
 	}

@@ -126,7 +126,44 @@ type Config struct {
 	// of the sandbox's own devpts instance (see Tty). Not in daemon mode
 	// (there an exec asks for one: Message.Pty).
 	Tty *Tty `json:"tty,omitempty"`
+	// InSitu, when set, makes the init attempt the in-situ set
+	// (insitu_linux.go) after hardening, before it reports ready. Nil
+	// attempts nothing (the trusted side then records no in-situ checks).
+	InSitu *InSitu `json:"in_situ,omitempty"`
 }
+
+// InSitu is what the trusted side opened for the in-situ attempts: each
+// attempt leaves a trace only the host can read (a file under the
+// sandbox's root, an accept on a host listener, a descriptor or a socket
+// of the init seen in /proc), and none of them blocks or sends traffic
+// anywhere but the sandbox's own loopback.
+type InSitu struct {
+	// Full adds the longer set (kernel objects that need more of the
+	// kernel: bpf, perf events, a mount over the probe dir).
+	Full bool `json:"full,omitempty"`
+	// Abstract is the name (without the leading NUL) of an abstract Unix
+	// socket the trusted side listens on in the host's network namespace.
+	Abstract string `json:"abstract"`
+	// Port is a TCP port the trusted side listens on at the host's
+	// 127.0.0.1.
+	Port int `json:"port"`
+}
+
+// The in-situ set's fixed names.
+const (
+	// InSituWrite, in ProbeDir, is written after seccomp: must not exist.
+	InSituWrite = "insitu-write"
+	// InSituControl is the same write in a writable scratch path: must
+	// exist while the trusted side judges; removed at "go".
+	InSituControl = "/tmp/.cordon-insitu-control"
+	// InSituRoute is a non-loopback address (TEST-NET-1, RFC 5737) the
+	// init connects a UDP socket to: a UDP connect sends nothing, it only
+	// looks up a route, which the sandbox's empty namespace must not have.
+	InSituRoute = "192.0.2.1"
+	// InSituPort is the UDP port of the route attempt and of its loopback
+	// control (the discard port; nothing is sent).
+	InSituPort = 9
+)
 
 // Tty asks the init for a pseudo-terminal. The init opens the sandbox's
 // /dev/ptmx (its private devpts, bounded by MaxPtys: never the host's
