@@ -43,7 +43,7 @@ envelope of 'cordon sandbox status --json'): a DSSE envelope over an in-toto
 statement (predicateType https://cordon.dev/session-receipt/v1) whose
 predicate is the session's evidence record, with its in-situ checks.
 
-It checks the signature with --pubkey (a log.pub; default
+It checks the signature with --key (a log.pub; default
 <state-dir>/evidence/log.pub), that the statement is a session receipt,
 that every in-situ check and every boundary the admitted level needs was
 OK, and with --binary/--config that the file's digest is the subject's.
@@ -70,7 +70,10 @@ any check fails. See docs/session-receipts.md.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&pubkey, "pubkey", "", "verifier key file (default <state-dir>/evidence/log.pub)")
+	fl.StringVar(&pubkey, "key", "", "public key file (log.pub; default <state-dir>/evidence/log.pub), as for 'cordon conformance verify'")
+	// --pubkey, as 'cordon evidence verify' spells it, says the same.
+	fl.StringVar(&pubkey, "pubkey", "", "the same as --key")
+	_ = fl.MarkHidden("pubkey")
 	fl.StringVar(&binary, "binary", "", "check that this cordon binary is the one the receipt names")
 	fl.StringVar(&config, "config", "", "check that this configuration file is the one the receipt names")
 	fl.BoolVar(&withLog, "log", false, "also prove the receipt is in this host's evidence log (root)")
