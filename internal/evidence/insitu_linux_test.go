@@ -1,7 +1,11 @@
 package evidence
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -31,7 +35,7 @@ func TestInSituHostCountsAccepts(t *testing.T) {
 				defer unix.Close(fd)
 			}
 		}
-		for _, c := range h.acceptChecks() {
+		for _, c := range h.acceptChecks(fmt.Sprintf("/proc/%d", os.Getpid())) {
 			want := c.Control || !reach
 			if c.OK != want {
 				t.Errorf("reached=%v: %s = %v (%s), want %v", reach, c.Name, c.OK, c.Got, want)
@@ -41,5 +45,50 @@ func TestInSituHostCountsAccepts(t *testing.T) {
 			}
 		}
 		h.Close()
+	}
+}
+
+// TestInSituHostIgnoresForeignConnections: the listeners live in the
+// host's network namespace, where any local user can find them
+// (/proc/net/unix, /proc/net/tcp) and connect. Such a connection is not
+// the sandbox's: it must not fail the sandbox's check (a hostile local
+// user could otherwise refuse every session and blame its boundary). The
+// "init" here is a process in a new pid and network namespace, the
+// connections come from this test process (outside both).
+func TestInSituHostIgnoresForeignConnections(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs root (new pid namespace)")
+		}
+		t.Skip("needs root")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	h, err := OpenInSitu(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, c := range []struct {
+		family int
+		sa     unix.Sockaddr
+	}{{unix.AF_UNIX, &unix.SockaddrUnix{Name: "@" + h.Abstract}}, {unix.AF_INET, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: h.Port}}} {
+		fd, err := unix.Socket(c.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Connect(fd, c.sa); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+	}
+	for _, c := range h.acceptChecks(fmt.Sprintf("/proc/%d", cmd.Process.Pid)) {
+		if !c.OK {
+			t.Errorf("%s = false (%s): a connection from outside the sandbox failed its check", c.Name, c.Got)
+		}
 	}
 }
