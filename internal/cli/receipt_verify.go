@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/attest"
+	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sessionreceipt"
@@ -116,6 +117,9 @@ func (g *globals) verifyReceipt(ctx context.Context, file, pubkey, binary, confi
 			}
 		}
 		out.InSitu = fmt.Sprintf("%s set, %d of %d checks OK", rec.InSitu.Set, len(rec.InSitu.Checks)-bad, len(rec.InSitu.Checks))
+		for _, m := range evidence.MissingInSitu(rec.InSitu) {
+			out.Problems = append(out.Problems, "in_situ "+m)
+		}
 	}
 	if rec.LevelAdmitted < rec.LevelRequested {
 		out.Problems = append(out.Problems, fmt.Sprintf("level: admitted %s, below the requested %s", rec.LevelAdmitted, rec.LevelRequested))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,6 +90,32 @@ func TestInSituHostIgnoresForeignConnections(t *testing.T) {
 	for _, c := range h.acceptChecks(fmt.Sprintf("/proc/%d", cmd.Process.Pid)) {
 		if !c.OK {
 			t.Errorf("%s = false (%s): a connection from outside the sandbox failed its check", c.Name, c.Got)
+		}
+	}
+}
+
+// TestInSituChecksNameWhatJudgeReports: the list verify-receipt holds a
+// set to is exactly what the judge reports for it.
+func TestInSituChecksNameWhatJudgeReports(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		h, err := OpenInSitu(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := h.Judge(InSituInputs{Pid: os.Getpid(), ProbeDir: "/nonexistent", Write: "w", Control: "/nonexistent/c", RoutePort: 9, Route: "192.0.2.1"})
+		h.Close()
+		var got []string
+		for _, c := range s.Checks {
+			got = append(got, c.Name)
+		}
+		want := InSituChecks(s.Set)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("set %s: judge reports %v, InSituChecks %v", s.Set, got, want)
+		}
+		if m := MissingInSitu(s); len(m) != 0 {
+			t.Errorf("set %s: MissingInSitu = %v", s.Set, m)
 		}
 	}
 }
