@@ -121,6 +121,24 @@ func (g *globals) verifyReceipt(ctx context.Context, file, pubkey, binary, confi
 			out.Problems = append(out.Problems, "in_situ "+m)
 		}
 	}
+	// The admitted level and mode must follow from the record's own facts
+	// (a boundary is verified only over facts that are all OK), not only
+	// from the verdicts it states.
+	rejudged := map[string]evidence.Boundary{}
+	for _, name := range evidence.Boundaries() {
+		b := rec.Boundaries[name]
+		ok := b.Verified && len(b.Facts) > 0
+		for _, f := range b.Facts {
+			ok = ok && f.OK
+		}
+		if b.Verified && !ok {
+			out.Problems = append(out.Problems, fmt.Sprintf("boundary %s: stated verified, but its facts are not all OK (%d facts)", name, len(b.Facts)))
+		}
+		rejudged[name] = evidence.Boundary{Verified: ok}
+	}
+	if lvl, mode := evidence.Admit(rejudged); rec.LevelAdmitted > lvl || rec.EnforcementMode != mode {
+		out.Problems = append(out.Problems, fmt.Sprintf("level: the record states %s (%s), its boundaries admit %s (%s)", rec.LevelAdmitted, rec.EnforcementMode, lvl, mode))
+	}
 	if rec.LevelAdmitted < rec.LevelRequested {
 		out.Problems = append(out.Problems, fmt.Sprintf("level: admitted %s, below the requested %s", rec.LevelAdmitted, rec.LevelRequested))
 	}
