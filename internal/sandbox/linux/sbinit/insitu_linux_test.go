@@ -1,0 +1,44 @@
+package sbinit
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+)
+
+// TestInSituAttemptsReachWhatNothingDenies is the positive control of the
+// network and IPC attempts themselves: made here, by a process with no
+// namespace, Landlock or filter of its own, the init's connects to the
+// host's abstract socket and loopback port must arrive and be judged as
+// reached. If they did not (a wrong name, a wrong port), the checks would
+// pass inside every sandbox whatever its boundary.
+func TestInSituAttemptsReachWhatNothingDenies(t *testing.T) {
+	h, err := evidence.OpenInSitu(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// The control write lands in the host's /tmp under another name here
+	// only if nothing holds it; release removes it.
+	cfg := &Config{InSitu: &InSitu{Abstract: h.Abstract, Port: h.Port}}
+	s := attemptInSitu(cfg)
+	defer s.release()
+	got := h.Judge(evidence.InSituInputs{Pid: os.Getpid(), ProbeDir: ProbeDir, Write: InSituWrite, Control: InSituControl, RoutePort: InSituPort, Route: InSituRoute})
+	seen := map[string]evidence.Check{}
+	for _, c := range got.Checks {
+		seen[c.Name] = c
+	}
+	for _, name := range []string{"insitu_host_abstract_socket", "insitu_host_loopback_port"} {
+		c, ok := seen[name]
+		if !ok || c.OK {
+			t.Errorf("%s = %+v: the unimpeded attempt was not seen to reach the host's listener", name, c)
+		}
+		if ctl := seen[name+"_control"]; !ctl.OK {
+			t.Errorf("%s_control = %+v", name, ctl)
+		}
+	}
+	if c := seen["insitu_route_control"]; !c.OK {
+		t.Errorf("insitu_route_control = %+v: the loopback UDP connect is not listed", c)
+	}
+}
