@@ -172,14 +172,7 @@ func (h *InSituHost) acceptChecks(proc string) []Check {
 			c.Got = "unreadable: " + err.Error()
 		}
 		ctl := Check{Name: l.name + "_control", Boundary: b, Control: true, Want: "the host's own connection accepted (1)", Source: l.src}
-		fd, err := unix.Socket(l.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Connect(fd, l.sa)
-			if err == nil {
-				n, err = drain(l.fd, 1, nil)
-			}
-			unix.Close(fd)
-		}
+		n, err = hostConnect(l.fd, l.family, l.sa)
 		if err != nil {
 			ctl.Got = "connect: " + err.Error()
 		} else {
@@ -189,6 +182,35 @@ func (h *InSituHost) acceptChecks(proc string) []Check {
 		out = append(out, c, ctl)
 	}
 	return out
+}
+
+// hostConnect is the control: the host connects to its own listener lfd
+// and counts the connections it accepts that are its own. Anyone on the
+// host can queue connections on the listeners too: they are not counted
+// (the control would otherwise fail), and the connect never blocks (a
+// blocking connect to a full abstract socket's backlog waits for ever);
+// a full backlog fails the control instead (fail closed).
+func hostConnect(lfd, family int, sa unix.Sockaddr) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
+		return 0, err
+	}
+	own := func(c int) bool {
+		if family == unix.AF_UNIX {
+			cred, err := unix.GetsockoptUcred(c, unix.SOL_SOCKET, unix.SO_PEERCRED)
+			return err == nil && int(cred.Pid) == os.Getpid()
+		}
+		local, err1 := unix.Getsockname(fd)
+		peer, err2 := unix.Getpeername(c)
+		l4, ok1 := local.(*unix.SockaddrInet4)
+		p4, ok2 := peer.(*unix.SockaddrInet4)
+		return err1 == nil && err2 == nil && ok1 && ok2 && l4.Port == p4.Port && l4.Addr == p4.Addr
+	}
+	return drain(lfd, 1, own)
 }
 
 // drain accepts and closes every queued connection on a non-blocking
