@@ -63,6 +63,16 @@ func TestInSituAttemptsReachWhatNothingDenies(t *testing.T) {
 			t.Errorf("%s = %+v: the object the attempt made was not seen", name, c)
 		}
 	}
+	// The route out: where this host has one (the connect sends nothing),
+	// the judge must see the attempt's connected socket.
+	if fd, err := connectInet(unix.SOCK_DGRAM, [4]byte{192, 0, 2, 1}, InSituPort); err != nil {
+		t.Logf("insitu_route_out: this host has no route to %s (%v): not checked", InSituRoute, err)
+	} else {
+		unix.Close(fd)
+		if c := seen["insitu_route_out"]; c.OK {
+			t.Errorf("insitu_route_out = %+v: the connected socket was not seen", c)
+		}
+	}
 	if c := seen["insitu_route_control"]; !c.OK {
 		t.Errorf("insitu_route_control = %+v: the loopback UDP connect is not listed", c)
 	}
