@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cordon-project/cordon/internal/attest"
+	"github.com/cordon-project/cordon/internal/evidence"
 	"github.com/cordon-project/cordon/internal/evlog"
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sessionreceipt"
@@ -119,6 +120,27 @@ func (g *globals) verifyReceipt(ctx context.Context, file, pubkey, binary, confi
 			}
 		}
 		out.InSitu = fmt.Sprintf("%s set, %d of %d checks OK", rec.InSitu.Set, len(rec.InSitu.Checks)-bad, len(rec.InSitu.Checks))
+		for _, m := range evidence.MissingInSitu(rec.InSitu) {
+			out.Problems = append(out.Problems, "in_situ "+m)
+		}
+	}
+	// The admitted level and mode must follow from the record's own facts
+	// (a boundary is verified only over facts that are all OK), not only
+	// from the verdicts it states.
+	rejudged := map[string]evidence.Boundary{}
+	for _, name := range evidence.Boundaries() {
+		b := rec.Boundaries[name]
+		ok := b.Verified && len(b.Facts) > 0
+		for _, f := range b.Facts {
+			ok = ok && f.OK
+		}
+		if b.Verified && !ok {
+			out.Problems = append(out.Problems, fmt.Sprintf("boundary %s: stated verified, but its facts are not all OK (%d facts)", name, len(b.Facts)))
+		}
+		rejudged[name] = evidence.Boundary{Verified: ok}
+	}
+	if lvl, mode := evidence.Admit(rejudged); rec.LevelAdmitted > lvl || rec.EnforcementMode != mode {
+		out.Problems = append(out.Problems, fmt.Sprintf("level: the record states %s (%s), its boundaries admit %s (%s)", rec.LevelAdmitted, rec.EnforcementMode, lvl, mode))
 	}
 	if rec.LevelAdmitted < rec.LevelRequested {
 		out.Problems = append(out.Problems, fmt.Sprintf("level: admitted %s, below the requested %s", rec.LevelAdmitted, rec.LevelRequested))

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -88,4 +89,47 @@ func ApplyInSitu(b map[string]Boundary, s *InSitu) {
 		bd.Facts = append(bd.Facts, f)
 		b[c.Boundary] = bd
 	}
+}
+
+// The in-situ sets (InSitu.Set).
+const (
+	InSituSetDefault = "default"
+	InSituSetFull    = "full"
+)
+
+var inSituDefault = []string{
+	"insitu_write_outside_writable", "insitu_write_control",
+	"insitu_host_abstract_socket", "insitu_host_abstract_socket_control",
+	"insitu_host_loopback_port", "insitu_host_loopback_port_control",
+	"insitu_kernel_object_control", "insitu_io_uring_setup", "insitu_userfaultfd",
+	"insitu_route_out", "insitu_route_control",
+}
+
+// InSituChecks names every check of an in-situ set (nil: no such set).
+func InSituChecks(set string) []string {
+	switch set {
+	case InSituSetDefault:
+		return slices.Clone(inSituDefault)
+	case InSituSetFull:
+		return append(slices.Clone(inSituDefault), "insitu_bpf_map_create", "insitu_perf_event_open", "insitu_mount_over_probe_dir")
+	}
+	return nil
+}
+
+// MissingInSitu names what s lacks of its set: an unknown set, or each
+// check of the set it does not report. A set is a claim only whole: a
+// record that leaves a check out (a provider reporting only what passed)
+// must not read as "every in-situ check OK".
+func MissingInSitu(s *InSitu) []string {
+	want := InSituChecks(s.Set)
+	if want == nil {
+		return []string{fmt.Sprintf("set %q: want %s or %s", s.Set, InSituSetDefault, InSituSetFull)}
+	}
+	var out []string
+	for _, n := range want {
+		if !slices.ContainsFunc(s.Checks, func(c Check) bool { return c.Name == n }) {
+			out = append(out, n+": missing from the "+s.Set+" set")
+		}
+	}
+	return out
 }

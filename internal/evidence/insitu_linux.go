@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,7 +101,7 @@ func (h *InSituHost) Judge(in InSituInputs) *InSitu {
 		s.Set = "full"
 	}
 	s.Checks = append(s.Checks, writeChecks(proc, in)...)
-	s.Checks = append(s.Checks, h.acceptChecks()...)
+	s.Checks = append(s.Checks, h.acceptChecks(proc)...)
 	s.Checks = append(s.Checks, fdChecks(proc, h.Full)...)
 	s.Checks = append(s.Checks, routeChecks(proc, in)...)
 	if h.Full {
@@ -140,7 +141,7 @@ func writeChecks(proc string, in InSituInputs) []Check {
 // acceptChecks counts the connections queued on the host's listeners
 // (must be none), then connects to each itself and counts again (must be
 // exactly one: the counting sees a connection that does arrive).
-func (h *InSituHost) acceptChecks() []Check {
+func (h *InSituHost) acceptChecks(proc string) []Check {
 	var out []Check
 	for _, l := range []struct {
 		name, src string
@@ -155,20 +156,23 @@ func (h *InSituHost) acceptChecks() []Check {
 		if l.family == unix.AF_UNIX {
 			b = IPC
 		}
-		n, err := drain(l.fd, 0)
+		foreign := 0
+		n, err := drain(l.fd, 0, func(c int) bool {
+			if outsideSandbox(proc, c, l.family, h.Port) {
+				foreign++
+				return false
+			}
+			return true
+		})
 		c := Check{Name: l.name, Boundary: b, Want: "0 connections accepted", Got: fmt.Sprintf("%d connections accepted", n), Source: l.src, OK: err == nil && n == 0}
+		if foreign > 0 {
+			c.Got += fmt.Sprintf(" (%d from outside the sandbox not counted)", foreign)
+		}
 		if err != nil {
 			c.Got = "unreadable: " + err.Error()
 		}
 		ctl := Check{Name: l.name + "_control", Boundary: b, Control: true, Want: "the host's own connection accepted (1)", Source: l.src}
-		fd, err := unix.Socket(l.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Connect(fd, l.sa)
-			if err == nil {
-				n, err = drain(l.fd, 1)
-			}
-			unix.Close(fd)
-		}
+		n, err = hostConnect(l.fd, l.family, l.sa)
 		if err != nil {
 			ctl.Got = "connect: " + err.Error()
 		} else {
@@ -180,16 +184,48 @@ func (h *InSituHost) acceptChecks() []Check {
 	return out
 }
 
+// hostConnect is the control: the host connects to its own listener lfd
+// and counts the connections it accepts that are its own. Anyone on the
+// host can queue connections on the listeners too: they are not counted
+// (the control would otherwise fail), and the connect never blocks (a
+// blocking connect to a full abstract socket's backlog waits for ever);
+// a full backlog fails the control instead (fail closed).
+func hostConnect(lfd, family int, sa unix.Sockaddr) (int, error) {
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
+		return 0, err
+	}
+	own := func(c int) bool {
+		if family == unix.AF_UNIX {
+			cred, err := unix.GetsockoptUcred(c, unix.SOL_SOCKET, unix.SO_PEERCRED)
+			return err == nil && int(cred.Pid) == os.Getpid()
+		}
+		local, err1 := unix.Getsockname(fd)
+		peer, err2 := unix.Getpeername(c)
+		l4, ok1 := local.(*unix.SockaddrInet4)
+		p4, ok2 := peer.(*unix.SockaddrInet4)
+		return err1 == nil && err2 == nil && ok1 && ok2 && l4.Port == p4.Port && l4.Addr == p4.Addr
+	}
+	return drain(lfd, 1, own)
+}
+
 // drain accepts and closes every queued connection on a non-blocking
-// listener; with want > 0 it waits up to 200ms for that many.
-func drain(fd, want int) (int, error) {
+// listener; with want > 0 it waits up to 200ms for that many. count, if
+// not nil, says whether an accepted connection is counted.
+func drain(fd, want int, count func(c int) bool) (int, error) {
 	n := 0
 	deadline := time.Now().Add(200 * time.Millisecond)
 	for {
 		c, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
 		if err == nil {
+			if count == nil || count(c) {
+				n++
+			}
 			unix.Close(c)
-			n++
 			continue
 		}
 		if err == unix.EINTR || err == unix.ECONNABORTED {
@@ -305,4 +341,52 @@ func mountCheck(proc, dir string) Check {
 	c.Got = fmt.Sprintf("%d mounts at %s", n, dir)
 	c.OK = n == 1
 	return c
+}
+
+// outsideSandbox says whether the accepted connection c provably came
+// from outside the sandbox whose init is proc: the listeners live in the
+// host's network namespace, where any local user can find them
+// (/proc/net/unix, /proc/net/tcp) and connect, and such a connection is
+// no fact about the sandbox (counting it would let a local user refuse
+// every session and blame its boundary). Anything not provably foreign
+// is counted (fail closed). Unix: the peer's pid namespace (SO_PEERCRED)
+// is not the init's. TCP: the peer's socket is in the host's table and
+// is not among the init's descriptors.
+func outsideSandbox(proc string, c, family, port int) bool {
+	if family == unix.AF_UNIX {
+		cred, err := unix.GetsockoptUcred(c, unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if err != nil || cred.Pid <= 0 {
+			return false
+		}
+		peer, err1 := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", cred.Pid))
+		own, err2 := os.Readlink(proc + "/ns/pid")
+		return err1 == nil && err2 == nil && peer != own
+	}
+	sa, err := unix.Getpeername(c)
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if err != nil || !ok {
+		return false
+	}
+	peer := netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String()
+	listener := fmt.Sprintf("127.0.0.1:%d", port)
+	b, err := os.ReadFile("/proc/self/net/tcp")
+	if err != nil || len(b) > maxUDPTable {
+		return false
+	}
+	links, err := fdLinks(proc)
+	if err != nil {
+		return false
+	}
+	for i, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if i == 0 || len(f) < 10 {
+			continue
+		}
+		local, err1 := parseHexAddr4(f[1])
+		remote, err2 := parseHexAddr4(f[2])
+		if err1 == nil && err2 == nil && local == peer && remote == listener && f[9] != "0" {
+			return !slices.Contains(links, "socket:["+f[9]+"]")
+		}
+	}
+	return false
 }
