@@ -16,6 +16,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
 	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 	"github.com/cordon-project/cordon/internal/textsafe"
 	"golang.org/x/sys/unix"
 )
@@ -254,7 +255,7 @@ func removeTree(dir string) {
 			// The kernel escapes space, tab, newline and backslash: a
 			// mount at "a b" must match too, or RemoveAll descends into
 			// it and deletes what it shows.
-			if p := UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+			if p := cgroup.UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
 				under = append(under, p)
 			}
 		}
@@ -264,26 +265,6 @@ func removeTree(dir string) {
 		}
 	}
 	_ = os.RemoveAll(dir)
-}
-
-// UnescapeMountinfo undoes the kernel's octal escaping in mountinfo
-// (\040 space, \011 tab, \012 newline, \134 backslash).
-func UnescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func firstLine(s string) string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/conformance"
 	"github.com/cordon-project/cordon/internal/conformance/fixture"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/cgroup"
 )
 
 // What a killed sandbox may leave on the host, read from /proc and
@@ -112,7 +113,7 @@ func mountsUnder(dir string) []string {
 		if len(fs) <= 4 {
 			continue
 		}
-		if p := conformance.UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
+		if p := cgroup.UnescapeMountinfo(fs[4]); p == dir || strings.HasPrefix(p, dir+"/") {
 			out = append(out, p)
 		}
 	}

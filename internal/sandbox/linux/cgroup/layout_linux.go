@@ -222,11 +222,11 @@ func parseMountinfo(r io.Reader) ([]mountEntry, error) {
 		if fstype != "cgroup" && fstype != "cgroup2" {
 			continue
 		}
-		point := unescapeMountinfo(f[4])
+		point := UnescapeMountinfo(f[4])
 		if !filepath.IsAbs(point) {
 			continue
 		}
-		m := mountEntry{root: unescapeMountinfo(f[3]), point: filepath.Clean(point), fstype: fstype}
+		m := mountEntry{root: UnescapeMountinfo(f[3]), point: filepath.Clean(point), fstype: fstype}
 		if sep+3 < len(f) {
 			m.superOpts = strings.Split(f[sep+3], ",")
 		}
@@ -238,9 +238,9 @@ func parseMountinfo(r io.Reader) ([]mountEntry, error) {
 	return out, nil
 }
 
-// unescapeMountinfo undoes the kernel's octal escaping of space, tab, newline
+// UnescapeMountinfo undoes the kernel's octal escaping of space, tab, newline
 // and backslash (\040, \011, \012, \134).
-func unescapeMountinfo(s string) string {
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
