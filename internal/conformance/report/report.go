@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
@@ -15,12 +16,17 @@ import (
 //go:embed report.html.tmpl
 var files embed.FS
 
-var page = template.Must(template.New("report.html.tmpl").Funcs(template.FuncMap{
-	"t":    textsafe.Line,
-	"time": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"dur":  func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-	"join": func(s []string) string { return textsafe.Line(strings.Join(s, "; ")) },
-}).ParseFS(files, "report.html.tmpl"))
+// page is parsed on first use, not at package init: this package is
+// linked into every process of the binary (the sandbox init, the broker
+// processes), which must not pay for a template they never render.
+var page = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report.html.tmpl").Funcs(template.FuncMap{
+		"t":    textsafe.Line,
+		"time": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"dur":  func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+		"join": func(s []string) string { return textsafe.Line(strings.Join(s, "; ")) },
+	}).ParseFS(files, "report.html.tmpl"))
+})
 
 // Verification is what the caller checked about the record before
 // rendering it; the zero value says the signature was not checked.
@@ -88,7 +94,7 @@ func Render(w io.Writer, rec *record.Record, v Verification) error {
 		vw.Totals.Fail += n.Fail
 		vw.Totals.NotEvidence += n.NotEvidence
 	}
-	return page.Execute(w, vw)
+	return page().Execute(w, vw)
 }
 
 func known(c record.Class) bool {
