@@ -43,25 +43,9 @@ func gatewayPid(id string) int {
 // Control: the gateway was alive and carried the stream to the upstream
 // before the kill.
 func brokerLost(ctx context.Context, e *conformance.Env) conformance.Outcome {
-	key := secretValue()
-	up := newSlowUpstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
+	up, st, _, h, err := startHeldStream(ctx, e)
 	if err != nil {
 		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.srv.URL, keyFile, "budgets:\n  output_tokens: 400\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	st := e.StateDir()
-	h, err := e.Start(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: append([]string{"hold", "httpopen"}, streamCall...)})
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	select {
-	case <-up.started:
-	case <-time.After(30 * time.Second):
-		return errf("the stream never reached the upstream (op: %s)", opJSON(h.Op))
 	}
 	rep, err := runGC(ctx, e, st)
 	if err != nil {

@@ -82,6 +82,17 @@ secrets:
 %s`, upstreamURL, keyFile, extra))
 }
 
+// keyedModelConfig writes key to a file of its own and a model config
+// (modelConfig) whose credential is that file; it returns the config's
+// path.
+func keyedModelConfig(e *conformance.Env, upstreamURL, key, extra string) (string, error) {
+	keyFile, err := writeFile(e, "key", key+"\n")
+	if err != nil {
+		return "", err
+	}
+	return modelConfig(e, "c.yaml", upstreamURL, keyFile, extra)
+}
+
 // outDir makes a fresh directory under e.Dir that a run binds
 // read-write at /out (owned by an unprivileged uid, as a writable bind
 // needs), holding a random token (probeops.TokenFile) that the marker ops

@@ -163,11 +163,7 @@ func storeExec(ctx context.Context, stateDir string, stmts ...string) error {
 func logKeyUnavailable(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
+	cfg, err := keyedModelConfig(e, up.URL(), key, "")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}
@@ -230,11 +226,7 @@ func logKeyUnavailable(ctx context.Context, e *conformance.Env) conformance.Outc
 func logAppendRefused(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
+	cfg, err := keyedModelConfig(e, up.URL(), key, "")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

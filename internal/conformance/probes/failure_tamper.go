@@ -34,11 +34,7 @@ import (
 func logTampered(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
+	cfg, err := keyedModelConfig(e, up.URL(), key, "")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

@@ -66,11 +66,7 @@ const curlStream = `curl -sS --max-time 60 -H 'content-type: application/json' -
 func daemonRestart(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := newSlowUpstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.srv.URL, keyFile, "budgets:\n  output_tokens: 400\n")
+	cfg, err := keyedModelConfig(e, up.srv.URL, key, "budgets:\n  output_tokens: 400\n")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

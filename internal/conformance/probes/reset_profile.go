@@ -34,11 +34,7 @@ const curlCall = `curl -sS --max-time 20 -H 'content-type: application/json' -d 
 func profileReset(ctx context.Context, e *conformance.Env) conformance.Outcome {
 	key := secretValue()
 	up := upstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "budgets:\n  requests: 1\n")
+	cfg, err := keyedModelConfig(e, up.URL(), key, "budgets:\n  requests: 1\n")
 	if err != nil {
 		return conformance.Outcome{Err: err}
 	}

@@ -135,25 +135,9 @@ func (k killedSandbox) residue(st string) []string {
 // reached the upstream; before the kill the host saw the sandbox's
 // processes, cgroups and namespaces where the residue check looks.
 func killedRun(ctx context.Context, e *conformance.Env) conformance.Outcome {
-	key := secretValue()
-	up := newSlowUpstream(e, key)
-	keyFile, err := writeFile(e, "key", key+"\n")
+	up, st, cfg, h, err := startHeldStream(ctx, e)
 	if err != nil {
 		return conformance.Outcome{Err: err}
-	}
-	cfg, err := modelConfig(e, "c.yaml", up.srv.URL, keyFile, "budgets:\n  output_tokens: 400\n")
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	st := e.StateDir()
-	h, err := e.Start(ctx, conformance.RunOpts{StateDir: st, Flags: []string{"--config", cfg}, Op: append([]string{"hold", "httpopen"}, streamCall...)})
-	if err != nil {
-		return conformance.Outcome{Err: err}
-	}
-	select {
-	case <-up.started:
-	case <-time.After(30 * time.Second):
-		return errf("the stream never reached the upstream (op: %+v)", h.Op)
 	}
 	k, err := observeLive(ctx, e, st, h)
 	if err != nil {
@@ -249,4 +233,27 @@ func hasAll(s []string, words ...string) bool {
 		}
 	}
 	return true
+}
+
+// startHeldStream starts a gateway run under a 400-output-token budget
+// whose program holds a model stream open against a slow upstream, and
+// returns once the stream reached the upstream: a crossing in flight with
+// its reservation held, for the probes that then kill part of the run.
+func startHeldStream(ctx context.Context, e *conformance.Env) (up *slowUpstream, stateDir, cfg string, h *conformance.Held, err error) {
+	key := secretValue()
+	up = newSlowUpstream(e, key)
+	if cfg, err = keyedModelConfig(e, up.srv.URL, key, "budgets:\n  output_tokens: 400\n"); err != nil {
+		return nil, "", "", nil, err
+	}
+	stateDir = e.StateDir()
+	h, err = e.Start(ctx, conformance.RunOpts{StateDir: stateDir, Flags: []string{"--config", cfg}, Op: append([]string{"hold", "httpopen"}, streamCall...)})
+	if err != nil {
+		return nil, "", "", nil, err
+	}
+	select {
+	case <-up.started:
+	case <-time.After(30 * time.Second):
+		return nil, "", "", nil, fmt.Errorf("the stream never reached the upstream (op: %s)", opJSON(h.Op))
+	}
+	return up, stateDir, cfg, h, nil
 }

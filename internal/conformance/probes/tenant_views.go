@@ -115,11 +115,7 @@ func tenantItem(ctx context.Context, e *conformance.Env, st, what string) (recor
 	if what == "receipts" {
 		key := secretValue()
 		up := upstream(e, key)
-		keyFile, err := writeFile(e, "key", key+"\n")
-		if err != nil {
-			return record.Fact{}, err
-		}
-		cfg, err := modelConfig(e, "c.yaml", up.URL(), keyFile, "")
+		cfg, err := keyedModelConfig(e, up.URL(), key, "")
 		if err != nil {
 			return record.Fact{}, err
 		}
