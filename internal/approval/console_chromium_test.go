@@ -9,41 +9,20 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cordon-project/cordon/internal/store"
-	"github.com/cordon-project/cordon/internal/testkit"
+	"github.com/cordon-project/cordon/internal/testkit/browser"
 )
-
-// requireChromium returns the path of Debian's chromium. Without it the
-// test skips, except under CI=true, where a security test that would skip
-// fails instead.
-func requireChromium(t *testing.T) string {
-	t.Helper()
-	return testkit.RequireCommand(t, "Debian: apt-get install chromium; scripts/test.sh installs it", "chromium", "chromium-browser")
-}
 
 // TestConsoleInChromium drives the console in headless Chromium the way an
 // operator does: open the login URL, read the exact arguments of a pending
 // approval (hostile markup included, shown as text and never run), and
 // click Approve.
 func TestConsoleInChromium(t *testing.T) {
-	exe := requireChromium(t)
 	st := openStore(t)
 	other := pending(t, st, "other", `{"keep":"pending"}`)
 	a := pending(t, st, "wl", hostileArgs)
 	c := startConsole(t, st)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.NoSandbox, // the test runs as root, where Chromium's own sandbox cannot start
-		chromedp.Headless,
-		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := browser.Chromium(t, 60*time.Second)
 
 	sel := "#approval-" + a.ID
 	if err := chromedp.Do(bctx,

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,15 +11,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cordon-project/cordon/internal/conformance/record"
-	"github.com/cordon-project/cordon/internal/testkit"
+	"github.com/cordon-project/cordon/internal/testkit/browser"
 )
-
-// requireChromium returns the path of Debian's chromium; under CI=true a
-// missing browser fails the test instead of skipping it.
-func requireChromium(t *testing.T) string {
-	t.Helper()
-	return testkit.RequireCommand(t, "Debian: apt-get install chromium; scripts/test.sh installs it", "chromium", "chromium-browser")
-}
 
 // TestReportInChromium loads a report of a record carrying hostile facts
 // (<script>, </style>, an <img onerror>, U+202E) from a file in headless
@@ -29,7 +21,6 @@ func requireChromium(t *testing.T) string {
 // matrix shows the record's counts. The positive control is a page with a
 // real script, whose run the same title check does see.
 func TestReportInChromium(t *testing.T) {
-	exe := requireChromium(t)
 	rec := hostileRecord()
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
@@ -44,19 +35,7 @@ func TestReportInChromium(t *testing.T) {
 	control := filepath.Join(dir, "control.html")
 	os.WriteFile(control, []byte(`<!DOCTYPE html><title>control</title><script>document.title='pwned'</script>`), 0o644)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.NoSandbox, // the test runs as root, where Chromium's own sandbox cannot start
-		chromedp.Headless,
-		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := browser.Chromium(t, 90*time.Second)
 
 	// Positive control: a script in a page does run and the check sees it.
 	if err := chromedp.Do(bctx, chromedp.Navigate("file://"+control)); err != nil {
