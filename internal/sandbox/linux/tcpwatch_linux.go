@@ -144,10 +144,18 @@ func (w *tcpWatch) watchInitExit() (closePidfd func()) {
 		if pidfd < 0 {
 			return false
 		}
-		// An exiting init drops its namespaces (and /proc/PID/net with
-		// them) a moment before its pidfd becomes readable: give it that
-		// moment.
 		pfd := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(pfd, 0); err == nil && n > 0 {
+			return true
+		}
+		// An exiting init drops its namespaces (and /proc/PID/net with
+		// them) before its pidfd becomes readable, which on a loaded host
+		// can take longer than any fixed wait; the kernel marks it
+		// exiting (PF_EXITING) first. Its pidfd is not readable, so the
+		// pid is still the init's.
+		if initExiting(w.initPid) {
+			return true
+		}
 		n, err := unix.Poll(pfd, 200)
 		return err == nil && n > 0
 	}
@@ -497,4 +505,26 @@ func parseProcNetTCP(b []byte) (queued int64, sockets, children int, err error) 
 		}
 	}
 	return queued, sockets, children, nil
+}
+
+// pfExiting is the kernel's PF_EXITING task flag (include/linux/sched.h).
+const pfExiting = 0x4
+
+// initExiting reports whether /proc/PID/stat's flags (field 9) carry
+// PF_EXITING: the process has begun to exit.
+func initExiting(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
