@@ -81,6 +81,65 @@ type Spec struct {
 	// longer set). A provider that can attempt none records none, and
 	// its record says so.
 	InSitu string
+	// Image, when set, runs the program as an OCI bundle describes it
+	// (cordon oci): its identity, a writable root, its environment and
+	// directory exactly as given, no synthesized home. nil: cordon run's
+	// defaults (uid 1000, a read-only root, HOME on a scratch tmpfs).
+	Image *Image
+	// Execs makes a standalone sandbox serve ExecProcess (and
+	// TerminalExecer) while its spawner lives, as a resident one does. It
+	// still ends with its spawner (parent-death signal), its record is a
+	// standalone run's (reclaimed once the spawner is provably gone), and
+	// it ends when its main program ends: every process in it is killed.
+	Execs bool
+}
+
+// Image is what an OCI bundle's config.json asks of the program's
+// environment (package oci maps it; the provider enforces it). Nothing
+// here can widen the boundary: identities are inside the sandbox's own
+// user namespace (uid 0 holds no capability), limits only lower, and
+// mounts are scratch tmpfs.
+type Image struct {
+	// UID and GID are the program's identity inside the sandbox (0 is the
+	// namespace's root, without capabilities); AdditionalGIDs its
+	// supplementary groups. Each must be inside the leased range's size.
+	UID, GID       uint32
+	AdditionalGIDs []uint32
+	// Writable mounts the explicit root (Spec.Rootfs or RootfsFile)
+	// read-write, idmapped so that files the image's uid N owns are owned
+	// by uid N inside the sandbox (and what the sandbox writes is stored
+	// with the image's ids). Landlock then allows writes under the root's
+	// own directories, never under /proc, /dev or /sys.
+	Writable bool
+	// Hostname is the sandbox's hostname ("" the provider's default).
+	Hostname string
+	// Dir is the working directory inside ("" is /).
+	Dir string
+	// Rlimits lower the sandbox's limits (never raise above the
+	// provider's own).
+	Rlimits []Rlimit
+	// Tmpfs are scratch tmpfs mounts the program may write (docker
+	// --tmpfs, /run), each bounded by Bytes (0: Limits.TmpBytes).
+	Tmpfs []Tmpfs
+	// TerminalAtStart, with Spec.Terminal, makes the pseudo-terminal's
+	// master available right after Start (TerminalHolder.Master), before
+	// Exec: an OCI runtime hands the console to the engine at create,
+	// before start runs the program.
+	TerminalAtStart bool
+}
+
+// Rlimit is one resource limit (RLIMIT_* number, soft and hard values).
+type Rlimit struct {
+	Type int    `json:"type"`
+	Soft uint64 `json:"soft"`
+	Hard uint64 `json:"hard"`
+}
+
+// Tmpfs is a scratch tmpfs mount inside the sandbox.
+type Tmpfs struct {
+	Target string `json:"target"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	Mode   uint32 `json:"mode,omitempty"`
 }
 
 // The in-situ sets (Spec.InSitu).

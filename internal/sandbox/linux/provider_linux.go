@@ -141,6 +141,10 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		// A daemon-mode sandbox may be idle: no main program, only execs.
 		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
 	}
+	if spec.Image != nil || spec.Execs {
+		// Not built yet: never accepted and ignored.
+		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
+	}
 	if spec.Level == sandbox.DedicatedVM {
 		return nil, failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
 	}
