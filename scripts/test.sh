@@ -15,6 +15,12 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs)
 # The Debian package's install test builds a throwaway root (e2e/package_test.go).
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# The CRI tests (e2e/oci) run a private containerd with its CRI plugin,
+# runc as the positive control, and the CNI plugins a pod sandbox needs
+# (a ptp network in containerd's own network namespace: nothing routed).
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/ptp ] || need+=(containernetworking-plugins)
 # The completion test drives bash with bash-completion in tmux.
 [ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
 # The unit file is checked with systemd-analyze (package systemd; PID 1 is not touched).
