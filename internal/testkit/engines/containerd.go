@@ -328,7 +328,21 @@ func stopPID(pid int, grace time.Duration) {
 // ShimPIDs are the runc v2 shims serving this containerd: the processes
 // whose command line names its socket as their -address (a path under
 // this test's own temporary directory, so never another engine's shim).
-func (c *Containerd) ShimPIDs() []int {
+func (c *Containerd) ShimPIDs() []int { return c.shims("") }
+
+// ShimOf is the pid of this containerd's shim for the task id (a pod
+// sandbox's id: the CRI plugin runs a pod's containers in its sandbox's
+// shim), or 0.
+func (c *Containerd) ShimOf(id string) int {
+	if p := c.shims(id); len(p) == 1 {
+		return p[0]
+	}
+	return 0
+}
+
+// shims lists the shims of this containerd's socket, only those started
+// for task id if it is not empty.
+func (c *Containerd) shims(id string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -341,14 +355,21 @@ func (c *Containerd) ShimPIDs() []int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		for i, a := range args {
-			if a == "-address" && i+1 < len(args) && args[i+1] == c.Socket {
-				pids = append(pids, pid)
-				break
-			}
+		if flagValue(args, "-address") == c.Socket && (id == "" || flagValue(args, "-id") == id) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// flagValue is the argument after name in args ("" if none).
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // UnmountBelow lazily unmounts every mount point strictly below dir,
