@@ -52,7 +52,7 @@ func startEngine(t *testing.T) *engine {
 	shared.once.Do(func() {
 		shared.c = engines.NewContainerd(t,
 			engines.Runtime{Name: "runc", Binary: runc},
-			engines.Runtime{Name: "cordon", Binary: ociBin})
+			engines.Runtime{Name: engines.CordonHandler, Binary: ociBin})
 	})
 	if shared.c == nil {
 		t.Fatal("the shared containerd failed to start in an earlier test")

@@ -45,6 +45,10 @@ type Containerd struct {
 // dotted domain is used as it is by the CRI plugin's normalization.
 const ImageRef = "cordon.test/debian:minbase"
 
+// CordonHandler is the CRI runtime handler name cordon is registered
+// under (the RuntimeClass's handler in deploy/kubernetes).
+const CordonHandler = "cordon"
+
 // Runtime is one CRI runtime handler of the private containerd: the name
 // a RunPodSandboxRequest's RuntimeHandler (a RuntimeClass's handler)
 // selects, and the runtime binary the runc v2 shim runs for it.
@@ -206,15 +210,23 @@ disabled_plugins = [
 `, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), c.Socket, c.Socket+".ttrpc",
 		c.Image, CNIBinDir, filepath.Join(c.Dir, "cni"), defaultRuntime(runtimes))
 	for _, r := range runtimes {
-		fmt.Fprintf(&b, `
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]
-        BinaryName = %q
-        Root = %q
-`, r.Name, r.Name, r.Binary, c.RuntimeRoots[r.Name])
+		b.WriteString("\n" + RuntimeTable(r.Name, r.Binary, c.RuntimeRoots[r.Name]))
 	}
 	return b.String()
+}
+
+// RuntimeTable is the containerd (config version 2) table of one CRI
+// runtime handler run by the runc v2 shim with binary as its runtime and
+// root as that runtime's --root (the shim appends the namespace). The
+// node snippet in deploy/kubernetes/containerd-cordon.toml is this table
+// for cordon; a test checks that it still is.
+func RuntimeTable(name, binary, root string) string {
+	return fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]
+    BinaryName = %q
+    Root = %q
+`, name, name, binary, root)
 }
 
 func defaultRuntime(runtimes []Runtime) string {
