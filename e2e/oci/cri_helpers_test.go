@@ -46,7 +46,7 @@ var shared struct {
 // startEngine returns a client of the package's private containerd whose
 // CRI runtime handlers are runc (Debian's) and cordon (this build's
 // cordon-oci), starting it on first use.
-func startEngine(t *testing.T) *engine {
+func startEngine(t testing.TB) *engine {
 	t.Helper()
 	runc := testkit.RequireCommand(t, "runc is the CRI tests' positive control (package runc)", "runc")
 	shared.once.Do(func() {
@@ -84,7 +84,7 @@ type pod struct {
 
 // runPod runs a pod sandbox under handler; the test's cleanup stops and
 // removes it (a no-op if the test already did).
-func (e *engine) runPod(t *testing.T, handler string) pod {
+func (e *engine) runPod(t testing.TB, handler string) pod {
 	t.Helper()
 	name := "p-" + handler + "-" + randHex(4)
 	cfg := engines.PodConfig(name, randHex(8), e.c.CgroupParent)
@@ -103,7 +103,7 @@ func (e *engine) runPod(t *testing.T, handler string) pod {
 
 // runContainer creates and starts a container of the test image running
 // args in p.
-func (e *engine) runContainer(t *testing.T, p pod, args []string, mounts ...*cri.Mount) string {
+func (e *engine) runContainer(t testing.TB, p pod, args []string, mounts ...*cri.Mount) string {
 	t.Helper()
 	id, err := e.cri.CreateContainer(e.ctx, p.id, engines.ContainerConfig("c-"+randHex(4), e.c.Image, args, mounts...), p.cfg)
 	if err != nil {
@@ -117,7 +117,7 @@ func (e *engine) runContainer(t *testing.T, p pod, args []string, mounts ...*cri
 
 // taskPID is the pid containerd's task reports for a container: the
 // runtime's pid-file (runc: the program; cordon: its keeper).
-func (e *engine) taskPID(t *testing.T, id string) int {
+func (e *engine) taskPID(t testing.TB, id string) int {
 	t.Helper()
 	r, err := e.cri.ContainerInfo(e.ctx, id)
 	if err != nil {
@@ -133,7 +133,7 @@ func (e *engine) taskPID(t *testing.T, id string) int {
 }
 
 // podPID is the pid of the pod sandbox's own container (its task).
-func (e *engine) podPID(t *testing.T, id string) int {
+func (e *engine) podPID(t testing.TB, id string) int {
 	t.Helper()
 	r, err := e.cri.PodStatus(e.ctx, id, true)
 	if err != nil {
@@ -164,7 +164,7 @@ type ociState struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
-func (e *engine) cordonState(t *testing.T, id string) ociState {
+func (e *engine) cordonState(t testing.TB, id string) ociState {
 	t.Helper()
 	out, err := exec.Command(cordonBin, "oci", "--root", e.runtimeRoot("cordon"), "state", id).Output()
 	if err != nil {
@@ -198,7 +198,7 @@ func probeMount() *cri.Mount {
 
 // probeIn runs `/cordon __probe OP ARGS...` in container id (ExecSync)
 // and returns its report.
-func (e *engine) probeIn(t *testing.T, id string, op string, args ...string) probeResult {
+func (e *engine) probeIn(t testing.TB, id string, op string, args ...string) probeResult {
 	t.Helper()
 	out, errb, code, err := e.cri.ExecSync(e.ctx, id, time.Minute, append([]string{"/cordon", "__probe", op}, args...)...)
 	if err != nil {
@@ -209,7 +209,7 @@ func (e *engine) probeIn(t *testing.T, id string, op string, args ...string) pro
 
 // probeHost runs the same op on the host (the positive control: the
 // attempt works where nothing denies it).
-func probeHost(t *testing.T, op string, args ...string) probeResult {
+func probeHost(t testing.TB, op string, args ...string) probeResult {
 	t.Helper()
 	out, err := exec.Command(cordonBin, append([]string{"__probe", op}, args...)...).Output()
 	if err != nil {
@@ -218,7 +218,7 @@ func probeHost(t *testing.T, op string, args ...string) probeResult {
 	return parseProbe(t, "on the host", string(out))
 }
 
-func parseProbe(t *testing.T, where, out string) probeResult {
+func parseProbe(t testing.TB, where, out string) probeResult {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
@@ -232,7 +232,7 @@ func parseProbe(t *testing.T, where, out string) probeResult {
 }
 
 // attemptsOf decodes a probe's per-attempt outcomes (its Data).
-func attemptsOf(t *testing.T, r probeResult) map[string]string {
+func attemptsOf(t testing.TB, r probeResult) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	if err := json.Unmarshal([]byte(r.Data), &m); err != nil {
@@ -289,7 +289,7 @@ func tree(pid int) []int {
 
 // findProgram is the pid in root's process tree whose command line is
 // exactly argv (the container's program, seen from the host).
-func findProgram(t *testing.T, root int, argv []string) int {
+func findProgram(t testing.TB, root int, argv []string) int {
 	t.Helper()
 	want := strings.Join(argv, "\x00") + "\x00"
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
