@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,8 +176,19 @@ func (r Root) List() ([]string, error) {
 // Live is s's status as it is now: a container whose keeper is provably
 // gone is stopped, whatever the file says.
 func (s *State) Live() specs.ContainerState {
-	if s.Keeper.PID > 0 && !store.Alive(s.Keeper) {
+	if s.Keeper.PID > 0 && (!store.Alive(s.Keeper) || zombie(s.Keeper.PID)) {
 		return specs.StateStopped
 	}
 	return s.Status
+}
+
+// zombie reports whether pid has exited and waits to be reaped: a keeper
+// runs no code once it is one.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
