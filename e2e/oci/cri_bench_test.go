@@ -106,7 +106,7 @@ func BenchmarkCRIStart(b *testing.B) {
 	runc := testkit.RequireCommand(b, "runc is the bench's baseline", "runc")
 	dir := b.TempDir()
 	logPath := filepath.Join(dir, "runtime.log")
-	bins := map[string]string{"runc": runc, engines.CordonHandler: ociBin}
+	bins := map[string]string{"runc": runc, engines.CordonHandler: cordonOCI}
 	var runtimes []engines.Runtime
 	var handlers []string
 	for _, h := range names {
@@ -141,7 +141,7 @@ func (e *engine) benchOne(b *testing.B, h, logPath string) benchSample {
 	b.Helper()
 	_ = os.Remove(logPath)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	cfg := engines.PodConfig("b-"+randHex(4), randHex(8), e.c.CgroupParent)
+	cfg := engines.PodConfig("b-"+hexID(4), hexID(8), e.c.CgroupParent)
 	t0 := time.Now()
 	pod, err := e.cri.RunPod(e.ctx, cfg, h)
 	if err != nil {

@@ -34,16 +34,15 @@ func probeContainer(t *testing.T, e *engine, handler string) (id string, prog in
 	return id, findProgram(t, e.taskPID(t, id), argv)
 }
 
-// TestCRIEscapeProbeSeen is the escape tests' harness control: the probe
+// testCRIEscapeProbeSeen is the escape tests' harness control: the probe
 // runs inside a CRI-started container (bound read-only through the CRI
 // mount list) under each handler, and what it does there is seen from the
 // host.
-func TestCRIEscapeProbeSeen(t *testing.T) {
-	e := startEngine(t)
+func testCRIEscapeProbeSeen(t *testing.T, e *engine) {
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			id, prog := probeContainer(t, e, h)
-			name := "/tmp/cordon-cri-probe-" + randHex(4)
+			name := "/tmp/cordon-cri-probe-" + hexID(4)
 			if r := e.probeIn(t, id, "write", name); !r.OK {
 				t.Fatalf("probe write %s inside: %+v", name, r)
 			}
@@ -54,15 +53,14 @@ func TestCRIEscapeProbeSeen(t *testing.T) {
 	}
 }
 
-// TestCRIEscapeNetwork: from a CRI-started cordon container, a TCP
+// testCRIEscapeNetwork: from a CRI-started cordon container, a TCP
 // listener on the host's 127.0.0.1 and a host abstract Unix socket accept
 // nothing (their own counts, read on the host); the same probe on the host
 // reaches both (positive control).
-func TestCRIEscapeNetwork(t *testing.T) {
-	e := startEngine(t)
+func testCRIEscapeNetwork(t *testing.T, e *engine) {
 	id, _ := escapeContainer(t, e)
 	tcp := testkit.NewCountingListener(t, "tcp", "127.0.0.1:0")
-	abstract := "@cordon-cri-" + randHex(6)
+	abstract := "@cordon-cri-" + hexID(6)
 	unix := testkit.NewCountingListener(t, "unix", abstract)
 	targets := []string{"tcp:" + tcp.Addr(), "unix:" + abstract}
 	got := attemptsOf(t, e.probeIn(t, id, "connects", targets...))
@@ -80,14 +78,13 @@ func TestCRIEscapeNetwork(t *testing.T) {
 	}
 }
 
-// TestCRIEscapeHostProcess: a host process is out of reach of a
+// testCRIEscapeHostProcess: a host process is out of reach of a
 // CRI-started cordon container (kill, ptrace, /proc/PID/mem): it is alive
 // afterwards; the same attempt from the host kills a second one (positive
 // control).
-func TestCRIEscapeHostProcess(t *testing.T) {
-	e := startEngine(t)
+func testCRIEscapeHostProcess(t *testing.T, e *engine) {
 	id, _ := escapeContainer(t, e)
-	victim, spare := hostSleeper(t), hostSleeper(t)
+	victim, spare := hostSleep(t), hostSleep(t)
 	got := attemptsOf(t, e.probeIn(t, id, "procattack", strconv.Itoa(victim.Process.Pid)))
 	v := identify(victim.Process.Pid)
 	time.Sleep(100 * time.Millisecond)
@@ -107,8 +104,8 @@ func TestCRIEscapeHostProcess(t *testing.T) {
 	}
 }
 
-// hostSleeper is a host process the test owns (killed at cleanup).
-func hostSleeper(t *testing.T) *exec.Cmd {
+// hostSleep is a host process the test owns (killed at cleanup).
+func hostSleep(t *testing.T) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sleep", "300")
 	if err := cmd.Start(); err != nil {
@@ -118,16 +115,15 @@ func hostSleeper(t *testing.T) *exec.Cmd {
 	return cmd
 }
 
-// TestCRIEscapeMount: mounting a tmpfs inside a CRI-started cordon
+// testCRIEscapeMount: mounting a tmpfs inside a CRI-started cordon
 // container is refused: the host sees no new mount in the program's
 // mount table and the probe's file landed in the container's own
 // directory underneath. Positive control: the same op run on the host as
 // root in a private mount namespace mounts (its file is not left in the
 // directory underneath).
-func TestCRIEscapeMount(t *testing.T) {
-	e := startEngine(t)
+func testCRIEscapeMount(t *testing.T, e *engine) {
 	id, prog := escapeContainer(t, e)
-	dir := "/tmp/cordon-cri-mnt-" + randHex(4)
+	dir := "/tmp/cordon-cri-mnt-" + hexID(4)
 	if _, _, code, err := e.cri.ExecSync(e.ctx, id, 30*time.Second, "mkdir", dir); err != nil || code != 0 {
 		t.Fatalf("mkdir %s inside: exit %d, %v", dir, code, err)
 	}

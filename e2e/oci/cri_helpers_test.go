@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,49 +29,28 @@ var handlers = []string{"runc", "cordon"}
 
 // engine is a private containerd with its CRI plugin and a client of it.
 type engine struct {
-	c   *engines.Containerd
+	c   *engines.ContainerdCRI
 	cri *engines.CRI
 	ctx context.Context
 }
 
-// shared is the package's one private containerd, started by the first
-// test that needs it and closed by TestMain: starting one and importing
-// the image takes tens of seconds on a small host.
-var shared struct {
-	once sync.Once
-	c    *engines.Containerd
-}
-
-// startEngine returns a client of the package's private containerd whose
-// CRI runtime handlers are runc (Debian's) and cordon (this build's
-// cordon-oci), starting it on first use.
+// startEngine starts a private containerd for t whose CRI runtime
+// handlers are runc (Debian's) and cordon (this build's cordon-oci), and
+// a client of it; t's cleanup stops both.
 func startEngine(t testing.TB) *engine {
 	t.Helper()
 	runc := testkit.RequireCommand(t, "runc is the CRI tests' positive control (package runc)", "runc")
-	shared.once.Do(func() {
-		shared.c = engines.NewContainerd(t,
-			engines.Runtime{Name: "runc", Binary: runc},
-			engines.Runtime{Name: engines.CordonHandler, Binary: ociBin})
-	})
-	if shared.c == nil {
-		t.Fatal("the shared containerd failed to start in an earlier test")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c := engines.StartContainerd(t,
+		engines.Runtime{Name: "runc", Binary: runc},
+		engines.Runtime{Name: engines.CordonHandler, Binary: cordonOCI})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
-	client, err := engines.DialCRI(ctx, shared.c.Socket)
+	client, err := engines.DialCRI(ctx, c.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	return &engine{c: shared.c, cri: client, ctx: ctx}
-}
-
-// closeEngine stops the shared containerd (TestMain, after the tests).
-func closeEngine() error {
-	if shared.c == nil {
-		return nil
-	}
-	return shared.c.Close()
+	return &engine{c: c, cri: client, ctx: ctx}
 }
 
 // pod is a running pod sandbox.
@@ -86,8 +64,8 @@ type pod struct {
 // removes it (a no-op if the test already did).
 func (e *engine) runPod(t testing.TB, handler string) pod {
 	t.Helper()
-	name := "p-" + handler + "-" + randHex(4)
-	cfg := engines.PodConfig(name, randHex(8), e.c.CgroupParent)
+	name := "p-" + handler + "-" + hexID(4)
+	cfg := engines.PodConfig(name, hexID(8), e.c.CgroupParent)
 	id, err := e.cri.RunPod(e.ctx, cfg, handler)
 	if err != nil {
 		t.Fatalf("%v\ncontainerd log:\n%s", err, e.c.Log())
@@ -105,7 +83,7 @@ func (e *engine) runPod(t testing.TB, handler string) pod {
 // args in p.
 func (e *engine) runContainer(t testing.TB, p pod, args []string, mounts ...*cri.Mount) string {
 	t.Helper()
-	id, err := e.cri.CreateContainer(e.ctx, p.id, engines.ContainerConfig("c-"+randHex(4), e.c.Image, args, mounts...), p.cfg)
+	id, err := e.cri.CreateContainer(e.ctx, p.id, engines.ContainerConfig("c-"+hexID(4), e.c.Image, args, mounts...), p.cfg)
 	if err != nil {
 		t.Fatalf("%v\ncontainerd log:\n%s", err, e.c.Log())
 	}
@@ -154,9 +132,9 @@ func (e *engine) runtimeRoot(handler string) string {
 	return filepath.Join(e.c.RuntimeRoots[handler], e.c.Namespace)
 }
 
-// ociState is `cordon oci --root ROOT state ID` (the runc-compatible state
+// keeperState is `cordon oci --root ROOT state ID` (the runc-compatible state
 // with cordon's annotations).
-type ociState struct {
+type keeperState struct {
 	ID          string            `json:"id"`
 	Pid         int               `json:"pid"`
 	Status      string            `json:"status"`
@@ -164,7 +142,7 @@ type ociState struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
-func (e *engine) cordonState(t testing.TB, id string) ociState {
+func (e *engine) cordonState(t testing.TB, id string) keeperState {
 	t.Helper()
 	out, err := exec.Command(cordonBin, "oci", "--root", e.runtimeRoot("cordon"), "state", id).Output()
 	if err != nil {
@@ -174,15 +152,15 @@ func (e *engine) cordonState(t testing.TB, id string) ociState {
 		}
 		t.Fatalf("cordon oci state %s: %v", id, err)
 	}
-	var s ociState
+	var s keeperState
 	if err := json.Unmarshal(out, &s); err != nil {
 		t.Fatalf("cordon oci state %s: %v\n%s", id, err, out)
 	}
 	return s
 }
 
-// probeResult is the JSON line `cordon __probe OP` prints.
-type probeResult struct {
+// probeReport is the JSON line `cordon __probe OP` prints.
+type probeReport struct {
 	Op    string `json:"op"`
 	OK    bool   `json:"ok"`
 	Errno string `json:"errno"`
@@ -198,7 +176,7 @@ func probeMount() *cri.Mount {
 
 // probeIn runs `/cordon __probe OP ARGS...` in container id (ExecSync)
 // and returns its report.
-func (e *engine) probeIn(t testing.TB, id string, op string, args ...string) probeResult {
+func (e *engine) probeIn(t testing.TB, id string, op string, args ...string) probeReport {
 	t.Helper()
 	out, errb, code, err := e.cri.ExecSync(e.ctx, id, time.Minute, append([]string{"/cordon", "__probe", op}, args...)...)
 	if err != nil {
@@ -209,7 +187,7 @@ func (e *engine) probeIn(t testing.TB, id string, op string, args ...string) pro
 
 // probeHost runs the same op on the host (the positive control: the
 // attempt works where nothing denies it).
-func probeHost(t testing.TB, op string, args ...string) probeResult {
+func probeHost(t testing.TB, op string, args ...string) probeReport {
 	t.Helper()
 	out, err := exec.Command(cordonBin, append([]string{"__probe", op}, args...)...).Output()
 	if err != nil {
@@ -218,21 +196,21 @@ func probeHost(t testing.TB, op string, args ...string) probeResult {
 	return parseProbe(t, "on the host", string(out))
 }
 
-func parseProbe(t testing.TB, where, out string) probeResult {
+func parseProbe(t testing.TB, where, out string) probeReport {
 	t.Helper()
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		var r probeResult
+		var r probeReport
 		if strings.HasPrefix(sc.Text(), `{"op"`) && json.Unmarshal(sc.Bytes(), &r) == nil {
 			return r
 		}
 	}
 	t.Fatalf("probe %s printed no result: %q", where, out)
-	return probeResult{}
+	return probeReport{}
 }
 
 // attemptsOf decodes a probe's per-attempt outcomes (its Data).
-func attemptsOf(t testing.TB, r probeResult) map[string]string {
+func attemptsOf(t testing.TB, r probeReport) map[string]string {
 	t.Helper()
 	m := map[string]string{}
 	if err := json.Unmarshal([]byte(r.Data), &m); err != nil {
@@ -258,7 +236,7 @@ func procStatus(pid int) (map[string]string, error) {
 }
 
 // children maps each live pid to its children, from the host's /proc.
-func children() map[int][]int {
+func childMap() map[int][]int {
 	kids := map[int][]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -279,7 +257,7 @@ func children() map[int][]int {
 
 // tree is pid and all its descendants.
 func tree(pid int) []int {
-	kids := children()
+	kids := childMap()
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
 		out = append(out, kids[out[i]]...)
@@ -337,7 +315,7 @@ func (p procIdentity) alive() bool {
 	return startTime(p.pid) == p.start
 }
 
-func randHex(n int) string {
+func hexID(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)

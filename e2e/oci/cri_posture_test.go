@@ -72,15 +72,14 @@ func (p posture) problems() []string {
 	return out
 }
 
-// TestCRIPosture: a CRI-started container under the cordon handler runs
+// testCRIPosture: a CRI-started container under the cordon handler runs
 // its program (and the pod's own container) in a cordon sandbox, seen
 // from the host's /proc: CapEff 0, NoNewPrivs 1, Seccomp 2, a uid_map onto
 // a leased range; and cordon's state for both, read through the runtime
 // root of this containerd's config, says DEDICATED_CONTAINER was
 // admitted. The same check on the runc handler's container fails: it is
 // a check that can tell the two apart.
-func TestCRIPosture(t *testing.T) {
-	e := startEngine(t)
+func testCRIPosture(t *testing.T, e *engine) {
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			p := e.runPod(t, h)

@@ -9,13 +9,12 @@ import (
 	"github.com/cordon-project/cordon/internal/testkit/engines"
 )
 
-// TestCRIRefusals: what cordon cannot make safe, asked for the way
+// testCRIRefusals: what cordon cannot make safe, asked for the way
 // kubelet asks, is refused under the cordon handler with an error naming
 // the field — a host network namespace (hostNetwork), a privileged
 // container, seccomp Unconfined — and the same request under runc works
 // (the control: the refusal is cordon's, not the harness's).
-func TestCRIRefusals(t *testing.T) {
-	e := startEngine(t)
+func testCRIRefusals(t *testing.T, e *engine) {
 	cases := []struct {
 		name  string
 		pod   func(*cri.PodSandboxConfig)
@@ -57,7 +56,7 @@ func TestCRIRefusals(t *testing.T) {
 // The pod is removed at the test's end either way.
 func (e *engine) tryPod(t *testing.T, h string, pod func(*cri.PodSandboxConfig), ctr func(*cri.ContainerConfig)) error {
 	t.Helper()
-	cfg := engines.PodConfig("r-"+h+"-"+randHex(4), randHex(8), e.c.CgroupParent)
+	cfg := engines.PodConfig("r-"+h+"-"+hexID(4), hexID(8), e.c.CgroupParent)
 	if pod != nil {
 		pod(cfg)
 	}

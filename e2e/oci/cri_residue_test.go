@@ -16,15 +16,14 @@ import (
 	"time"
 )
 
-// TestCRIShimKilledResidue: SIGKILL of a pod's shim (by its pid: the shim
+// testCRIShimKilledResidue: SIGKILL of a pod's shim (by its pid: the shim
 // whose -address is this test's containerd and whose -id is the pod)
 // while the pod and a container run. After the CRI's next calls
 // (StopPodSandbox, RemovePodSandbox) and `cordon gc`, nothing of either
 // is left: no process of theirs (keepers, sandbox inits, programs), no
 // runtime state under the handler's root, and for cordon no cgroup of the
 // sandboxes and no live record. runc is the harness's control.
-func TestCRIShimKilledResidue(t *testing.T) {
-	e := startEngine(t)
+func testCRIShimKilledResidue(t *testing.T, e *engine) {
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			p := e.runPod(t, h)
@@ -39,8 +38,8 @@ func TestCRIShimKilledResidue(t *testing.T) {
 			if h == "cordon" {
 				for _, s := range []string{p.id, id} {
 					sb := e.cordonState(t, s).Annotations["dev.cordon.sandbox-id"]
-					if sb == "" || len(cgroupDirsOf(sb)) == 0 {
-						t.Fatalf("container %s: sandbox %q, cgroups %v; want a sandbox with its cgroups before the kill", s, sb, cgroupDirsOf(sb))
+					if sb == "" || len(sandboxCgroupDirs(sb)) == 0 {
+						t.Fatalf("container %s: sandbox %q, cgroups %v; want a sandbox with its cgroups before the kill", s, sb, sandboxCgroupDirs(sb))
 					}
 					sandboxes = append(sandboxes, sb)
 				}
@@ -91,7 +90,7 @@ func residue(h string, e *engine, ids []string, procs []procIdentity, sandboxes 
 		}
 	}
 	for _, sb := range sandboxes {
-		for _, d := range cgroupDirsOf(sb) {
+		for _, d := range sandboxCgroupDirs(sb) {
 			left = append(left, "cgroup "+d)
 		}
 	}
@@ -113,9 +112,9 @@ func waitNoResidue(t *testing.T, h string, e *engine, ids []string, procs []proc
 	}
 }
 
-// cgroupDirsOf lists the cgroup directories of cordon sandbox id present
+// sandboxCgroupDirs lists the cgroup directories of cordon sandbox id present
 // on the host, in every hierarchy.
-func cgroupDirsOf(id string) []string {
+func sandboxCgroupDirs(id string) []string {
 	var out []string
 	for _, pat := range []string{"/sys/fs/cgroup/cordon/" + id, "/sys/fs/cgroup/*/cordon/" + id} {
 		m, _ := filepath.Glob(pat)
@@ -124,18 +123,18 @@ func cgroupDirsOf(id string) []string {
 	return out
 }
 
-// gcReport is `cordon gc --json`.
-type gcReport struct {
+// gcOutcome is `cordon gc --json`.
+type gcOutcome struct {
 	Reclaimed []string `json:"reclaimed"`
 	Live      []string `json:"live"`
 }
 
 // cordonGC runs `cordon gc --json` on the host's cordon state (the one the
 // runtime's keepers use).
-func cordonGC(t *testing.T) gcReport {
+func cordonGC(t *testing.T) gcOutcome {
 	t.Helper()
 	out, err := exec.Command(cordonBin, "gc", "--json").Output()
-	var r gcReport
+	var r gcOutcome
 	if err != nil || json.Unmarshal(out, &r) != nil {
 		t.Fatalf("cordon gc --json: %v\n%s", err, out)
 	}

@@ -10,22 +10,45 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
+
+// TestCRI drives cordon the way kubelet does: a private containerd with
+// its CRI plugin (handlers runc and cordon), and the CRI API. Each subtest
+// runs its own pods in that one containerd (starting one and importing
+// the image takes tens of seconds on a small host).
+func TestCRI(t *testing.T) {
+	e := startEngine(t)
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T, *engine)
+	}{
+		{"Lifecycle", testCRILifecycle},
+		{"ExecSyncOutput", testCRIExecSyncOutput},
+		{"Posture", testCRIPosture},
+		{"Refusals", testCRIRefusals},
+		{"EscapeProbeSeen", testCRIEscapeProbeSeen},
+		{"EscapeNetwork", testCRIEscapeNetwork},
+		{"EscapeHostProcess", testCRIEscapeHostProcess},
+		{"EscapeMount", testCRIEscapeMount},
+		{"ShimKilledResidue", testCRIShimKilledResidue},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, e) })
+	}
+}
 
 // ignoresTERM is a program that ignores SIGTERM (the disposition survives
 // exec): only the SIGKILL after the stop timeout ends it.
 var ignoresTERM = []string{"sh", "-c", "trap '' TERM; exec sleep 86400"}
 
-// TestCRILifecycle drives a pod through the CRI API as kubelet does, under
+// testCRILifecycle drives a pod through the CRI API as kubelet does, under
 // each runtime handler: RunPodSandbox, CreateContainer, StartContainer,
 // ExecSync (stdout, stderr, exit code), StopContainer of a program that
 // ignores SIGTERM (killed after the stop timeout: exit 137), then
 // RemoveContainer, StopPodSandbox, RemovePodSandbox; the runtime's state
 // for both is gone from its root afterwards. runc is the harness's control.
-func TestCRILifecycle(t *testing.T) {
-	e := startEngine(t)
+func testCRILifecycle(t *testing.T, e *engine) {
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			p := e.runPod(t, h)
@@ -64,7 +87,7 @@ func TestCRILifecycle(t *testing.T) {
 			if err := e.cri.RemoveContainer(e.ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.cri.Status(e.ctx, id); status.Code(err) != codes.NotFound {
+			if _, err := e.cri.Status(e.ctx, id); grpcstatus.Code(err) != codes.NotFound {
 				t.Errorf("ContainerStatus after RemoveContainer: %v, want NotFound", err)
 			}
 			if err := e.cri.StopPod(e.ctx, p.id); err != nil {
@@ -82,10 +105,9 @@ func TestCRILifecycle(t *testing.T) {
 	}
 }
 
-// TestCRIExecSyncOutput checks that what ExecSync returns is the exec'd
+// testCRIExecSyncOutput checks that what ExecSync returns is the exec'd
 // program's: a larger output and a signal's exit status, per handler.
-func TestCRIExecSyncOutput(t *testing.T) {
-	e := startEngine(t)
+func testCRIExecSyncOutput(t *testing.T, e *engine) {
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			p := e.runPod(t, h)

@@ -10,9 +10,8 @@ import (
 
 // Built once by TestMain.
 var (
-	binDir    string // root-owned, 0755: the cordon binary and its cordon-oci name
-	cordonBin string // the production build
-	ociBin    string // cordonBin under the name cordon-oci (a symlink): what engines run
+	cordonBin string // the production build, world-readable (bound into containers as the probe)
+	cordonOCI string // the cordon-oci symlink next to it: the path engines get
 )
 
 func TestMain(m *testing.M) {
@@ -30,27 +29,17 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	// Traversable by the sandbox: the binary is bound into containers.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return 0, err
 	}
-	binDir = dir
-	cordonBin = filepath.Join(dir, "cordon")
-	ociBin = filepath.Join(dir, "cordon-oci")
+	cordonBin, cordonOCI = filepath.Join(dir, "cordon"), filepath.Join(dir, "cordon-oci")
 	cmd := exec.Command("go", "build", "-o", cordonBin, "../../cmd/cordon")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("go build: %v\n%s", err, out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("go build ../../cmd/cordon: %v\n%s", err, b)
 	}
-	if err := os.Symlink("cordon", ociBin); err != nil {
+	if err := os.Symlink("cordon", cordonOCI); err != nil {
 		return 0, err
 	}
-	code := m.Run()
-	if err := closeEngine(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e/oci: stop the private containerd:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code, nil
+	return m.Run(), nil
 }

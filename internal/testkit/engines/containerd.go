@@ -18,17 +18,17 @@ import (
 	"github.com/cordon-project/cordon/internal/testkit"
 )
 
-// Containerd is a containerd of one test's own: its own root, state,
+// ContainerdCRI is a containerd of one test's own: its own root, state,
 // socket, config, CNI configuration and runtime roots under one temporary
 // directory, running in a network namespace of its own (so that the CNI
 // plugin's host ends of the pods' veths stay there: nothing it sets up is
 // reachable from, or routes to, the host's network).
-type Containerd struct {
+type ContainerdCRI struct {
 	Dir       string // everything of this containerd is below it
 	Socket    string // its gRPC address (CRI and containerd's own API)
 	Namespace string // the CRI plugin's containerd namespace: "k8s.io"
 	// Image is the reference of the test image (a Debian root whose
-	// command is sleep infinity), imported before Containerd returns; it
+	// command is sleep infinity), imported before NewContainerd returns; it
 	// is also the CRI plugin's sandbox_image.
 	Image string
 	// CgroupParent is the cgroup (cgroupfs driver) the tests' pods go
@@ -59,7 +59,7 @@ type Runtime struct {
 
 // StartContainerd starts a private containerd (NewContainerd) that
 // t.Cleanup closes.
-func StartContainerd(t testing.TB, runtimes ...Runtime) *Containerd {
+func StartContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 	t.Helper()
 	c := NewContainerd(t, runtimes...)
 	t.Cleanup(func() {
@@ -76,7 +76,7 @@ func StartContainerd(t testing.TB, runtimes ...Runtime) *Containerd {
 // and waits until the CRI answers. The caller must Close it (t is used
 // only while NewContainerd runs: a package's tests may share one engine
 // that TestMain closes). If it fails it cleans up and ends t.
-func NewContainerd(t testing.TB, runtimes ...Runtime) *Containerd {
+func NewContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 	t.Helper()
 	testkit.RequireRoot(t)
 	bin := testkit.RequireCommand(t, "the CRI tests run a private containerd (scripts/test.sh installs it)", "containerd")
@@ -91,7 +91,7 @@ func NewContainerd(t testing.TB, runtimes ...Runtime) *Containerd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Containerd{
+	c := &ContainerdCRI{
 		Dir:          dir,
 		Socket:       filepath.Join(dir, "containerd.sock"),
 		Namespace:    "k8s.io",
@@ -112,7 +112,7 @@ func NewContainerd(t testing.TB, runtimes ...Runtime) *Containerd {
 }
 
 // boot writes the configuration, starts containerd and imports the image.
-func (c *Containerd) boot(bin, rootfs string, runtimes []Runtime) error {
+func (c *ContainerdCRI) boot(bin, rootfs string, runtimes []Runtime) error {
 	if err := os.Chmod(c.Dir, 0o711); err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ const CNIBinDir = "/usr/lib/cni"
 // writeConfig writes containerd's config.toml and the CNI network
 // configuration: one ptp network whose host side lives in containerd's own
 // network namespace, with no masquerade and no route anywhere else.
-func (c *Containerd) writeConfig(runtimes []Runtime) error {
+func (c *ContainerdCRI) writeConfig(runtimes []Runtime) error {
 	for _, d := range []string{"root", "state", "cni", "cni-ipam"} {
 		if err := os.Mkdir(filepath.Join(c.Dir, d), 0o700); err != nil {
 			return err
@@ -166,7 +166,7 @@ func (c *Containerd) writeConfig(runtimes []Runtime) error {
 // test does not need (and that would touch host paths) disabled, the CRI
 // plugin with the test image as its sandbox image, overlayfs, the CNI
 // configuration above and one runc v2 runtime per handler.
-func (c *Containerd) config(runtimes []Runtime) string {
+func (c *ContainerdCRI) config(runtimes []Runtime) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `version = 2
 root = %q
@@ -243,7 +243,7 @@ func defaultRuntime(runtimes []Runtime) string {
 
 // start runs containerd in a new network namespace (loopback up, nothing
 // else) and waits until its socket answers.
-func (c *Containerd) start(bin string) error {
+func (c *ContainerdCRI) start(bin string) error {
 	logf, err := os.Create(filepath.Join(c.Dir, "containerd.log"))
 	if err != nil {
 		return err
@@ -283,7 +283,7 @@ func (c *Containerd) start(bin string) error {
 }
 
 // Log is what containerd has written so far (its last 64 KiB).
-func (c *Containerd) Log() string {
+func (c *ContainerdCRI) Log() string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, "containerd.log"))
 	if len(b) > 64<<10 {
 		b = b[len(b)-64<<10:]
@@ -292,13 +292,13 @@ func (c *Containerd) Log() string {
 }
 
 // PID is containerd's process id (0 once stopped).
-func (c *Containerd) PID() int { return c.pid }
+func (c *ContainerdCRI) PID() int { return c.pid }
 
 // Close removes the pods this containerd still has (through the CRI, so
 // each runtime deletes its containers), stops containerd by its PID, kills
 // any shim of its socket left running, unmounts what is mounted below
 // c.Dir, removes the cgroups under c.CgroupParent and c.Dir itself.
-func (c *Containerd) Close() error {
+func (c *ContainerdCRI) Close() error {
 	if c.pid != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if cri, err := DialCRI(ctx, c.Socket); err == nil {
@@ -340,12 +340,12 @@ func stopPID(pid int, grace time.Duration) {
 // ShimPIDs are the runc v2 shims serving this containerd: the processes
 // whose command line names its socket as their -address (a path under
 // this test's own temporary directory, so never another engine's shim).
-func (c *Containerd) ShimPIDs() []int { return c.shims("") }
+func (c *ContainerdCRI) ShimPIDs() []int { return c.shims("") }
 
 // ShimOf is the pid of this containerd's shim for the task id (a pod
 // sandbox's id: the CRI plugin runs a pod's containers in its sandbox's
 // shim), or 0.
-func (c *Containerd) ShimOf(id string) int {
+func (c *ContainerdCRI) ShimOf(id string) int {
 	if p := c.shims(id); len(p) == 1 {
 		return p[0]
 	}
@@ -354,7 +354,7 @@ func (c *Containerd) ShimOf(id string) int {
 
 // shims lists the shims of this containerd's socket, only those started
 // for task id if it is not empty.
-func (c *Containerd) shims(id string) []int {
+func (c *ContainerdCRI) shims(id string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
