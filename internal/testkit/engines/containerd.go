@@ -38,7 +38,8 @@ type ContainerdCRI struct {
 	// binary is given (runc's state, or cordon oci's <root>/<id>).
 	RuntimeRoots map[string]string
 
-	pid int
+	pid   int
+	rtDir string // parent of the runtime roots (short: see NewContainerd)
 }
 
 // ImageRef is the name the test image is imported under. A name with a
@@ -99,8 +100,17 @@ func NewContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 		CgroupParent: "/cordon-test-" + filepath.Base(dir),
 		RuntimeRoots: map[string]string{},
 	}
-	for _, r := range runtimes {
-		c.RuntimeRoots[r.Name] = filepath.Join(dir, "rt-"+r.Name)
+	// The runtime roots get a short directory of their own: a runtime
+	// keeps Unix sockets at <root>/<namespace>/<64-hex id>/NAME, and a
+	// socket's path must fit in sun_path (107 bytes).
+	rt, err := os.MkdirTemp("/run", "crt")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	c.rtDir = rt
+	for i, r := range runtimes {
+		c.RuntimeRoots[r.Name] = filepath.Join(rt, strconv.Itoa(i))
 	}
 	if err := c.boot(bin, rootfs, runtimes); err != nil {
 		if cerr := c.Close(); cerr != nil {
@@ -127,11 +137,19 @@ func (c *ContainerdCRI) boot(bin, rootfs string, runtimes []Runtime) error {
 		return err
 	}
 	defer os.Remove(archive)
-	if out, err := exec.Command("ctr", "-a", c.Socket, "-n", c.Namespace, "images", "import", archive).CombinedOutput(); err != nil {
+	if out, err := exec.Command("ctr", "-a", c.Socket, "-n", c.Namespace, "images", "import", "--snapshotter", Snapshotter, archive).CombinedOutput(); err != nil {
 		return fmt.Errorf("ctr images import: %v\n%s\n%s", err, out, c.Log())
 	}
 	return nil
 }
+
+// Snapshotter is the containerd snapshotter the CRI tests use: "native"
+// (a plain directory per container), not overlayfs. cordon mounts a
+// container's root through an idmapped mount, and an overlayfs mount
+// refuses to be idmapped on the kernels these tests run on (checked on
+// 6.18: mount_setattr(MOUNT_ATTR_IDMAP) of containerd's overlay rootfs
+// fails with EINVAL, and cordon refuses the container, fail-closed).
+const Snapshotter = "native"
 
 // CNIBinDir is where Debian's containernetworking-plugins puts the CNI
 // plugins.
@@ -164,7 +182,7 @@ func (c *ContainerdCRI) writeConfig(runtimes []Runtime) error {
 
 // config is containerd's config.toml: everything below c.Dir, plugins a
 // test does not need (and that would touch host paths) disabled, the CRI
-// plugin with the test image as its sandbox image, overlayfs, the CNI
+// plugin with the test image as its sandbox image, Snapshotter, the CNI
 // configuration above and one runc v2 runtime per handler.
 func (c *ContainerdCRI) config(runtimes []Runtime) string {
 	var b strings.Builder
@@ -205,10 +223,10 @@ disabled_plugins = [
     max_conf_num = 1
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+    snapshotter = %q
     default_runtime_name = %q
 `, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), c.Socket, c.Socket+".ttrpc",
-		c.Image, CNIBinDir, filepath.Join(c.Dir, "cni"), defaultRuntime(runtimes))
+		c.Image, CNIBinDir, filepath.Join(c.Dir, "cni"), Snapshotter, defaultRuntime(runtimes))
 	for _, r := range runtimes {
 		b.WriteString("\n" + RuntimeTable(r.Name, r.Binary, c.RuntimeRoots[r.Name]))
 	}
@@ -312,13 +330,18 @@ func (c *ContainerdCRI) Close() error {
 	for _, pid := range c.ShimPIDs() {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
-	if err := UnmountBelow(c.Dir); err != nil {
-		return fmt.Errorf("unmount below %s: %w", c.Dir, err)
-	}
 	killCgroups(c.CgroupParent)
 	removeCgroups(c.CgroupParent)
-	if err := os.RemoveAll(c.Dir); err != nil {
-		return fmt.Errorf("remove %s: %w", c.Dir, err)
+	for _, d := range []string{c.Dir, c.rtDir} {
+		if d == "" {
+			continue
+		}
+		if err := UnmountBelow(d); err != nil {
+			return fmt.Errorf("unmount below %s: %w", d, err)
+		}
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("remove %s: %w", d, err)
+		}
 	}
 	return nil
 }

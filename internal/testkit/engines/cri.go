@@ -64,8 +64,22 @@ func PodConfig(name, uid, cgroupParent string) *cri.PodSandboxConfig {
 	}
 }
 
-// ContainerConfig is a container of image running args, with the seccomp
-// profile RuntimeDefault and the mounts given.
+// Kubelet's default masked and read-only paths (k8s.io/kubernetes
+// pkg/securitycontext, procMount Default): kubelet sends them in every
+// container's security context and containerd's CRI plugin applies what it
+// is sent (none, if none is sent).
+var (
+	kubeletMaskedPaths = []string{
+		"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	kubeletReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// ContainerConfig is a container of image running args as kubelet asks
+// for one: the seccomp profile RuntimeDefault, kubelet's default masked
+// and read-only paths, and the mounts given.
 func ContainerConfig(name, image string, args []string, mounts ...*cri.Mount) *cri.ContainerConfig {
 	return &cri.ContainerConfig{
 		Metadata: &cri.ContainerMetadata{Name: name},
@@ -76,6 +90,8 @@ func ContainerConfig(name, image string, args []string, mounts ...*cri.Mount) *c
 			SecurityContext: &cri.LinuxContainerSecurityContext{
 				NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_POD, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
 				Seccomp:          &cri.SecurityProfile{ProfileType: cri.SecurityProfile_RuntimeDefault},
+				MaskedPaths:      kubeletMaskedPaths,
+				ReadonlyPaths:    kubeletReadonlyPaths,
 			},
 		},
 	}
