@@ -21,6 +21,16 @@ type CRI struct {
 	Images cri.ImageServiceClient
 }
 
+// CallTimeout bounds each CRI call the helpers make: a runtime that never
+// answers (or an engine that retries a failing runtime call forever, as
+// containerd does for a task's delete) fails the test instead of hanging it.
+const CallTimeout = 2 * time.Minute
+
+// bound is ctx limited to CallTimeout.
+func bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, CallTimeout)
+}
+
 // DialCRI connects to the CRI API at socket (a path).
 func DialCRI(ctx context.Context, socket string) (*CRI, error) {
 	conn, err := grpc.NewClient("unix://"+socket,
@@ -40,6 +50,8 @@ func (c *CRI) Close() error { return c.conn.Close() }
 
 // Version is the runtime's answer to the CRI Version call.
 func (c *CRI) Version(ctx context.Context) (*cri.VersionResponse, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	return c.RT.Version(ctx, &cri.VersionRequest{Version: "v1"})
 }
 
@@ -99,6 +111,8 @@ func ContainerConfig(name, image string, args []string, mounts ...*cri.Mount) *c
 
 // RunPod creates and starts a pod sandbox under the runtime handler.
 func (c *CRI) RunPod(ctx context.Context, cfg *cri.PodSandboxConfig, handler string) (string, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	r, err := c.RT.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
 		return "", fmt.Errorf("RunPodSandbox %s (handler %s): %w", cfg.GetMetadata().GetName(), handler, err)
@@ -109,6 +123,8 @@ func (c *CRI) RunPod(ctx context.Context, cfg *cri.PodSandboxConfig, handler str
 // CreateContainer creates a container in pod (podCfg is the pod's own
 // configuration, as kubelet passes it again).
 func (c *CRI) CreateContainer(ctx context.Context, pod string, cfg *cri.ContainerConfig, podCfg *cri.PodSandboxConfig) (string, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	r, err := c.RT.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: pod, Config: cfg, SandboxConfig: podCfg})
 	if err != nil {
 		return "", fmt.Errorf("CreateContainer %s: %w", cfg.GetMetadata().GetName(), err)
@@ -118,6 +134,8 @@ func (c *CRI) CreateContainer(ctx context.Context, pod string, cfg *cri.Containe
 
 // StartContainer starts a created container.
 func (c *CRI) StartContainer(ctx context.Context, id string) error {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	if _, err := c.RT.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: id}); err != nil {
 		return fmt.Errorf("StartContainer %s: %w", id, err)
 	}
@@ -127,6 +145,8 @@ func (c *CRI) StartContainer(ctx context.Context, id string) error {
 // ExecSync runs cmd in a running container and returns its stdout,
 // stderr and exit code; timeout bounds the command (CRI's timeout).
 func (c *CRI) ExecSync(ctx context.Context, id string, timeout time.Duration, cmd ...string) (stdout, stderr string, code int32, err error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	r, err := c.RT.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: int64(timeout / time.Second)})
 	if err != nil {
 		return "", "", 0, fmt.Errorf("ExecSync %s %q: %w", id, cmd, err)
@@ -136,6 +156,8 @@ func (c *CRI) ExecSync(ctx context.Context, id string, timeout time.Duration, cm
 
 // Status is the container's CRI status.
 func (c *CRI) Status(ctx context.Context, id string) (*cri.ContainerStatus, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	r, err := c.RT.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
 		return nil, fmt.Errorf("ContainerStatus %s: %w", id, err)
@@ -146,6 +168,8 @@ func (c *CRI) Status(ctx context.Context, id string) (*cri.ContainerStatus, erro
 // StopContainer stops a container: SIGTERM (or the image's stop signal),
 // then SIGKILL after timeout.
 func (c *CRI) StopContainer(ctx context.Context, id string, timeout time.Duration) error {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	if _, err := c.RT.StopContainer(ctx, &cri.StopContainerRequest{ContainerId: id, Timeout: int64(timeout / time.Second)}); err != nil {
 		return fmt.Errorf("StopContainer %s: %w", id, err)
 	}
@@ -154,6 +178,8 @@ func (c *CRI) StopContainer(ctx context.Context, id string, timeout time.Duratio
 
 // RemoveContainer removes a container (stopping it first if it runs).
 func (c *CRI) RemoveContainer(ctx context.Context, id string) error {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	if _, err := c.RT.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: id}); err != nil {
 		return fmt.Errorf("RemoveContainer %s: %w", id, err)
 	}
@@ -162,6 +188,8 @@ func (c *CRI) RemoveContainer(ctx context.Context, id string) error {
 
 // StopPod stops a pod sandbox and every container in it.
 func (c *CRI) StopPod(ctx context.Context, id string) error {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	if _, err := c.RT.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
 		return fmt.Errorf("StopPodSandbox %s: %w", id, err)
 	}
@@ -170,6 +198,8 @@ func (c *CRI) StopPod(ctx context.Context, id string) error {
 
 // RemovePod removes a stopped pod sandbox and its containers.
 func (c *CRI) RemovePod(ctx context.Context, id string) error {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	if _, err := c.RT.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
 		return fmt.Errorf("RemovePodSandbox %s: %w", id, err)
 	}
@@ -179,6 +209,8 @@ func (c *CRI) RemovePod(ctx context.Context, id string) error {
 // PodStatus is the pod sandbox's CRI status, with the runtime's info map
 // when verbose (containerd puts the sandbox task's pid there).
 func (c *CRI) PodStatus(ctx context.Context, id string, verbose bool) (*cri.PodSandboxStatusResponse, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	r, err := c.RT.PodSandboxStatus(ctx, &cri.PodSandboxStatusRequest{PodSandboxId: id, Verbose: verbose})
 	if err != nil {
 		return nil, fmt.Errorf("PodSandboxStatus %s: %w", id, err)
@@ -189,6 +221,8 @@ func (c *CRI) PodStatus(ctx context.Context, id string, verbose bool) (*cri.PodS
 // ContainerInfo is the container's CRI status with the runtime's info map
 // (containerd: "info" holds a JSON object with the task's "pid").
 func (c *CRI) ContainerInfo(ctx context.Context, id string) (*cri.ContainerStatusResponse, error) {
+	ctx, cancel := bound(ctx)
+	defer cancel()
 	r, err := c.RT.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
 		return nil, fmt.Errorf("ContainerStatus %s: %w", id, err)
