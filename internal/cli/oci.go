@@ -164,7 +164,7 @@ func (o *ociFlags) request(id string, req oci.Request) error {
 		return err
 	}
 	if s.Live() == specs.StateStopped {
-		return failure.Failf(failure.KindUsage, "oci", "container %s is not running (its keeper has ended)", id)
+		return failure.Failf(failure.KindUsage, "oci", "container %s: container not running (its keeper has ended)", id)
 	}
 	c, err := oci.Dial(r.Path(id))
 	if err != nil {
