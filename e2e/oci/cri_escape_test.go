@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -164,4 +165,60 @@ func mountedAt(t *testing.T, pid int, p string) bool {
 		}
 	}
 	return false
+}
+
+// landlockProbeDir is the tmpfs cordon's init leaves under /dev for the
+// Landlock check: owned by the program's uid and mounted read-write, so
+// only Landlock stands between the program and a write there.
+const landlockProbeDir = "/dev/.cordon-probe"
+
+// testCRIEscapeLandlock: a write into the Landlock probe tmpfs inside a
+// CRI-started cordon container lands nowhere (the host finds no file in
+// the container's root). Positive control, read on the host: the
+// directory is a read-write mount in the program's mount table and owned
+// by the program's own host uid with the owner's write bit — DAC and the
+// mount would let the write through, so Landlock is what refuses it.
+func testCRIEscapeLandlock(t *testing.T, e *engine) {
+	id, prog := escapeContainer(t, e)
+	name := landlockProbeDir + "/cri-" + hexID(4)
+	got := attemptsOf(t, e.probeIn(t, id, "writes", name))
+	if _, err := os.Lstat(fmt.Sprintf("/proc/%d/root%s", prog, name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the host finds %s in the container (%v; probe said %v): the write landed", name, err, got)
+	}
+	if got[name] == "ok" {
+		t.Errorf("probe reports the write of %s succeeded", name)
+	}
+	dir := fmt.Sprintf("/proc/%d/root%s", prog, landlockProbeDir)
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatalf("positive control: stat %s from the host: %v", dir, err)
+	}
+	ps, err := procStatus(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	euid := strings.Fields(ps["Uid"])
+	if len(euid) < 2 || strconv.FormatUint(uint64(st.Uid), 10) != euid[1] || st.Mode&0o200 == 0 {
+		t.Errorf("positive control: %s is owned by host uid %d mode %o, the program runs as host uid %v: DAC, not Landlock, may be what refuses", landlockProbeDir, st.Uid, st.Mode&0o7777, euid)
+	}
+	if opts, ok := mountOptions(t, prog, landlockProbeDir); !ok || !slices.Contains(strings.Split(opts, ","), "rw") {
+		t.Errorf("positive control: %s in the program's mount table: %q (mounted %v), want a read-write mount", landlockProbeDir, opts, ok)
+	}
+}
+
+// mountOptions is the per-mount options of the mount at p in pid's mount
+// table (false if nothing is mounted there).
+func mountOptions(t *testing.T, pid int, p string) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, found := "", false
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 5 && f[4] == p {
+			opts, found = f[5], true // the last mount at p is the one seen
+		}
+	}
+	return opts, found
 }

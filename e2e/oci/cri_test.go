@@ -32,6 +32,7 @@ func TestCRI(t *testing.T) {
 		{"EscapeNetwork", testCRIEscapeNetwork},
 		{"EscapeHostProcess", testCRIEscapeHostProcess},
 		{"EscapeMount", testCRIEscapeMount},
+		{"EscapeLandlock", testCRIEscapeLandlock},
 		{"ShimKilledResidue", testCRIShimKilledResidue},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, e) })
