@@ -62,7 +62,15 @@ type Runtime struct {
 // t.Cleanup closes.
 func StartContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 	t.Helper()
-	c := NewContainerd(t, runtimes...)
+	return StartContainerdWith(t, "", runtimes...)
+}
+
+// StartContainerdWith is StartContainerd with the root filesystem tarball
+// rootfs as the test image instead of Image(t) (its command is then
+// "sleep 2147483647": busybox's sleep takes no "infinity").
+func StartContainerdWith(t testing.TB, rootfs string, runtimes ...Runtime) *ContainerdCRI {
+	t.Helper()
+	c := newContainerd(t, rootfs, runtimes...)
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
 			t.Error(err)
@@ -79,13 +87,21 @@ func StartContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 // that TestMain closes). If it fails it cleans up and ends t.
 func NewContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 	t.Helper()
+	return newContainerd(t, "", runtimes...)
+}
+
+func newContainerd(t testing.TB, rootfs string, runtimes ...Runtime) *ContainerdCRI {
+	t.Helper()
 	testkit.RequireRoot(t)
 	bin := testkit.RequireCommand(t, "the CRI tests run a private containerd (scripts/test.sh installs it)", "containerd")
 	testkit.RequireCommand(t, "the test image is imported with ctr (package containerd)", "ctr")
 	testkit.RequireCommand(t, "containerd's runc v2 shim (package containerd)", "containerd-shim-runc-v2")
 	testkit.RequireCommand(t, "containerd's network namespace gets its loopback up with ip (iproute2)", "ip")
 	testkit.RequireFile(t, filepath.Join(CNIBinDir, "ptp"), "the CRI plugin needs a CNI plugin to create a pod sandbox (package containernetworking-plugins)")
-	rootfs := Image(t)
+	cmd := []string{"sleep", "2147483647"}
+	if rootfs == "" {
+		rootfs, cmd = Image(t), []string{"sleep", "infinity"}
+	}
 
 	// A short path: the socket's name must fit in sun_path.
 	dir, err := os.MkdirTemp("", "ctrd-")
@@ -112,7 +128,7 @@ func NewContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 	for i, r := range runtimes {
 		c.RuntimeRoots[r.Name] = filepath.Join(rt, strconv.Itoa(i))
 	}
-	if err := c.boot(bin, rootfs, runtimes); err != nil {
+	if err := c.boot(bin, rootfs, cmd, runtimes); err != nil {
 		if cerr := c.Close(); cerr != nil {
 			t.Error(cerr)
 		}
@@ -122,7 +138,7 @@ func NewContainerd(t testing.TB, runtimes ...Runtime) *ContainerdCRI {
 }
 
 // boot writes the configuration, starts containerd and imports the image.
-func (c *ContainerdCRI) boot(bin, rootfs string, runtimes []Runtime) error {
+func (c *ContainerdCRI) boot(bin, rootfs string, cmd []string, runtimes []Runtime) error {
 	if err := os.Chmod(c.Dir, 0o711); err != nil {
 		return err
 	}
@@ -133,7 +149,7 @@ func (c *ContainerdCRI) boot(bin, rootfs string, runtimes []Runtime) error {
 		return err
 	}
 	archive := filepath.Join(c.Dir, "image.tar")
-	if err := WriteOCIArchive(archive, rootfs, ImageRef, []string{"sleep", "infinity"}); err != nil {
+	if err := WriteOCIArchive(archive, rootfs, ImageRef, cmd); err != nil {
 		return err
 	}
 	defer os.Remove(archive)
