@@ -141,9 +141,12 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		// A daemon-mode sandbox may be idle: no main program, only execs.
 		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
 	}
-	if spec.Image != nil || spec.Execs {
+	if spec.Image != nil && !consoleOnly(spec.Image) {
 		// Not built yet: never accepted and ignored.
-		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
+		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image)", ProviderName)
+	}
+	if err := p.checkExecsConsole(spec); err != nil {
+		return nil, err
 	}
 	if spec.Level == sandbox.DedicatedVM {
 		return nil, failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
@@ -192,12 +195,15 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	// The gateway's group (gatewaycg_linux.go) is recorded with the
 	// sandbox's, before either exists.
 	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
-	if p.opts.Daemon {
+	if p.opts.Daemon || spec.Execs {
 		if !validID(spec.ID) {
 			// The id names the exec socket too: never a path.
 			return nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
 		}
-		kind, resources = store.KindDaemon, append(resources, p.runSockPath(spec.ID))
+		resources = append(resources, p.runSockPath(spec.ID))
+	}
+	if p.opts.Daemon {
+		kind = store.KindDaemon
 	}
 	rec, err := p.opts.Store.BeginClaim(ctx, store.Record{
 		ID: spec.ID, Kind: kind, Workload: spec.Workload, Owner: owner,
