@@ -26,6 +26,7 @@ import (
 
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
 )
 
 var _ sandbox.AllSignaler = (*linuxSandbox)(nil)
@@ -56,6 +57,20 @@ func (sb *linuxSandbox) servesExecs() bool { return sb.p.opts.Daemon || sb.spec.
 // out at Start rather than at Exec.
 func (sb *linuxSandbox) consoleAtStart() bool {
 	return sb.spec.Terminal != nil && sb.spec.Image != nil && sb.spec.Image.TerminalAtStart
+}
+
+// modeConfig sets the init's modes: daemon (the exec listener and the
+// lease lock follow the trees, from fd on: see spawn), Execs (the exec
+// listener follows the trees; the spawner keeps the lease lock, as for any
+// standalone run) and the console at start.
+func (sb *linuxSandbox) modeConfig(cfg *sbinit.Config, fd int) {
+	if sb.p.opts.Daemon {
+		cfg.Daemon, cfg.ExecFD, cfg.LeaseLockFD = true, fd, fd+1
+	}
+	if sb.spec.Execs {
+		cfg.Execs, cfg.ExecFD = true, fd
+	}
+	cfg.TtyAtStart = sb.consoleAtStart()
 }
 
 // receiveConsole takes the init's "console" message, which comes before

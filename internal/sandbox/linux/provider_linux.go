@@ -192,18 +192,9 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if err := checkGatewayID(spec.ID); err != nil {
 		return nil, err
 	}
-	// The gateway's group (gatewaycg_linux.go) is recorded with the
-	// sandbox's, before either exists.
-	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
-	if p.opts.Daemon || spec.Execs {
-		if !validID(spec.ID) {
-			// The id names the exec socket too: never a path.
-			return nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
-		}
-		resources = append(resources, p.runSockPath(spec.ID))
-	}
-	if p.opts.Daemon {
-		kind = store.KindDaemon
+	kind, resources, err := p.recordPlan(spec)
+	if err != nil {
+		return nil, err
 	}
 	rec, err := p.opts.Store.BeginClaim(ctx, store.Record{
 		ID: spec.ID, Kind: kind, Workload: spec.Workload, Owner: owner,
@@ -243,6 +234,25 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		return nil, err
 	}
 	return sb, nil
+}
+
+// recordPlan is the kind of spec's write-ahead record and the host
+// resources it names before any exists: the sandbox's cgroups, its
+// gateway's (gatewaycg_linux.go) and, where the init serves execs, the
+// exec socket.
+func (p *Provider) recordPlan(spec sandbox.Spec) (string, []string, error) {
+	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
+	if p.opts.Daemon || spec.Execs {
+		if !validID(spec.ID) {
+			// The id names the exec socket too: never a path.
+			return "", nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
+		}
+		resources = append(resources, p.runSockPath(spec.ID))
+	}
+	if p.opts.Daemon {
+		kind = store.KindDaemon
+	}
+	return kind, resources, nil
 }
 
 func withDefaults(l sandbox.Limits) sandbox.Limits {

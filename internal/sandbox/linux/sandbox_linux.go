@@ -201,16 +201,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	if sb.spec.Workspace != "" || sb.spec.WorkspaceFile != nil {
 		cfg.Dir = "/workspace"
 	}
-	if sb.p.opts.Daemon {
-		// The exec listener and the lease lock follow the trees (see spawn).
-		cfg.Daemon, cfg.ExecFD, cfg.LeaseLockFD = true, fd, fd+1
-	}
-	if sb.spec.Execs {
-		// The exec listener follows the trees; the spawner keeps the
-		// lease lock, as for any standalone run (execs_linux.go).
-		cfg.Execs, cfg.ExecFD = true, fd
-	}
-	cfg.TtyAtStart = sb.consoleAtStart()
+	sb.modeConfig(&cfg, fd)
 	in := evidence.Inputs{
 		LeaseUID: sb.rec.Lease.UID, LeaseGID: sb.rec.Lease.GID, LeaseSize: sb.rec.Lease.Size,
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
