@@ -141,9 +141,14 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		// A daemon-mode sandbox may be idle: no main program, only execs.
 		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
 	}
-	if spec.Image != nil || spec.Execs {
+	if spec.Execs || (spec.Image != nil && spec.Image.TerminalAtStart) {
 		// Not built yet: never accepted and ignored.
-		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
+		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet serve execs in a standalone sandbox (Spec.Execs) or hand out an image's terminal at start (Image.TerminalAtStart)", ProviderName)
+	}
+	if spec.Image != nil {
+		if err := validateImage(spec); err != nil {
+			return nil, err
+		}
 	}
 	if spec.Level == sandbox.DedicatedVM {
 		return nil, failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
@@ -214,6 +219,11 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	}
 	sb.rec = rec
 	sb.recorded = true
+	if spec.Image != nil {
+		if err := checkImageIDs(spec.Image, rec.Lease.Size); err != nil {
+			return nil, err
+		}
+	}
 	if p.opts.Daemon {
 		if err := p.takeHandle(sb); err != nil {
 			return nil, err
@@ -260,6 +270,10 @@ func withDefaults(l sandbox.Limits) sandbox.Limits {
 func (sb *linuxSandbox) openBinds() error {
 	spec := sb.spec
 	state := filepath.Clean(sb.p.opts.StateDir)
+	targets := refusedTargets
+	if spec.Image != nil {
+		targets = imageRefusedTargets
+	}
 	if spec.WorkspaceFile != nil {
 		if spec.Workspace != "" {
 			return failure.Failf(failure.KindUsage, "workspace", "a workspace path and a workspace descriptor were both given")
@@ -274,7 +288,7 @@ func (sb *linuxSandbox) openBinds() error {
 		if !filepath.IsAbs(spec.Workspace) {
 			return failure.Failf(failure.KindUsage, "workspace", "%s: the workspace path must be absolute", spec.Workspace)
 		}
-		h, err := openBind(sandbox.Bind{Source: spec.Workspace, Target: "/workspace", Writable: true}, state, spec.UnsafeRootWorkspace)
+		h, err := openBind(sandbox.Bind{Source: spec.Workspace, Target: "/workspace", Writable: true}, state, spec.UnsafeRootWorkspace, targets)
 		if err != nil {
 			return err
 		}
@@ -287,7 +301,7 @@ func (sb *linuxSandbox) openBinds() error {
 		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {
 			return failure.Failf(failure.KindUsage, "bind", "target %s is bound twice", b.Target)
 		}
-		h, err := openBind(b, state, spec.UnsafeRootWorkspace)
+		h, err := openBind(b, state, spec.UnsafeRootWorkspace, targets)
 		if err != nil {
 			return err
 		}
@@ -319,11 +333,11 @@ func (sb *linuxSandbox) openBinds() error {
 				return failure.Fail(failure.KindUsage, "rootfs", err)
 			}
 		}
-		sb.rootfs = &hostPath{fd: fd, path: r, target: "/"}
+		sb.rootfs = &hostPath{fd: fd, path: r, target: "/", writable: spec.Image != nil && spec.Image.Writable}
 		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return failure.Failf(failure.KindUsage, "rootfs", "%s is not a directory", r)
 		}
-		return checkRootfsTree(sb.rootfs)
+		return checkRootfsTree(sb.rootfs, spec.Image != nil)
 	}
 	return nil
 }
@@ -333,8 +347,21 @@ func (sb *linuxSandbox) openBinds() error {
 // /sys, /dev, /run...), and no Unix socket anywhere in it, which would be
 // a path from the sandbox to a host service outside its network
 // namespace.
-func checkRootfsTree(h *hostPath) error {
+//
+// In image mode a root under /run or /var/run is accepted when it is the
+// root of a mount of its own (rootfsUnderRun: an engine's overlay).
+func checkRootfsTree(h *hostPath, image bool) error {
+	engineMount := false
+	if image {
+		var err error
+		if engineMount, err = rootfsUnderRun(h); err != nil {
+			return failure.Fail(failure.KindPolicyRejected, "rootfs", err)
+		}
+	}
 	for _, r := range refusedSources {
+		if engineMount && (r == "/run" || r == "/var/run") {
+			continue
+		}
 		if r != "/" && under(h.path, r) {
 			return failure.Failf(failure.KindPolicyRejected, "rootfs", "%s may not be a sandbox root (it is under %s)", h.path, r)
 		}
@@ -351,7 +378,11 @@ func checkRootfsTree(h *hostPath) error {
 
 // prepareTrees turns the opened binds into detached mount trees.
 func (sb *linuxSandbox) prepareTrees() error {
-	sb.idm = &idmapper{hostUID: sb.rec.Lease.UID + sandboxUID, hostGID: sb.rec.Lease.GID + sandboxGID}
+	uid, gid := uint32(sandboxUID), uint32(sandboxGID)
+	if img := sb.spec.Image; img != nil {
+		uid, gid = img.UID, img.GID
+	}
+	sb.idm = &idmapper{hostUID: sb.rec.Lease.UID + uid, hostGID: sb.rec.Lease.GID + gid}
 	for _, h := range sb.binds {
 		// Idmap a user's files to the program; a writable bind always maps
 		// (it was refused above unless its owner and group are a user's, or
@@ -365,7 +396,16 @@ func (sb *linuxSandbox) prepareTrees() error {
 		sb.trees = append(sb.trees, tree{fd: fd, target: h.target, writable: h.writable})
 	}
 	if sb.rootfs != nil {
-		fd, err := detachedTree(sb.rootfs, sb.idm, false)
+		ns := -1
+		if sb.spec.Image != nil {
+			// The image's ids are the sandbox's, read-only or writable.
+			l := sb.rec.Lease
+			var err error
+			if ns, err = imageUserns(sb.idm, l.UID, l.GID, l.Size); err != nil {
+				return failure.Fail(failure.KindProvision, "rootfs idmap", err)
+			}
+		}
+		fd, err := detachedTreeNS(sb.rootfs, ns)
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "rootfs", err)
 		}

@@ -135,6 +135,13 @@ func Main() int {
 	// Before ready: the trusted side judges their traces with the rest of
 	// the evidence, and "go" comes only after.
 	traces := attemptInSitu(&cfg)
+	var probes []int
+	if cfg.MemProbe {
+		if probes, err = memProbes(); err != nil {
+			endProbes(probes)
+			return c.fail("mem probe", err)
+		}
+	}
 	tm.mark("insitu")
 	if err := c.send(Message{Type: "ready", LandlockABI: abi, Timings: tm.m}); err != nil {
 		return 125
@@ -145,6 +152,7 @@ func Main() int {
 		return 125
 	}
 	traces.release()
+	endProbes(probes)
 	if cfg.Daemon {
 		return superviseDaemon(c, &cfg)
 	}

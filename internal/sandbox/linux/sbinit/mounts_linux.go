@@ -39,6 +39,11 @@ func buildRoot(cfg *Config) error {
 		if err := moveTree(cfg.RootfsFD, root); err != nil {
 			return err
 		}
+		if cfg.Image {
+			if err := imageRoot(cfg, root); err != nil {
+				return err
+			}
+		}
 		for _, d := range []string{"proc", "dev", "tmp"} {
 			if fi, err := os.Stat(filepath.Join(root, d)); err != nil || !fi.IsDir() {
 				return fmt.Errorf("the rootfs has no /%s directory", d)
@@ -68,6 +73,9 @@ func buildRoot(cfg *Config) error {
 		}
 	}
 	for _, b := range cfg.Binds {
+		if cfg.Image {
+			break // mounted by imageRoot
+		}
 		dst := filepath.Join(root, b.Target)
 		if b.Tmpfs {
 			if err := mkdirAll(dst, synth); err != nil {
@@ -122,10 +130,26 @@ func buildRoot(cfg *Config) error {
 	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
-	if err := remountRO("/"); err != nil {
-		return err
+	if !cfg.RootWritable {
+		if err := remountRO("/"); err != nil {
+			return err
+		}
 	}
 	return remountRO("/dev")
+}
+
+// imageRoot mounts image mode's binds and tmpfs on the root moved to
+// root (see image_linux.go).
+func imageRoot(cfg *Config, root string) error {
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the root: %w", err)
+	}
+	defer unix.Close(rootFD)
+	if err := imageRootDirs(cfg, rootFD); err != nil {
+		return err
+	}
+	return imageBinds(cfg, rootFD)
 }
 
 // mkMountpoint creates the mount point for src at dst: a directory or an
