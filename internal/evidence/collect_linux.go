@@ -51,6 +51,9 @@ type Inputs struct {
 	// RootWritable: the root is an image's, mounted read-write, idmapped,
 	// nosuid and nodev (image mode); otherwise it must be read-only.
 	RootWritable bool
+	// RootIdmapped: the root is an image's, idmapped onto the lease
+	// (image mode, read-only or writable): its mount must say idmapped.
+	RootIdmapped bool
 	// Rlimits are further limits the init applied (an image's, lowered
 	// only), by their /proc/PID/limits name: soft and hard. An entry for
 	// open files or file size replaces NoFile or FSize.
@@ -412,6 +415,9 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	var out []Check
 	ms, err := readMountinfo(proc + "/mountinfo")
 	c := Check{Name: "root_read_only", Want: "/ mounted ro", Source: proc + "/mountinfo"}
+	if in.RootIdmapped {
+		c.Want = "/ mounted ro,idmapped (an image's root)"
+	}
 	if in.RootWritable {
 		c = Check{Name: "root_writable_idmapped", Want: "/ mounted rw,nosuid,nodev,idmapped (an image's writable root)", Source: proc + "/mountinfo"}
 	}
@@ -422,7 +428,7 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	for _, m := range ms {
 		if m.target == "/" {
 			c.Got = m.opts
-			c.OK = hasOpt(m.opts, "ro")
+			c.OK = hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))
 			if in.RootWritable {
 				c.OK = hasOpt(m.opts, "rw") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev") && hasOpt(m.opts, "idmapped")
 			}

@@ -265,7 +265,7 @@ func (sb *linuxSandbox) imageConfig(cfg *sbinit.Config, in *evidence.Inputs) err
 	})
 	cfg.Rlimits = clampRlimits(img.Rlimits, cfg.NoFile, cfg.FSize)
 	in.UID, in.GID, in.Groups, in.Hostname = cfg.UID, cfg.GID, cfg.Groups, cfg.Hostname
-	in.RootWritable = img.Writable
+	in.RootWritable, in.RootIdmapped = img.Writable, true
 	if cfg.UID == 0 && cfg.GID == 0 {
 		// The init's non-dumpable /proc files and the program carry the
 		// same ids: judge the probe instead (sbinit's memprobe_linux.go).

@@ -72,6 +72,13 @@ func imageSpec(root string, img sandbox.Image, script string) sandbox.Spec {
 // admitted from evidence, and execs the program.
 func startImage(t *testing.T, p *Provider, spec sandbox.Spec) *linuxSandbox {
 	t.Helper()
+	sb, _ := startImageRecord(t, p, spec)
+	return sb
+}
+
+// startImageRecord is startImage that also returns the evidence record.
+func startImageRecord(t *testing.T, p *Provider, spec sandbox.Spec) (*linuxSandbox, *evidence.Record) {
+	t.Helper()
 	ctx := context.Background()
 	s, err := p.Provision(ctx, spec)
 	if err != nil {
@@ -88,7 +95,16 @@ func startImage(t *testing.T, p *Provider, spec sandbox.Spec) *linuxSandbox {
 	if err := s.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return s.(*linuxSandbox)
+	return s.(*linuxSandbox), adm.Record
+}
+
+func hasFact(r *evidence.Record, boundary, name string) bool {
+	for _, f := range r.Boundaries[boundary].Facts {
+		if f.Name == name && f.OK {
+			return true
+		}
+	}
+	return false
 }
 
 func failedFacts(r *evidence.Record) []string {
@@ -266,7 +282,7 @@ func TestImageReadOnlyRoot(t *testing.T) {
 		t.Run(fmt.Sprint("writable=", writable), func(t *testing.T) {
 			root := imageRoot(t, "")
 			spec := imageSpec(root, sandbox.Image{Writable: writable}, "echo hi > /etc/written")
-			sb := startImage(t, p, spec)
+			sb, rec := startImageRecord(t, p, spec)
 			ex, err := sb.Wait(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -277,6 +293,11 @@ func TestImageReadOnlyRoot(t *testing.T) {
 			}
 			if !writable && (ex.Code == 0 || !errors.Is(statErr, os.ErrNotExist)) {
 				t.Fatalf("read-only root: exit %+v, host file: %v; want the write refused", ex, statErr)
+			}
+			// The record says which root it checked.
+			want := map[bool]string{true: "root_writable_idmapped", false: "root_read_only"}[writable]
+			if !hasFact(rec, evidence.Filesystem, want) {
+				t.Errorf("the filesystem boundary has no verified %s fact", want)
 			}
 		})
 	}
@@ -430,6 +451,108 @@ func TestImageRefusals(t *testing.T) {
 			}
 			if failure.KindOf(err) != tc.kind || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("Provision = %v, want %s naming %q", err, tc.kind, tc.msg)
+			}
+		})
+	}
+}
+
+// TestImageEnvDirHostname: the program's environment is exactly Spec.Env
+// with the default PATH added, its directory Image.Dir and its hostname
+// Image.Hostname (all read from the host), and no cordon HOME.
+func TestImageEnvDirHostname(t *testing.T) {
+	p := newImageProvider(t)
+	root := imageRoot(t, "")
+	spec := imageSpec(root, sandbox.Image{Dir: "/work", Hostname: "img-host"}, "")
+	spec.Argv, spec.Env = []string{"/bin/busybox", "sleep", "600"}, []string{"FOO=bar"}
+	sb := startImage(t, p, spec)
+	pid := programPid(t, sb, "sleep")
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "FOO=bar\x00" + defaultPath + "\x00"; string(env) != want {
+		t.Errorf("environment = %q, want %q", env, want)
+	}
+	var st, want unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/cwd", pid), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(root, "work"), &want); err != nil {
+		t.Fatal(err)
+	}
+	if st.Ino != want.Ino || st.Dev != want.Dev {
+		t.Errorf("the program's directory is inode %d, want the image's /work (%d)", st.Ino, want.Ino)
+	}
+	var host string
+	err = setns.Do(fmt.Sprintf("/proc/%d/ns/uts", pid), unix.CLONE_NEWUTS, func() error {
+		var u unix.Utsname
+		err := unix.Uname(&u)
+		host = unix.ByteSliceToString(u.Nodename[:])
+		return err
+	})
+	if err != nil || host != "img-host" {
+		t.Errorf("hostname = %q (%v), want img-host", host, err)
+	}
+}
+
+// TestImageBinds: the engine's file binds land on the image's files (an
+// existing one in a read-only root; a missing one created in a writable
+// root, on the host's disk too); a missing target in a read-only root and
+// a symlink on a target's path in the image are refused by name.
+func TestImageBinds(t *testing.T) {
+	p := newImageProvider(t)
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 cordon-hosts\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := "/bin/busybox grep -q cordon-hosts /etc/hosts"
+	for _, tc := range []struct {
+		name     string
+		writable bool
+		prepare  func(root string) error
+		start    string // "" when Start must succeed, else the error it names
+	}{
+		{"existing file, read-only root", false, func(root string) error { return os.WriteFile(filepath.Join(root, "etc", "hosts"), nil, 0o644) }, ""},
+		{"missing file, writable root", true, func(string) error { return nil }, ""},
+		{"missing file, read-only root", false, func(string) error { return nil }, "/etc/hosts does not exist"},
+		{"symlink in the image", true, func(root string) error {
+			if err := os.RemoveAll(filepath.Join(root, "etc")); err != nil {
+				return err
+			}
+			return os.Symlink("/tmp", filepath.Join(root, "etc"))
+		}, "symlink"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := imageRoot(t, "")
+			if err := tc.prepare(root); err != nil {
+				t.Fatal(err)
+			}
+			spec := imageSpec(root, sandbox.Image{Writable: tc.writable}, check)
+			spec.Binds = []sandbox.Bind{{Source: hosts, Target: "/etc/hosts"}}
+			ctx := context.Background()
+			s, err := p.Provision(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Deprovision(ctx)
+			_, err = s.Start(ctx)
+			if tc.start != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.start) {
+					t.Fatalf("Start = %v, want a refusal naming %q", err, tc.start)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ex, err := s.Wait(ctx); err != nil || ex.Code != 0 {
+				t.Fatalf("grep of the bound /etc/hosts: %+v, %v; want exit 0", ex, err)
+			}
+			if fi, err := os.Lstat(filepath.Join(root, "etc", "hosts")); err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("the mount point on the host's disk: %v, %v; want a regular file", fi, err)
 			}
 		})
 	}

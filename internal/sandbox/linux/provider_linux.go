@@ -137,21 +137,8 @@ func newID() string {
 // leases the UID/GID range), then creates the host resources: cgroups and
 // the detached mount trees of the binds.
 func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	if (len(spec.Argv) == 0 && !p.opts.Daemon) || (len(spec.Argv) > 0 && spec.Argv[0] == "") {
-		// A daemon-mode sandbox may be idle: no main program, only execs.
-		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
-	}
-	if spec.Execs || (spec.Image != nil && spec.Image.TerminalAtStart) {
-		// Not built yet: never accepted and ignored.
-		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet serve execs in a standalone sandbox (Spec.Execs) or hand out an image's terminal at start (Image.TerminalAtStart)", ProviderName)
-	}
-	if spec.Image != nil {
-		if err := validateImage(spec); err != nil {
-			return nil, err
-		}
-	}
-	if spec.Level == sandbox.DedicatedVM {
-		return nil, failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+	if err := p.checkSpec(spec); err != nil {
+		return nil, err
 	}
 	if spec.ID == "" {
 		spec.ID = newID()
@@ -247,6 +234,27 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		return nil, err
 	}
 	return sb, nil
+}
+
+// checkSpec refuses what Provision can refuse before it builds anything.
+func (p *Provider) checkSpec(spec sandbox.Spec) error {
+	if (len(spec.Argv) == 0 && !p.opts.Daemon) || (len(spec.Argv) > 0 && spec.Argv[0] == "") {
+		// A daemon-mode sandbox may be idle: no main program, only execs.
+		return failure.Failf(failure.KindUsage, "provision", "no program given")
+	}
+	if spec.Execs || (spec.Image != nil && spec.Image.TerminalAtStart) {
+		// Not built yet: never accepted and ignored.
+		return failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet serve execs in a standalone sandbox (Spec.Execs) or hand out an image's terminal at start (Image.TerminalAtStart)", ProviderName)
+	}
+	if spec.Image != nil {
+		if err := validateImage(spec); err != nil {
+			return err
+		}
+	}
+	if spec.Level == sandbox.DedicatedVM {
+		return failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+	}
+	return nil
 }
 
 func withDefaults(l sandbox.Limits) sandbox.Limits {

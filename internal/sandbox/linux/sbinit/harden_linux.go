@@ -98,25 +98,8 @@ func skip(cfg *Config, layer string) bool {
 // capabilities); dumpable 0; no_new_privs; Landlock; seccomp last, so the
 // filter need not allow any of the calls above. It returns the Landlock ABI.
 func harden(cfg *Config, tm *timings) (int, error) {
-	lims := []struct {
-		res int
-		val uint64
-	}{
-		{unix.RLIMIT_CORE, 0},
-		{unix.RLIMIT_NOFILE, cfg.NoFile},
-		{unix.RLIMIT_FSIZE, cfg.FSize},
-	}
-	for _, l := range lims {
-		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.val, Max: l.val}); err != nil {
-			return 0, fmt.Errorf("setrlimit %d: %w", l.res, err)
-		}
-	}
-	// The image's limits (already clamped by the trusted side: they only
-	// lower), after the provider's own so that they win.
-	for _, l := range cfg.Rlimits {
-		if err := unix.Setrlimit(l.Type, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
-			return 0, fmt.Errorf("setrlimit %d (image): %w", l.Type, err)
-		}
+	if err := setRlimits(cfg); err != nil {
+		return 0, err
 	}
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
 		if err := allThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -199,6 +182,22 @@ func harden(cfg *Config, tm *timings) (int, error) {
 	}
 	tm.mark("seccomp")
 	return abi, nil
+}
+
+// setRlimits sets the provider's limits, then the image's (already
+// clamped by the trusted side: they only lower), which win.
+func setRlimits(cfg *Config) error {
+	lims := []Rlimit{
+		{unix.RLIMIT_CORE, 0, 0},
+		{unix.RLIMIT_NOFILE, cfg.NoFile, cfg.NoFile},
+		{unix.RLIMIT_FSIZE, cfg.FSize, cfg.FSize},
+	}
+	for _, l := range append(lims, cfg.Rlimits...) {
+		if err := unix.Setrlimit(l.Type, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l.Type, err)
+		}
+	}
+	return nil
 }
 
 func allThreadsPrctl(op, a2, a3 uintptr) error {

@@ -49,28 +49,8 @@ func buildRoot(cfg *Config) error {
 				return fmt.Errorf("the rootfs has no /%s directory", d)
 			}
 		}
-	} else {
-		if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
-			return fmt.Errorf("mount root tmpfs: %w", err)
-		}
-		for _, d := range []string{"proc", "dev", "tmp", "etc", "home"} {
-			if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-				return err
-			}
-		}
-		for name, content := range cfg.EtcFiles {
-			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") {
-				return fmt.Errorf("bad /etc file name %q", name)
-			}
-			if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
-				return err
-			}
-		}
-		for _, l := range cfg.Symlinks {
-			if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
-				return fmt.Errorf("symlink %s: %w", l.Path, err)
-			}
-		}
+	} else if err := synthRoot(cfg, root); err != nil {
+		return err
 	}
 	for _, b := range cfg.Binds {
 		if cfg.Image {
@@ -136,6 +116,34 @@ func buildRoot(cfg *Config) error {
 		}
 	}
 	return remountRO("/dev")
+}
+
+// synthRoot builds the synthesized root: a small tmpfs with the
+// directories the init mounts on, the synthesized /etc and the base
+// layout's symlinks.
+func synthRoot(cfg *Config, root string) error {
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	for _, d := range []string{"proc", "dev", "tmp", "etc", "home"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for name, content := range cfg.EtcFiles {
+		if strings.Contains(name, "/") || strings.HasPrefix(name, ".") {
+			return fmt.Errorf("bad /etc file name %q", name)
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, l := range cfg.Symlinks {
+		if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
+			return fmt.Errorf("symlink %s: %w", l.Path, err)
+		}
+	}
+	return nil
 }
 
 // imageRoot mounts image mode's binds and tmpfs on the root moved to
