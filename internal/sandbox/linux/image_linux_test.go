@@ -406,18 +406,54 @@ func TestImageRootfsUnderRun(t *testing.T) {
 	if failure.KindOf(err) != failure.KindPolicyRejected {
 		t.Fatalf("a plain directory under /run: Provision = %v, want %s", err, failure.KindPolicyRejected)
 	}
+	// As containerd's native snapshotter does it: the snapshot directory
+	// bound at the bundle's rootfs (a mount of its own).
+	snap := imageRoot(t, t.TempDir())
 	mnt := filepath.Join(base, "mounted", "rootfs")
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16m"); err != nil {
+	if err := unix.Mount(snap, mnt, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-	imageRoot(t, filepath.Dir(mnt))
-	sb := startImage(t, p, imageSpec(mnt, sandbox.Image{}, "exit 7"))
+	sb := startImage(t, p, imageSpec(mnt, sandbox.Image{Writable: true}, "echo hi > /etc/layer && exit 7"))
 	if ex, err := sb.Wait(context.Background()); err != nil || ex.Code != 7 {
 		t.Fatalf("the program in a mounted root under /run: %+v, %v; want exit 7", ex, err)
+	}
+	// What the container wrote is in the snapshot, owned by the image's
+	// uid 0.
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(snap, "etc", "layer"), &st); err != nil || st.Uid != 0 {
+		t.Errorf("the write in the snapshot: owner %d, %v; want uid 0's file there", st.Uid, err)
+	}
+}
+
+// TestImageOverlayRootRefused: an overlayfs root (the engines' default
+// snapshotter) cannot be idmapped on this kernel (mount_setattr EINVAL):
+// image mode refuses it, by name, rather than run the image's files as
+// nobody's.
+func TestImageOverlayRootRefused(t *testing.T) {
+	p := newImageProvider(t)
+	layers := t.TempDir()
+	lower := imageRoot(t, layers)
+	upper, work, mnt := filepath.Join(layers, "upper"), filepath.Join(layers, "work"), filepath.Join(layers, "merged")
+	for _, d := range []string{upper, work, mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("overlay", mnt, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	sb, err := p.Provision(context.Background(), imageSpec(mnt, sandbox.Image{Writable: true}, "true"))
+	if err == nil {
+		sb.Deprovision(context.Background())
+		t.Skip("this kernel idmaps overlayfs mounts: nothing to refuse")
+	}
+	if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(err.Error(), "idmapped") {
+		t.Fatalf("Provision(overlay root) = %v, want %s naming idmapped mounts", err, failure.KindUnsupported)
 	}
 }
 

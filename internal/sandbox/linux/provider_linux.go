@@ -414,6 +414,11 @@ func (sb *linuxSandbox) prepareTrees() error {
 			}
 		}
 		fd, err := detachedTreeNS(sb.rootfs, ns)
+		if err != nil && failure.KindOf(err) == failure.KindUnsupported {
+			// Say so as it is (an overlayfs root, for one, cannot be
+			// idmapped on this kernel): not a provisioning fault.
+			return err
+		}
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "rootfs", err)
 		}
