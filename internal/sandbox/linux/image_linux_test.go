@@ -198,7 +198,15 @@ func TestImageIdentity(t *testing.T) {
 			img := sandbox.Image{UID: tc.uid, GID: tc.gid, AdditionalGIDs: tc.groups, Writable: true, Hostname: "img-host",
 				Rlimits: []sandbox.Rlimit{{Type: unix.RLIMIT_NOFILE, Soft: 100, Hard: 200}, {Type: unix.RLIMIT_NPROC, Soft: 500, Hard: 600}},
 				Tmpfs:   []sandbox.Tmpfs{{Target: "/scratch", Bytes: 1 << 20}}}
-			sb := startImage(t, p, imageSpec(root, img, "echo hi > /"+tc.file+" && exec /bin/busybox sleep 600"))
+			sb, rec := startImageRecord(t, p, imageSpec(root, img, "echo hi > /"+tc.file+" && exec /bin/busybox sleep 600"))
+			if !hasFact(rec, evidence.Process, "init_non_dumpable") {
+				t.Errorf("no verified init_non_dumpable fact")
+			}
+			for _, f := range rec.Boundaries[evidence.Process].Facts {
+				if f.Name == "init_non_dumpable" && (tc.uid == 0) != strings.Contains(f.Want, "holds /proc/1/mem") {
+					t.Errorf("uid %d: init_non_dumpable wants %q; the /proc/1/mem probe is for uid 0:0 only", tc.uid, f.Want)
+				}
+			}
 			pid := programPid(t, sb, "sleep")
 			l := sb.Lease()
 			wantUID := strconv.FormatUint(uint64(l.UID+tc.uid), 10)
@@ -316,7 +324,7 @@ func TestImageWritableRootDenials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := "echo x > /dev/.cordon-probe/escape; v=$(cat /proc/sys/net/ipv4/ip_forward); echo $((1-v)) > /proc/sys/net/ipv4/ip_forward; echo done > /tmp/done; exec /bin/busybox sleep 600"
+	script := "echo x > /top-level; echo x > /dev/.cordon-probe/escape; v=$(cat /proc/sys/net/ipv4/ip_forward); echo $((1-v)) > /proc/sys/net/ipv4/ip_forward; echo done > /tmp/done; exec /bin/busybox sleep 600"
 	sb := startImage(t, p, imageSpec(root, sandbox.Image{Writable: true}, script))
 	pid := programPid(t, sb, "sleep")
 	proc := fmt.Sprintf("/proc/%d/root", pid)
@@ -327,6 +335,14 @@ func TestImageWritableRootDenials(t *testing.T) {
 	}
 	if _, err := os.Lstat(proc + "/dev/.cordon-probe/escape"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the write under /dev/.cordon-probe landed (%v)", err)
+	}
+	// / itself is not among Landlock's writable paths, though the root
+	// directory is uid 0's (DAC would allow) and the mount is read-write.
+	if err := unix.Stat(root, &st); err != nil || st.Uid != 0 {
+		t.Fatalf("the image's / on disk: owner %d (%v), want 0 (the control)", st.Uid, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "top-level")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file created at the writable root's top level landed on the host (%v)", err)
 	}
 	var fwd string
 	err = setns.Do(fmt.Sprintf("/proc/%d/ns/net", pid), unix.CLONE_NEWNET, func() error {
