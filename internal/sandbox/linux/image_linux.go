@@ -278,7 +278,7 @@ func (sb *linuxSandbox) imageConfig(cfg *sbinit.Config, in *evidence.Inputs) err
 	return nil
 }
 
-// imageIDMapper makes the user namespace of an image's trees: host ids
+// imageUserns makes (once) the user namespace of an image's root: host ids
 // 0..size-1 are the lease's range, so a file the image's uid N owns is
 // uid N inside and what uid N inside writes is stored as N.
 func imageUserns(m *idmapper, leaseUID, leaseGID, size uint32) (int, error) {
