@@ -325,7 +325,17 @@ func TestImageWritableRootDenials(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := "echo x > /top-level; echo x > /dev/.cordon-probe/escape; v=$(cat /proc/sys/net/ipv4/ip_forward); echo $((1-v)) > /proc/sys/net/ipv4/ip_forward; echo done > /tmp/done; exec /bin/busybox sleep 600"
-	sb := startImage(t, p, imageSpec(root, sandbox.Image{Writable: true}, script))
+	sb, rec := startImageRecord(t, p, imageSpec(root, sandbox.Image{Writable: true}, script))
+	// The in-situ set ran and held with the writable root: its Landlock
+	// attempt (under /dev) denied, its control (under /tmp) present.
+	if rec.InSitu == nil || len(rec.InSitu.Checks) == 0 || len(evidence.MissingInSitu(rec.InSitu)) > 0 {
+		t.Fatalf("in-situ set: %+v, want every check of the default set", rec.InSitu)
+	}
+	for _, c := range rec.InSitu.Checks {
+		if !c.OK {
+			t.Errorf("in-situ %s: want %q got %q", c.Name, c.Want, c.Got)
+		}
+	}
 	pid := programPid(t, sb, "sleep")
 	proc := fmt.Sprintf("/proc/%d/root", pid)
 	l := sb.Lease()
