@@ -300,7 +300,12 @@ func detachedTreeNS(h *hostPath, ns int) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %s: %w", h.path, err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	// Private: a clone of a shared mount (a host's / under systemd, an
+	// engine's data root) is otherwise a peer of the host's mount, and
+	// every mount the init makes on it (/proc, /dev, binds) would
+	// propagate into the host's mount table, and the host's into the
+	// sandbox.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 	if !h.writable {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}

@@ -96,6 +96,14 @@ func buildRoot(cfg *Config) error {
 	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return fmt.Errorf("mount /tmp: %w", err)
 	}
+	// The trees moved in were cloned from the host's mounts and keep their
+	// propagation: one cloned from a shared mount (an engine's data root,
+	// often shared) is a peer of the host's, so mounts would propagate
+	// between them, and pivot_root refuses a shared new root (EINVAL).
+	// Everything under the new root becomes private first.
+	if err := unix.Mount("", root, "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the new root private: %w", err)
+	}
 	// pivot_root(".", ".") stacks the old root under the new one; detaching
 	// it leaves nothing of the host but the binds above.
 	if err := unix.Chdir(root); err != nil {
