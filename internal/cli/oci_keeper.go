@@ -294,13 +294,8 @@ func (k *keeper) sendConsole(path string) error {
 }
 
 func (k *keeper) listen() (*net.UnixListener, error) {
-	p := filepath.Join(k.dir, oci.SocketFile)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: p, Net: "unixpacket"})
+	ln, err := oci.Listen(k.dir)
 	if err != nil {
-		return nil, failure.Fail(failure.KindStart, "oci keeper socket", err)
-	}
-	if err := os.Chmod(p, 0o600); err != nil {
-		ln.Close()
 		return nil, failure.Fail(failure.KindStart, "oci keeper socket", err)
 	}
 	return ln, nil
