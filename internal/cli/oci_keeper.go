@@ -211,7 +211,7 @@ func (k *keeper) plan() (*launch.Plan, error) {
 		}
 	}
 	warn := func(w string) { k.o.g.logger().Warn(w) }
-	return launch.LoadPlan(k.m.Config, k.m.Workload, warn)
+	return launch.LoadPlan(k.m.Config, "default", warn) // the workload is the config's
 }
 
 // note records, in the evidence record, what the bundle asked for and
