@@ -179,7 +179,7 @@ func (o *ociFlags) request(id string, req oci.Request) error {
 		return failure.Failf(failure.KindStart, "oci", "container %s: no answer from its keeper: %v", id, err)
 	}
 	if !rep.OK {
-		return failure.Failf(failure.Kind(rep.Kind), "oci", "%s", rep.Error)
+		return relayed(keeperStatus{Error: rep.Error, Kind: rep.Kind})
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"net"
 	"os"
@@ -340,6 +341,14 @@ func (k *keeper) serve(ctx context.Context) int {
 // run executes the program and watches for its end.
 func (k *keeper) run(ctx context.Context) error {
 	if err := k.l.Exec(ctx); err != nil {
+		var xe *sandbox.ExecError
+		if errors.As(err, &xe) {
+			what := "cannot be executed"
+			if xe.NotFound() {
+				what = "not found in the container's root"
+			}
+			return failure.Failf(failure.KindExec, "oci start", "%s: %s (%s)", clipText(k.m.Spec.Argv[0]), what, xe.Msg)
+		}
 		return err
 	}
 	k.setStatus(specs.StateRunning, nil)
