@@ -24,7 +24,9 @@
 # Makefile's localvalidation target runs them; its TAP output and stderr
 # are kept under $OCI_VALIDATE_DIR/results/RUNTIME-NAME/.
 #
-# A program passes when it exits 0 with a plan, at least one "ok" and no
+# Test 1 checks RUNTIME's `features` output against the runtime-spec's
+# features-schema.json (the schema of features.md), with a small checker
+# built beside the suite. Then, a program passes when it exits 0 with a plan, at least one "ok" and no
 # "not ok"; it is a skip when every test it ran skipped; a negative
 # program (*_fail) passes when it exits 0 having printed nothing (the
 # runtime refused the bundle, as required). Anything else fails. The
@@ -59,7 +61,7 @@ dir=${OCI_VALIDATE_DIR:-/var/tmp/cordon-oci-validate/$RT_VERSION}
 mkdir -p "$dir/mod" "$dir/bin" "$dir/work"
 
 build() {
-	cd "$dir/mod"
+	cd "$dir/mod" || return 1
 	if [ ! -f go.sum ]; then
 		cat >go.mod <<EOF
 module cordonocivalidate
@@ -78,28 +80,72 @@ import (
 	_ "github.com/opencontainers/runtime-tools/validation/util"
 )
 EOF
-		go mod tidy >/dev/null
+		mkdir -p featurescheck
+		cat >featurescheck/main.go <<'EOF'
+// Command featurescheck validates a runtime's `features` output (stdin)
+// against the runtime-spec's features-schema.json (argument: the schema
+// directory of the runtime-spec module the suite uses).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/xeipuuv/gojsonschema"
+)
+
+func main() {
+	in, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(2)
+	}
+	schema := gojsonschema.NewReferenceLoader("file://" + filepath.Join(os.Args[1], "features-schema.json"))
+	res, err := gojsonschema.Validate(schema, gojsonschema.NewBytesLoader(in))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(2)
+	}
+	for _, e := range res.Errors() {
+		fmt.Println(e)
+	}
+	if !res.Valid() {
+		os.Exit(1)
+	}
+}
+EOF
+		go mod tidy >/dev/null || { rm -f go.sum; return 1; }
 	fi
 	local src
-	src=$(go list -m -f '{{.Dir}}' github.com/opencontainers/runtime-tools)
+	src=$(go list -m -f '{{.Dir}}' github.com/opencontainers/runtime-tools) || return 1
 	[ -x "$dir/bin/runtimetest" ] ||
-		go build -tags 'netgo osusergo' -o "$dir/bin/runtimetest" github.com/opencontainers/runtime-tools/cmd/runtimetest
+		go build -tags 'netgo osusergo' -o "$dir/bin/runtimetest" github.com/opencontainers/runtime-tools/cmd/runtimetest || return 1
 	local all=() missing=() p
 	for p in "$src"/validation/*/; do
 		p=$(basename "$p")
 		[ "$p" = util ] && continue
 		all+=("$p")
+	done
+	# Only the programs asked for (every one without a list).
+	[ $# -gt 0 ] || set -- "${all[@]}"
+	for p in "$@"; do
+		[ -d "$src/validation/$p" ] && [ "$p" != util ] || { echo "no validation program $p" >&2; return 1; }
 		[ -x "$dir/bin/$p.t" ] || missing+=("github.com/opencontainers/runtime-tools/validation/$p")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
 		# One go build per program (each is its own main), two at a time.
-		printf '%s\n' "${missing[@]}" | xargs -P 2 -I{} sh -c 'go build -o "$0/bin/$(basename {}).t" {}' "$dir"
+		printf '%s\n' "${missing[@]}" | xargs -P 2 -I{} sh -c 'go build -o "$0/bin/$(basename {}).t" {}' "$dir" || return 1
 	fi
+	[ -x "$dir/bin/featurescheck" ] || go build -o "$dir/bin/featurescheck" ./featurescheck || return 1
+	go list -m -f '{{.Dir}}' github.com/opencontainers/runtime-spec >"$dir/runtime-spec" || return 1
 	printf '%s\n' "${all[@]}" >"$dir/programs"
-	install -m 0755 "$dir/bin/runtimetest" "$dir/work/runtimetest"
+	install -m 0755 "$dir/bin/runtimetest" "$dir/work/runtimetest" || return 1
 	install -m 0644 "$src/rootfs-amd64.tar.gz" "$dir/work/rootfs-amd64.tar.gz"
 }
-(build) || { echo "building runtime-tools $RT_VERSION failed" >&2; exit 2; }
+# (set -e does not hold inside a function run left of ||: each step returns.)
+(build "$@") || { echo "building runtime-tools $RT_VERSION failed" >&2; exit 2; }
 
 if [ $# -gt 0 ]; then
 	programs=("$@")
@@ -111,11 +157,20 @@ rm -rf "$out"
 mkdir -p "$out"
 
 echo "# runtime-tools $RT_VERSION against $rtpath${OCI_ENGINE_DEFAULTS_RUNTIME:+ ($OCI_ENGINE_DEFAULTS_RUNTIME)}"
-echo "1..${#programs[@]}"
-n=0 failed=0
+echo "1..$((${#programs[@]} + 1))"
+n=1 failed=0
+# Test 1: `features` against the runtime-spec's features schema.
+rc=0
+"$rtpath" features >"$out/features.json" 2>"$out/features.err" || rc=$?
+if [ "$rc" = 0 ] && "$dir/bin/featurescheck" "$(cat "$dir/runtime-spec")/schema" <"$out/features.json" >"$out/features.check" 2>&1; then
+	echo "ok 1 - features (valid against $(basename "$(cat "$dir/runtime-spec")") schema/features-schema.json)"
+else
+	failed=1
+	echo "not ok 1 - features (exit $rc)"
+	echo "  # $(head -c 240 "$out/features.check" "$out/features.err" 2>/dev/null | tr '\n' ' ')"
+fi
 for p in "${programs[@]}"; do
 	n=$((n + 1))
-	[ -x "$dir/bin/$p.t" ] || { echo "not ok $n - $p # no such validation program"; failed=$((failed + 1)); continue; }
 	rc=0
 	(cd "$dir/work" && RUNTIME="$rtpath" timeout -k 10 "$PER_PROGRAM_TIMEOUT" "$dir/bin/$p.t" >"$out/$p.tap" 2>"$out/$p.err") || rc=$?
 	ok=$(grep -cE '^ok [0-9]+' "$out/$p.tap" || true)
@@ -145,5 +200,5 @@ for p in "${programs[@]}"; do
 		[ -z "$why" ] || echo "  # ${why:0:240}"
 	fi
 done
-echo "# $((n - failed)) of $n programs passed or skipped; TAP and stderr in $out"
+echo "# $((n - failed)) of $n tests passed or skipped; TAP and stderr in $out"
 [ "$failed" = 0 ]
