@@ -59,10 +59,17 @@ export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mo
 export GOPROXY=https://proxy.golang.org
 dir=${OCI_VALIDATE_DIR:-/var/tmp/cordon-oci-validate/$RT_VERSION}
 mkdir -p "$dir/mod" "$dir/bin" "$dir/work"
+# Programs built from another pin are not reused.
+if [ "$(cat "$dir/bin/.version" 2>/dev/null)" != "$RT_VERSION" ]; then
+	rm -f "$dir"/bin/*
+	echo "$RT_VERSION" >"$dir/bin/.version"
+fi
 
 build() {
 	cd "$dir/mod" || return 1
-	if [ ! -f go.sum ]; then
+	# The module is rewritten on every run (go mod tidy is quick once the
+	# module cache holds it), so a changed pin or checker takes effect.
+	{
 		cat >go.mod <<EOF
 module cordonocivalidate
 
@@ -116,8 +123,8 @@ func main() {
 	}
 }
 EOF
-		go mod tidy >/dev/null || { rm -f go.sum; return 1; }
-	fi
+		go mod tidy >/dev/null
+	} || { rm -f go.sum; return 1; }
 	local src
 	src=$(go list -m -f '{{.Dir}}' github.com/opencontainers/runtime-tools) || return 1
 	[ -x "$dir/bin/runtimetest" ] ||
@@ -138,7 +145,7 @@ EOF
 		# One go build per program (each is its own main), two at a time.
 		printf '%s\n' "${missing[@]}" | xargs -P 2 -I{} sh -c 'go build -o "$0/bin/$(basename {}).t" {}' "$dir" || return 1
 	fi
-	[ -x "$dir/bin/featurescheck" ] || go build -o "$dir/bin/featurescheck" ./featurescheck || return 1
+	go build -o "$dir/bin/featurescheck" ./featurescheck || return 1
 	go list -m -f '{{.Dir}}' github.com/opencontainers/runtime-spec >"$dir/runtime-spec" || return 1
 	printf '%s\n' "${all[@]}" >"$dir/programs"
 	install -m 0755 "$dir/bin/runtimetest" "$dir/work/runtimetest" || return 1
