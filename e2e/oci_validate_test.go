@@ -20,24 +20,34 @@ import (
 // that must pass against cordon-oci: the lifecycle (create, start, state,
 // kill, delete) and what runtimetest checks inside a default container and
 // in one with process args, env and cwd. known lists, per program, the
-// test points that fail against runc on this machine kind too, because of
-// the suite itself (each with why); any other "not ok" fails this test.
+// test points that fail by design (a FOUNDATION14 rule, docs/oci.md) or
+// because of the suite itself (they fail against runc too), each with
+// why; any other "not ok" fails this test.
 var ociLifecycle = []struct {
 	program string
-	known   map[string]string
+	known   map[*regexp.Regexp]string
 }{
 	{"create", nil},
-	{"start", map[string]string{
-		// The last case creates a bundle without process and calls
-		// t.Fail with the create error: runc refuses it at create as
-		// cordon does (a suite bug: it then asserts start succeeds).
-		"exit status 1": "create of a bundle without process is refused (runc too)",
+	{"start", map[*regexp.Regexp]string{
+		regexp.MustCompile("^`start` operation MUST run the user-specified program as specified by `process`$"):              "the program writes /output at the root's top level: Landlock lets a writable image root write in its directories, not in / itself",
+		regexp.MustCompile("^attempting to `start` a container that is not `created` MUST have no effect on the container$"): "reads the same /output",
+		regexp.MustCompile("^exit status 1(25)?$"): "the suite's last case creates a bundle without process, which runc refuses at create too",
 	}},
 	{"state", nil},
 	{"kill", nil},
-	{"delete", nil},
-	{"default", nil},
-	{"process", nil},
+	{"delete", map[*regexp.Regexp]string{
+		regexp.MustCompile("^attempting to `delete` a container that is not `stopped` MUST (generate an error|have no effect on the container)$"): "delete removes a created container, as runc does: containerd's shim deletes one without --force",
+	}},
+	{"default", insideKnown},
+	{"process", insideKnown},
+}
+
+// insideKnown are what runtimetest, run as a container's program, finds
+// different by design in every cordon container.
+var insideKnown = map[*regexp.Regexp]string{
+	regexp.MustCompile(`^expected (bounding|effective|inheritable|permitted|ambient) capability CAP_[A-Z_]+ set$`): "no capability is granted (recorded in dev.cordon.not-granted)",
+	regexp.MustCompile(`^has expected noNewPrivileges$`):                                                           "no_new_privs is always set (the bundle asked for false)",
+	regexp.MustCompile(`^mounts\[[0-9]+\] \((/dev/mqueue|/sys)\) found$`):                                          "cordon mounts no /dev/mqueue and no /sys (recorded in dev.cordon.not-honoured)",
 }
 
 // TestOCIRuntimeToolsLifecycle runs the lifecycle programs of the OCI
@@ -83,9 +93,11 @@ func TestOCIRuntimeToolsLifecycle(t *testing.T) {
 			continue
 		}
 		for _, d := range notOK {
-			if _, ok := p.known[d]; !ok {
-				t.Errorf("%s: not ok - %s\nTAP:\n%s", p.program, d, tap)
+			if why := knownFailure(p.known, d); why != "" {
+				t.Logf("%s: not ok - %s (known: %s)", p.program, d, why)
+				continue
 			}
+			t.Errorf("%s: not ok - %s", p.program, d)
 		}
 	}
 
@@ -124,6 +136,16 @@ func ociValidate(t *testing.T, dir, state string, args ...string) (string, int) 
 		t.Fatalf("scripts/oci-validate.sh: %v\n%s", err, out.String())
 	}
 	return out.String(), 0
+}
+
+// knownFailure is why the failing test point d is expected, or "".
+func knownFailure(known map[*regexp.Regexp]string, d string) string {
+	for re, why := range known {
+		if re.MatchString(d) {
+			return why
+		}
+	}
+	return ""
 }
 
 var tapLine = regexp.MustCompile(`^(ok|not ok) [0-9]+( - (.*))?$`)
