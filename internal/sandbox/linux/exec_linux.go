@@ -33,10 +33,11 @@ import (
 // the working directory inside ("" for the main program's). It works the
 // same whether this process spawned the sandbox or adopted it (Attach):
 // it connects to the sandbox's exec socket. Exec failures are *ExecError,
-// as for Exec. The sandbox must be daemon-mode and started (Exec done).
+// as for Exec. The sandbox must serve execs (daemon mode, or Spec.Execs)
+// and be started (Exec done).
 func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
-	if !sb.p.opts.Daemon {
-		return nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+	if !sb.servesExecs() {
+		return nil, failure.Failf(failure.KindUsage, "exec", errNoExecs)
 	}
 	sb.mu.Lock()
 	running := sb.running
@@ -53,12 +54,15 @@ func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir
 	return asProcess(p, err)
 }
 
+// errNoExecs is the refusal of an exec into a sandbox that serves none.
+const errNoExecs = "exec into a live sandbox needs a daemon-mode provider or a sandbox provisioned with Execs"
+
 // ExecProcessTerminal is ExecProcess on a pseudo-terminal of the
 // sandbox's own (sandbox.TerminalExecer): the init opens it in the
 // sandbox's devpts, and its master comes back checked (checkMaster).
 func (sb *linuxSandbox) ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
-	if !sb.p.opts.Daemon {
-		return nil, nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+	if !sb.servesExecs() {
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", errNoExecs)
 	}
 	sb.mu.Lock()
 	running := sb.running

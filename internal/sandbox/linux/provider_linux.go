@@ -135,14 +135,14 @@ func newID() string {
 
 // unbuiltModes refuses what the provider cannot build: DEDICATED_VM, and
 // (not yet) Spec.Image and Spec.Execs — never accepted and ignored.
-func unbuiltModes(spec sandbox.Spec) error {
+func (p *Provider) unbuiltModes(spec sandbox.Spec) error {
 	if spec.Level == sandbox.DedicatedVM {
 		return failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
 	}
-	if spec.Image != nil || spec.Execs {
-		return failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
+	if spec.Image != nil && !consoleOnly(spec.Image) {
+		return failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image)", ProviderName)
 	}
-	return nil
+	return p.checkExecsConsole(spec)
 }
 
 // Provision validates the spec, commits the write-ahead record (which
@@ -153,7 +153,7 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		// A daemon-mode sandbox may be idle: no main program, only execs.
 		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
 	}
-	if err := unbuiltModes(spec); err != nil {
+	if err := p.unbuiltModes(spec); err != nil {
 		return nil, err
 	}
 	if spec.ID == "" {
@@ -197,15 +197,9 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if err := checkGatewayID(spec.ID); err != nil {
 		return nil, err
 	}
-	// The gateway's group (gatewaycg_linux.go) is recorded with the
-	// sandbox's, before either exists.
-	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
-	if p.opts.Daemon {
-		if !validID(spec.ID) {
-			// The id names the exec socket too: never a path.
-			return nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
-		}
-		kind, resources = store.KindDaemon, append(resources, p.runSockPath(spec.ID))
+	kind, resources, err := p.recordPlan(spec)
+	if err != nil {
+		return nil, err
 	}
 	rec, err := p.opts.Store.BeginClaim(ctx, store.Record{
 		ID: spec.ID, Kind: kind, Workload: spec.Workload, Owner: owner,
@@ -245,6 +239,25 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		return nil, err
 	}
 	return sb, nil
+}
+
+// recordPlan is the kind of spec's write-ahead record and the host
+// resources it names before any exists: the sandbox's cgroups, its
+// gateway's (gatewaycg_linux.go) and, where the init serves execs, the
+// exec socket.
+func (p *Provider) recordPlan(spec sandbox.Spec) (string, []string, error) {
+	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
+	if p.opts.Daemon || spec.Execs {
+		if !validID(spec.ID) {
+			// The id names the exec socket too: never a path.
+			return "", nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
+		}
+		resources = append(resources, p.runSockPath(spec.ID))
+	}
+	if p.opts.Daemon {
+		kind = store.KindDaemon
+	}
+	return kind, resources, nil
 }
 
 func withDefaults(l sandbox.Limits) sandbox.Limits {

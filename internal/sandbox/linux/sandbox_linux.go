@@ -201,10 +201,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	if sb.spec.Workspace != "" || sb.spec.WorkspaceFile != nil {
 		cfg.Dir = "/workspace"
 	}
-	if sb.p.opts.Daemon {
-		// The exec listener and the lease lock follow the trees (see spawn).
-		cfg.Daemon, cfg.ExecFD, cfg.LeaseLockFD = true, fd, fd+1
-	}
+	sb.modeConfig(&cfg, fd)
 	in := evidence.Inputs{
 		LeaseUID: sb.rec.Lease.UID, LeaseGID: sb.rec.Lease.GID, LeaseSize: sb.rec.Lease.Size,
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
@@ -274,6 +271,11 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	if _, err := sb.ctl.Write(b); err != nil {
 		return sandbox.Admission{}, failure.Fail(failure.KindStart, "send config", err)
 	}
+	if cfg.TtyAtStart {
+		if err := sb.receiveConsole(ctx); err != nil {
+			return sandbox.Admission{}, err
+		}
+	}
 	m, err := sb.next(ctx, readyTimeout)
 	if err != nil {
 		return sandbox.Admission{}, failure.Fail(failure.KindStart, "wait for init", err)
@@ -327,18 +329,23 @@ func (sb *linuxSandbox) exitText() string {
 // namespace.
 func (sb *linuxSandbox) spawn() error {
 	daemon := sb.p.opts.Daemon
-	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
-	if daemon {
-		var err error
-		if ln, leaseFile, err = sb.daemonFiles(); err != nil {
-			return err
-		}
+	var ln, leaseFile *os.File // the exec listener (daemon or Execs mode) and the lease lock (daemon mode)
+	var err error
+	switch {
+	case daemon:
+		ln, leaseFile, err = sb.daemonFiles()
+	case sb.spec.Execs:
+		ln, err = sb.listenExec()
+	}
+	if err != nil {
+		return err
 	}
 	child, extra, err := sb.initFiles()
 	if err != nil {
-		if ln != nil {
-			ln.Close()
-			leaseFile.Close()
+		for _, f := range []*os.File{ln, leaseFile} {
+			if f != nil {
+				f.Close()
+			}
 		}
 		return err
 	}
@@ -349,6 +356,8 @@ func (sb *linuxSandbox) spawn() error {
 		attr.Pdeathsig = 0
 		// After the trees, where buildConfig told the init to find them.
 		extra = append(extra, ln, leaseFile)
+	} else if ln != nil {
+		extra = append(extra, ln)
 	}
 	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
 		attr.UseCgroupFD = true
@@ -746,11 +755,14 @@ func (sb *linuxSandbox) Deprovision(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("remove gateway cgroups: %w", err))
 		}
 	}
-	if sb.p.opts.Daemon {
+	if sb.servesExecs() {
 		// Nothing listens on it any more (the init is gone).
 		if err := os.Remove(sb.p.runSockPath(sb.spec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			sb.p.opts.Logger.Warn("remove exec socket", "err", err)
 		}
+	}
+	if m := sb.Master(); m != nil {
+		m.Close() // a terminal nobody took
 	}
 	defer sb.p.releaseHandle(sb.spec.ID, sb.handle)
 	if sb.recorded && len(errs) == 0 {

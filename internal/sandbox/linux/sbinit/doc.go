@@ -13,7 +13,10 @@
 // root asks for on the exec channel — always from its main thread, the
 // one the hardening was applied to, on a pty of the sandbox's own when
 // the exec asks for one (its master sent back and closed, as for the
-// main program) (daemon_linux.go).
+// main program) (daemon_linux.go). With Config.Execs a standalone init
+// serves the same exec channel, keeps its parent-death signal and still
+// ends with its program; with Config.TtyAtStart it hands out the
+// program's pty master before it reports ready (init_linux.go).
 //
 // Plane: sandbox. It is the one package whose code runs inside the
 // boundary (as PID 1 of the sandbox, before and after hardening); the

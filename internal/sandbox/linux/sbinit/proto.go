@@ -114,7 +114,8 @@ type Config struct {
 	// idle sandbox), the init outlives the main program (it reports its
 	// exit and keeps serving execs) and it serves the exec channel.
 	Daemon bool `json:"daemon,omitempty"`
-	// ExecFD is the listening exec socket (daemon mode only), 0 for none.
+	// ExecFD is the listening exec socket (daemon or Execs mode only), 0
+	// for none.
 	ExecFD int `json:"exec_fd,omitempty"`
 	// LeaseLockFD (daemon mode only) is the trusted side's locked
 	// descriptor of the host-wide lease lock file. The init only keeps it
@@ -122,10 +123,25 @@ type Config struct {
 	// claimed for as long as the sandbox lives, whether or not its
 	// daemon runs.
 	LeaseLockFD int `json:"lease_lock_fd,omitempty"`
+	// Execs (never with Daemon) makes a standalone sandbox's init serve
+	// the exec channel (ExecFD) as a daemon-mode one does, while it keeps
+	// its parent-death signal and holds no lease lock (its spawner holds
+	// the lease, as for any standalone run), and end, like a standalone
+	// init, when the main program ends: every process in it dies with it.
+	Execs bool `json:"execs,omitempty"`
 	// Tty, when set, makes the init run the program on a pseudo-terminal
 	// of the sandbox's own devpts instance (see Tty). Not in daemon mode
 	// (there an exec asks for one: Message.Pty).
 	Tty *Tty `json:"tty,omitempty"`
+	// TtyAtStart (with Tty) makes the init open the program's
+	// pseudo-terminal before it reports ready, after every hardening step
+	// and the in-situ attempts, and send its master at once in a
+	// "console" message (SCM_RIGHTS, exactly one descriptor), closing it
+	// before it sends "ready": the trusted side holds the console before
+	// the program starts, and the master is provably gone from the init
+	// when "ready" arrives. The init keeps only the slave (close-on-exec)
+	// until "go", for the program; "started" then carries no descriptor.
+	TtyAtStart bool `json:"tty_at_start,omitempty"`
 	// InSitu, when set, makes the init attempt the in-situ set
 	// (insitu_linux.go) after hardening, before it reports ready. Nil
 	// attempts nothing (the trusted side then records no in-situ checks).
@@ -194,7 +210,7 @@ const (
 
 // Message is one control message; exactly one field group is set.
 type Message struct {
-	Type string `json:"type"` // "ready", "go", "started", "exit", "error", "signal", "exec"
+	Type string `json:"type"` // "console", "ready", "go", "started", "exit", "error", "signal", "exec"
 
 	// ready: hints only; the trusted side verifies everything itself.
 	LandlockABI int `json:"landlock_abi,omitempty"`
@@ -204,7 +220,9 @@ type Message struct {
 
 	// started (0 in daemon mode when there is no main program). With
 	// Config.Tty the message carries the pty master (SCM_RIGHTS) and Tty
-	// is true; no other message carries a descriptor.
+	// is true — unless Config.TtyAtStart, where "console" carried it
+	// before "ready" (Tty true there); no other message carries a
+	// descriptor.
 	Pid int  `json:"pid,omitempty"`
 	Tty bool `json:"tty,omitempty"`
 
