@@ -50,8 +50,17 @@ func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir
 		return nil, failure.Fail(failure.KindExec, "exec", ErrInitGone)
 	default:
 	}
-	p, _, err := execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio, nil)
+	p, _, err := execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, sb.execEnv(env), dir, stdio, nil)
 	return asProcess(p, err)
+}
+
+// execEnv is an exec's environment: image mode's exactly as given (with
+// the default PATH), else over cordon's defaults.
+func (sb *linuxSandbox) execEnv(env []string) []string {
+	if sb.spec.Image != nil {
+		return imageEnv(env)
+	}
+	return mergeEnv(env)
 }
 
 // errNoExecs is the refusal of an exec into a sandbox that serves none.
@@ -70,7 +79,7 @@ func (sb *linuxSandbox) ExecProcessTerminal(ctx context.Context, argv, env []str
 	if !running {
 		return nil, nil, failure.Failf(failure.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
 	}
-	return execTerminal(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio, t)
+	return execTerminal(ctx, sb.p.runSockPath(sb.spec.ID), argv, sb.execEnv(env), dir, stdio, t)
 }
 
 // execTerminal is execProcess with a terminal, as the seam's types.
@@ -188,7 +197,7 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 	if dir != "" && !filepath.IsAbs(dir) {
 		return nil, nil, failure.Failf(failure.KindUsage, "exec", "%s: the working directory must be absolute", dir)
 	}
-	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir, Pty: tty})
+	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: env, Dir: dir, Pty: tty})
 	if err != nil {
 		return nil, nil, failure.Fail(failure.KindUsage, "exec", err)
 	}

@@ -31,13 +31,6 @@ import (
 
 var _ sandbox.AllSignaler = (*linuxSandbox)(nil)
 
-// consoleOnly reports whether img asks for nothing but the console at
-// start: the one part of Spec.Image this provider builds so far.
-func consoleOnly(img *sandbox.Image) bool {
-	return img.UID == 0 && img.GID == 0 && len(img.AdditionalGIDs) == 0 && !img.Writable &&
-		img.Hostname == "" && img.Dir == "" && len(img.Rlimits) == 0 && len(img.Tmpfs) == 0
-}
-
 // checkExecsConsole refuses the combinations of Execs and the console at
 // start that make no sense.
 func (p *Provider) checkExecsConsole(spec sandbox.Spec) error {

@@ -60,7 +60,7 @@ func TestTerminalAtStart(t *testing.T) {
 		`read pid comm state ppid pgrp sid ttynr rest < /proc/self/stat; echo "tty=$ttynr"; exit 6`
 	term := &sandbox.Terminal{Stdin: true, Stdout: true, Rows: 30, Cols: 100}
 	sb := startStandalone(t, p, sandbox.Spec{Argv: []string{"/bin/sh", "-c", script}, Terminal: term, Stderr: errW,
-		Image: &sandbox.Image{TerminalAtStart: true}}, true)
+		Rootfs: ttyImageRoot(t), Image: &sandbox.Image{TerminalAtStart: true, Dir: "/"}}, true)
 	errW.Close()
 	m := sb.Master()
 	if m == nil {
@@ -133,7 +133,7 @@ func TestTerminalAtStartWithExecs(t *testing.T) {
 	defer cancel()
 	sb := startStandalone(t, p, sandbox.Spec{Argv: []string{"/bin/sh", "-c", "read x; echo bye $x; exit 2"},
 		Terminal: &sandbox.Terminal{Stdin: true, Stdout: true, Stderr: true}, Execs: true,
-		Image: &sandbox.Image{TerminalAtStart: true}}, true)
+		Rootfs: ttyImageRoot(t), Image: &sandbox.Image{TerminalAtStart: true, Dir: "/"}}, true)
 	m := sb.Master()
 	if m == nil {
 		t.Fatal("no master after Start")
@@ -155,4 +155,16 @@ func TestTerminalAtStartWithExecs(t *testing.T) {
 	if !strings.Contains(string(out), "bye now") {
 		t.Errorf("on the terminal: %q", out)
 	}
+}
+
+// ttyImageRoot is an image root (the console at start is image mode's)
+// with the busybox applets these tests run.
+func ttyImageRoot(t *testing.T) string {
+	root := imageRoot(t, "")
+	for _, a := range []string{"sh", "stty", "cat", "echo", "test"} {
+		if err := os.Symlink("busybox", root+"/bin/"+a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }

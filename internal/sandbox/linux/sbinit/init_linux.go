@@ -135,6 +135,13 @@ func Main() int {
 	// Before ready: the trusted side judges their traces with the rest of
 	// the evidence, and "go" comes only after.
 	traces := attemptInSitu(&cfg)
+	var probes []int
+	if cfg.MemProbe {
+		if probes, err = memProbes(); err != nil {
+			endProbes(probes)
+			return c.fail("mem probe", err)
+		}
+	}
 	tm.mark("insitu")
 	// After harden, as the program itself could open it; before ready, so
 	// the trusted side holds the console before the program starts.
@@ -151,6 +158,7 @@ func Main() int {
 		return 125
 	}
 	traces.release()
+	endProbes(probes)
 	if cfg.Daemon || cfg.Execs {
 		return superviseDaemon(c, &cfg, console)
 	}

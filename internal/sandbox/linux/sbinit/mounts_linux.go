@@ -39,35 +39,23 @@ func buildRoot(cfg *Config) error {
 		if err := moveTree(cfg.RootfsFD, root); err != nil {
 			return err
 		}
+		if cfg.Image {
+			if err := imageRoot(cfg, root); err != nil {
+				return err
+			}
+		}
 		for _, d := range []string{"proc", "dev", "tmp"} {
 			if fi, err := os.Stat(filepath.Join(root, d)); err != nil || !fi.IsDir() {
 				return fmt.Errorf("the rootfs has no /%s directory", d)
 			}
 		}
-	} else {
-		if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
-			return fmt.Errorf("mount root tmpfs: %w", err)
-		}
-		for _, d := range []string{"proc", "dev", "tmp", "etc", "home"} {
-			if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-				return err
-			}
-		}
-		for name, content := range cfg.EtcFiles {
-			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") {
-				return fmt.Errorf("bad /etc file name %q", name)
-			}
-			if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
-				return err
-			}
-		}
-		for _, l := range cfg.Symlinks {
-			if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
-				return fmt.Errorf("symlink %s: %w", l.Path, err)
-			}
-		}
+	} else if err := synthRoot(cfg, root); err != nil {
+		return err
 	}
 	for _, b := range cfg.Binds {
+		if cfg.Image {
+			break // mounted by imageRoot
+		}
 		dst := filepath.Join(root, b.Target)
 		if b.Tmpfs {
 			if err := mkdirAll(dst, synth); err != nil {
@@ -122,10 +110,54 @@ func buildRoot(cfg *Config) error {
 	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
-	if err := remountRO("/"); err != nil {
-		return err
+	if !cfg.RootWritable {
+		if err := remountRO("/"); err != nil {
+			return err
+		}
 	}
 	return remountRO("/dev")
+}
+
+// synthRoot builds the synthesized root: a small tmpfs with the
+// directories the init mounts on, the synthesized /etc and the base
+// layout's symlinks.
+func synthRoot(cfg *Config, root string) error {
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	for _, d := range []string{"proc", "dev", "tmp", "etc", "home"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for name, content := range cfg.EtcFiles {
+		if strings.Contains(name, "/") || strings.HasPrefix(name, ".") {
+			return fmt.Errorf("bad /etc file name %q", name)
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, l := range cfg.Symlinks {
+		if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
+			return fmt.Errorf("symlink %s: %w", l.Path, err)
+		}
+	}
+	return nil
+}
+
+// imageRoot mounts image mode's binds and tmpfs on the root moved to
+// root (see image_linux.go).
+func imageRoot(cfg *Config, root string) error {
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the root: %w", err)
+	}
+	defer unix.Close(rootFD)
+	if err := imageRootDirs(cfg, rootFD); err != nil {
+		return err
+	}
+	return imageBinds(cfg, rootFD)
 }
 
 // mkMountpoint creates the mount point for src at dst: a directory or an

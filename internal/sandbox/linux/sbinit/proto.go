@@ -71,6 +71,10 @@ type Bind struct {
 	Tmpfs    bool   `json:"tmpfs,omitempty"`
 	Target   string `json:"target"`
 	Writable bool   `json:"writable,omitempty"`
+	// Bytes and Mode, with Tmpfs, are the tmpfs's size (0:
+	// Config.TmpBytes) and mode (0: 0700).
+	Bytes int64  `json:"bytes,omitempty"`
+	Mode  uint32 `json:"mode,omitempty"`
 	// Optional skips a source that does not exist (base layout entries).
 	Optional bool `json:"optional,omitempty"`
 }
@@ -142,10 +146,32 @@ type Config struct {
 	// when "ready" arrives. The init keeps only the slave (close-on-exec)
 	// until "go", for the program; "started" then carries no descriptor.
 	TtyAtStart bool `json:"tty_at_start,omitempty"`
+	// Image is image mode (cordon oci, see image_linux.go): the explicit
+	// root is an OCI image's, every mount point in it is resolved without
+	// following a symlink (and created, when missing, only in a writable
+	// root), and RootWritable leaves the root read-write.
+	Image        bool `json:"image,omitempty"`
+	RootWritable bool `json:"root_writable,omitempty"`
+	// MemProbe makes the init leave the /proc/1/mem probe for the trusted
+	// side (memprobe_linux.go): set when the program is the namespace's
+	// root, whose ids the non-dumpable init's /proc files also carry.
+	MemProbe bool `json:"mem_probe,omitempty"`
+	// Groups are the program's supplementary groups inside (empty: none).
+	Groups []int `json:"groups,omitempty"`
+	// Rlimits are applied after the provider's own (NoFile, FSize, core
+	// 0), already clamped by the trusted side: they only lower.
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	// InSitu, when set, makes the init attempt the in-situ set
 	// (insitu_linux.go) after hardening, before it reports ready. Nil
 	// attempts nothing (the trusted side then records no in-situ checks).
 	InSitu *InSitu `json:"in_situ,omitempty"`
+}
+
+// Rlimit is one resource limit the init sets (RLIMIT_* number).
+type Rlimit struct {
+	Type int    `json:"type"`
+	Soft uint64 `json:"soft"`
+	Hard uint64 `json:"hard"`
 }
 
 // InSitu is what the trusted side opened for the in-situ attempts: each
