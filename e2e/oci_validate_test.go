@@ -20,7 +20,7 @@ import (
 // that must pass against cordon-oci: the lifecycle (create, start, state,
 // kill, delete) and what runtimetest checks inside a default container and
 // in one with process args, env and cwd. known lists, per program, the
-// test points that fail by design (a FOUNDATION14 rule, docs/oci.md) or
+// test points that fail by design (docs/oci.md "What config.json may ask for") or
 // because of the suite itself (they fail against runc too), each with
 // why; any other "not ok" fails this test.
 var ociLifecycle = []struct {
