@@ -245,7 +245,9 @@ func remount(p string, flags uintptr) error {
 }
 
 // buildDev makes a minimal /dev: a few host device nodes bound in, a
-// private devpts instance and a private /dev/shm.
+// private devpts instance and a private /dev/shm (its source "shm", as
+// engines and runc name it: an OCI bundle's /dev/shm mount then matches
+// what a program reads in mountinfo).
 func buildDev(dev string, uid, gid int) error {
 	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return fmt.Errorf("mount /dev: %w", err)
@@ -272,7 +274,7 @@ func buildDev(dev string, uid, gid int) error {
 	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max="+strconv.Itoa(MaxPtys)); err != nil {
 		return fmt.Errorf("mount devpts: %w", err)
 	}
-	if err := unix.Mount("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
+	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	// The Landlock probe: a tiny tmpfs the program's uid could write to but
