@@ -344,7 +344,10 @@ func (o *ociFlags) featuresCmd() *cobra.Command {
 		Short: "Print what this runtime supports (OCI runtime features JSON)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, _ := json.MarshalIndent(oci.Features(Version), "", "  ")
+			b, err := oci.FeaturesJSON(Version)
+			if err != nil {
+				return failure.Fail(failure.KindInternal, "oci features", err)
+			}
 			fmt.Fprintln(o.g.stdout, string(b))
 			return nil
 		},
