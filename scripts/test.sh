@@ -21,6 +21,9 @@ command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/ptp ] || need+=(containernetworking-plugins)
+# The image-mode sandbox tests build a tiny root from the static busybox
+# (internal/sandbox/linux/image_linux_test.go).
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 # The completion test drives bash with bash-completion in tmux.
 [ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
 # The unit file is checked with systemd-analyze (package systemd; PID 1 is not touched).
