@@ -116,9 +116,11 @@ func newContainerd(t testing.TB, rootfs string, runtimes ...Runtime) *Containerd
 		CgroupParent: "/cordon-test-" + filepath.Base(dir),
 		RuntimeRoots: map[string]string{},
 	}
-	// The runtime roots get a short directory of their own: a runtime
-	// keeps Unix sockets at <root>/<namespace>/<64-hex id>/NAME, and a
-	// socket's path must fit in sun_path (107 bytes).
+	// The runtime roots get a short directory of their own: a runtime may
+	// keep Unix sockets at <root>/<namespace>/<64-hex id>/NAME, and a
+	// socket's path must fit in sun_path (107 bytes). (cordon's keeper.sock
+	// was bound by path when this was written; it is now reached through
+	// its directory's descriptor, but a short root costs nothing.)
 	rt, err := os.MkdirTemp("/run", "crt")
 	if err != nil {
 		_ = os.RemoveAll(dir)
