@@ -1,0 +1,71 @@
+package oci
+
+import (
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// TestMapBindReadOnlyOptions: a bind asked read-only stays read-only
+// whatever spelling the engine uses. Found in review: "rro" (recursive
+// read-only: runc ≥ 1.1; containerd for Kubernetes' recursiveReadOnly,
+// Docker ≥ 25 for --mount readonly) was not read as read-only, so the
+// bind was mounted writable. The control: a bind without a read-only
+// option is writable, and one with "ro" is not.
+func TestMapBindReadOnlyOptions(t *testing.T) {
+	for _, c := range []struct {
+		opts     []string
+		writable bool
+	}{
+		{[]string{"rbind", "rprivate"}, true}, // control: writable asked
+		{[]string{"rbind", "ro"}, false},
+		{[]string{"rbind", "rro"}, false},
+		{[]string{"rbind", "rro", "rprivate"}, false},
+		{[]string{"rbind", "ro", "rw"}, false}, // never widened
+	} {
+		s, raw := load(t, "docker-config.json")
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: "/srv/data", Options: c.opts})
+		m, err := Map(s, raw, "/bundle", opts)
+		if err != nil {
+			t.Fatalf("%v: Map: %v", c.opts, err)
+		}
+		found := false
+		for _, b := range m.Spec.Binds {
+			if b.Target == "/data" {
+				found = true
+				if b.Writable != c.writable {
+					t.Errorf("options %v: bind writable=%v, want %v", c.opts, b.Writable, c.writable)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("options %v: no bind of /data in %+v", c.opts, m.Spec.Binds)
+		}
+	}
+}
+
+// TestMapTmpfsReadOnlyRecorded: a tmpfs asked read-only (docker --tmpfs
+// /x:ro) is mounted writable (a scratch tmpfs of the sandbox's own); that
+// is said, not silently ignored.
+func TestMapTmpfsReadOnlyRecorded(t *testing.T) {
+	s, raw := load(t, "docker-config.json")
+	s.Mounts = append(s.Mounts, specs.Mount{Destination: "/scratch", Type: "tmpfs", Source: "tmpfs", Options: []string{"ro", "size=1m"}})
+	m, err := Map(s, raw, "/bundle", opts)
+	if err != nil {
+		t.Fatalf("Map: %v", err)
+	}
+	if !strings.Contains(strings.Join(m.NotHonoured, "\n"), "/scratch") {
+		t.Errorf("a read-only tmpfs mounted writable is not recorded:\n%s", strings.Join(m.NotHonoured, "\n"))
+	}
+	// Control: a writable tmpfs is mounted and not recorded.
+	s2, raw2 := load(t, "docker-config.json")
+	s2.Mounts = append(s2.Mounts, specs.Mount{Destination: "/scratch", Type: "tmpfs", Source: "tmpfs", Options: []string{"size=1m"}})
+	m2, err := Map(s2, raw2, "/bundle", opts)
+	if err != nil {
+		t.Fatalf("Map: %v", err)
+	}
+	if strings.Contains(strings.Join(m2.NotHonoured, "\n"), "/scratch") || len(m2.Spec.Image.Tmpfs) == 0 {
+		t.Errorf("control: writable tmpfs %+v, notes %v", m2.Spec.Image.Tmpfs, m2.NotHonoured)
+	}
+}
