@@ -40,7 +40,7 @@ type keeper struct {
 	state  *oci.State
 	logf   *os.File
 	start  chan chan oci.Reply // a start request, answered on its channel
-	kill   chan int            // a signal before start: the container ends
+	kill   chan oci.Request    // a kill accepted before start: the container ends (or, started meanwhile, gets it)
 	exited chan int            // the program's status (128+n for signal n)
 	execs  *execTable
 	mu     sync.Mutex // guards state's Status
@@ -89,7 +89,7 @@ func (o *ociFlags) keeperCmd() *cobra.Command {
 // runKeeper builds the container and serves it; it returns the exit
 // status (the program's, or 125 when the container never ran).
 func (o *ociFlags) runKeeper(ctx context.Context, id, bundle, console string) int {
-	k := &keeper{o: o, id: id, start: make(chan chan oci.Reply), kill: make(chan int, 1), exited: make(chan int, 1)}
+	k := &keeper{o: o, id: id, start: make(chan chan oci.Reply), kill: make(chan oci.Request, 1), exited: make(chan int, 1)}
 	k.execs = newExecTable()
 	if err := k.create(ctx, bundle, console); err != nil {
 		k.logError(err)
@@ -315,16 +315,23 @@ func (k *keeper) serve(ctx context.Context) int {
 				reply <- oci.Reply{Error: "container already started", Kind: string(failure.KindUsage)}
 				continue
 			}
+			if k.o.g.pauseAt == "oci.start.before_exec" {
+				k.o.g.logger().Warn("test: paused before exec") // test builds only (--test-pause-at)
+				time.Sleep(3 * time.Second)
+			}
 			if err := k.run(ctx); err != nil {
 				reply <- oci.Reply{Error: describe(err), Kind: string(failure.KindOf(err))}
 				return k.end(ctx, failure.ExitRefused)
 			}
 			started = true
 			reply <- oci.Reply{OK: true}
-		case sig := <-k.kill:
+		case req := <-k.kill:
 			if !started {
-				return k.end(ctx, 128+sig)
+				return k.end(ctx, 128+req.Signal)
 			}
+			// Accepted while a start was under way: the program runs
+			// now, so the signal goes to it (never dropped).
+			k.deliver(ctx, req)
 		case s := <-sigs:
 			if started {
 				k.l.Sandbox().Signal(s.(syscall.Signal))
