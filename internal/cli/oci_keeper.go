@@ -196,10 +196,15 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 }
 
 // plan loads the operator's gateway configuration the bundle named:
-// only a root-owned file in a root-owned directory no one else can write.
+// only a root-owned file in a root-owned directory no one else can write,
+// under directories no one else can write either (no one but root can
+// change it between these checks and the read).
 func (k *keeper) plan() (*launch.Plan, error) {
 	if k.m.Config == "" {
 		return nil, nil
+	}
+	if err := oci.CheckAncestors(filepath.Dir(k.m.Config)); err != nil {
+		return nil, failure.Failf(failure.KindPolicyRejected, "oci", "annotations.%s: %v (a host operator's file)", oci.AnnotationConfig, err)
 	}
 	for _, p := range []string{filepath.Dir(k.m.Config), k.m.Config} {
 		var st unix.Stat_t

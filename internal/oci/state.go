@@ -78,17 +78,17 @@ func Open(dir string) (Root, error) {
 	if err := checkOwnDir(real); err != nil {
 		return Root{}, failure.Fail(failure.KindPolicyRejected, "oci root", err)
 	}
-	if err := checkAncestors(real); err != nil {
+	if err := CheckAncestors(real); err != nil {
 		return Root{}, failure.Fail(failure.KindPolicyRejected, "oci root", err)
 	}
 	return Root{Dir: real}, nil
 }
 
-// checkAncestors: every directory above dir is root's and writable by no
-// one else, or root's and sticky (as /tmp): otherwise another local user
-// could rename dir's parent away and put a directory of their own, or a
-// symlink, in its place.
-func checkAncestors(dir string) error {
+// CheckAncestors: every directory above dir is root's and writable by no
+// one else, or root's and sticky (as /tmp), and none is a symlink:
+// otherwise another local user could rename dir's parent away and put a
+// directory of their own, or a symlink, in its place.
+func CheckAncestors(dir string) error {
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
