@@ -53,6 +53,9 @@ func mapMounts(ms []specs.Mount, m *Mapped) error {
 			}
 			continue
 		}
+		if slices.Contains(mt.Options, "noexec") && (bind || mt.Type == "tmpfs") {
+			m.NotHonoured = append(m.NotHonoured, field+": noexec not applied (cordon's own layers decide what runs)")
+		}
 		switch {
 		case slices.Contains(skipped, dst):
 			m.NotHonoured = append(m.NotHonoured, field+": not mounted")

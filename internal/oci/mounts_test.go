@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,5 +68,40 @@ func TestMapTmpfsReadOnlyRecorded(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(m2.NotHonoured, "\n"), "/scratch") || len(m2.Spec.Image.Tmpfs) == 0 {
 		t.Errorf("control: writable tmpfs %+v, notes %v", m2.Spec.Image.Tmpfs, m2.NotHonoured)
+	}
+}
+
+// TestMapNoexecRecorded: noexec asked for a bind or a tmpfs (Docker's
+// --tmpfs default) is not applied by cordon; found in review: it was
+// ignored silently and `features` claimed it. It is recorded now, and
+// features lists what is honoured (rro: cordon's binds are never
+// recursive, so read-only is recursively so). The control: a bind
+// without noexec records nothing about it.
+func TestMapNoexecRecorded(t *testing.T) {
+	for _, c := range []struct {
+		m    specs.Mount
+		want bool
+	}{
+		{specs.Mount{Destination: "/data", Type: "bind", Source: "/srv/data", Options: []string{"rbind", "ro"}}, false},
+		{specs.Mount{Destination: "/data", Type: "bind", Source: "/srv/data", Options: []string{"rbind", "ro", "noexec"}}, true},
+		{specs.Mount{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"noexec", "nosuid", "nodev"}}, true},
+	} {
+		s, raw := load(t, "docker-config.json")
+		s.Mounts = append(s.Mounts, c.m)
+		m, err := Map(s, raw, "/bundle", opts)
+		if err != nil {
+			t.Fatalf("%+v: %v", c.m, err)
+		}
+		got := false
+		for _, n := range m.NotHonoured {
+			got = got || (strings.Contains(n, c.m.Destination) && strings.Contains(n, "noexec"))
+		}
+		if got != c.want {
+			t.Errorf("%s %v: noexec recorded %v, want %v (%v)", c.m.Destination, c.m.Options, got, c.want, m.NotHonoured)
+		}
+	}
+	f := Features("test")
+	if slices.Contains(f.MountOptions, "noexec") || !slices.Contains(f.MountOptions, "rro") {
+		t.Errorf("features mount options %v: noexec is not applied, rro is", f.MountOptions)
 	}
 }
