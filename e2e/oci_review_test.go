@@ -111,17 +111,26 @@ func ociStatus(t *testing.T, bin, state, root, id string) string {
 // without the kill is running.
 func TestOCIKillDuringStart(t *testing.T) {
 	testkit.RequireRoot(t)
-	bundle := ociBundle(t, "/bin/sleep", "1000")
+	// The program ignores SIGTERM: only a SIGKILL that reaches the keeper
+	// ends it.
+	bundle := ociBundle(t, "/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done")
 	state, root := newStateDir(t), t.TempDir()
 	pause := []string{"--test-pause-at", "oci.start.before_exec"}
 	run := func(args ...string) (string, error) {
 		return ociRun(t, hooksBin, state, root, append(pause, args...)...)
 	}
-	for _, kill := range []bool{false, true} {
-		id := "kill-during-start"
-		if !kill {
-			id = "control"
-		}
+	for _, c := range []struct {
+		id      string
+		signals []string
+	}{
+		{"control", nil},
+		{"kill-during-start", []string{"KILL"}},
+		// Found next: a second kill accepted during the same start (an
+		// engine's stop: TERM, then KILL after its grace) was dropped
+		// while the first was queued, so only the ignored TERM arrived.
+		{"term-then-kill-during-start", []string{"TERM", "KILL"}},
+	} {
+		id := c.id
 		if out, err := run("create", "--bundle", bundle, id); err != nil {
 			t.Fatalf("create %s: %v\n%s", id, err, out)
 		}
@@ -143,14 +152,15 @@ func TestOCIKillDuringStart(t *testing.T) {
 				t.Fatalf("%s: the keeper never reached its pause (is this a test build?)", id)
 			}
 		}
-		if kill {
-			if out, err := run("kill", id, "KILL"); err != nil {
-				t.Fatalf("kill during start: %v\n%s", err, out)
+		for _, sig := range c.signals {
+			if out, err := run("kill", id, sig); err != nil {
+				t.Fatalf("%s: kill %s during start: %v\n%s", id, sig, err, out)
 			}
 		}
 		if err := <-started; err != nil {
 			t.Fatalf("start %s: %v", id, err)
 		}
+		kill := len(c.signals) > 0
 		got := ociStatus(t, cordonBin, state, root, id)
 		for deadline := time.Now().Add(20 * time.Second); kill && got != "stopped" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			got = ociStatus(t, cordonBin, state, root, id)
@@ -159,7 +169,7 @@ func TestOCIKillDuringStart(t *testing.T) {
 		case !kill && got != "running":
 			t.Fatalf("control: a container started without a kill is %q, want running", got)
 		case kill && got != "stopped":
-			t.Errorf("a SIGKILL accepted during start was lost: the container is %q", got)
+			t.Errorf("%s: a SIGKILL accepted during start was lost: the container is %q", id, got)
 		}
 	}
 }

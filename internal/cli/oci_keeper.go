@@ -26,6 +26,11 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
+// maxQueuedKills bounds the kills a keeper holds while a start is under
+// way (each is delivered once the program runs: an engine's stop is TERM
+// then KILL); beyond it a kill is refused, never dropped.
+const maxQueuedKills = 16
+
 // keeper is a container's trusted side: it holds the sandbox (through
 // package launch, as cordon run does), its gateway and its state, serves
 // the engine's calls on keeper.sock, and exits with the program's status.
@@ -89,7 +94,7 @@ func (o *ociFlags) keeperCmd() *cobra.Command {
 // runKeeper builds the container and serves it; it returns the exit
 // status (the program's, or 125 when the container never ran).
 func (o *ociFlags) runKeeper(ctx context.Context, id, bundle, console string) int {
-	k := &keeper{o: o, id: id, start: make(chan chan oci.Reply), kill: make(chan oci.Request, 1), exited: make(chan int, 1)}
+	k := &keeper{o: o, id: id, start: make(chan chan oci.Reply), kill: make(chan oci.Request, maxQueuedKills), exited: make(chan int, 1)}
 	k.execs = newExecTable()
 	if err := k.create(ctx, bundle, console); err != nil {
 		k.logError(err)

@@ -65,9 +65,10 @@ func (k *keeper) signal(ctx context.Context, req oci.Request) oci.Reply {
 	if k.status() == specs.StateCreated {
 		select {
 		case k.kill <- req:
+			return oci.Reply{OK: true}
 		default:
+			return replyErr(failure.Failf(failure.KindStart, "oci kill", "container %s: %d kills already wait for it; try again", k.id, maxQueuedKills))
 		}
-		return oci.Reply{OK: true}
 	}
 	return k.deliver(ctx, req)
 }
