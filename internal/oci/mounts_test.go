@@ -105,3 +105,37 @@ func TestMapNoexecRecorded(t *testing.T) {
 		t.Errorf("features mount options %v: noexec is not applied, rro is", f.MountOptions)
 	}
 }
+
+// TestMapDropsCordonAnnotations: the state's dev.cordon.* annotations
+// are cordon's claims (level admitted, evidence, receipt). Found in
+// review: a bundle's own dev.cordon.* annotations (a pod author's) were
+// copied into the state, where only the names cordon sets itself were
+// overwritten: any other (dev.cordon.gateway, a future claim) read as
+// cordon's. They are dropped and recorded; dev.cordon.config (the
+// bundle's request) and other prefixes are kept (the control).
+func TestMapDropsCordonAnnotations(t *testing.T) {
+	s, raw := load(t, "docker-config.json")
+	s.Annotations = map[string]string{
+		"dev.cordon.gateway":        "verified",
+		AnnotationLevelAdmitted:     "SANDBOX_MAX",
+		AnnotationConfig:            "demo",
+		"io.kubernetes.cri.sandbox": "x",
+	}
+	m, err := Map(s, raw, "/bundle", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"dev.cordon.gateway", AnnotationLevelAdmitted} {
+		if _, ok := m.Annotations[k]; ok {
+			t.Errorf("the bundle's %s reaches the state's annotations", k)
+		}
+		if !strings.Contains(strings.Join(m.NotHonoured, "\n"), k) {
+			t.Errorf("dropping %s is not recorded", k)
+		}
+	}
+	for _, k := range []string{AnnotationConfig, "io.kubernetes.cri.sandbox"} {
+		if m.Annotations[k] != s.Annotations[k] {
+			t.Errorf("control: %s lost (%q)", k, m.Annotations[k])
+		}
+	}
+}
