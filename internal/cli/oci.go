@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -105,12 +104,25 @@ func (o *ociFlags) fail(err error) error {
 	} else {
 		line = []byte(fmt.Sprintf("time=%q level=error msg=%q", now, msg))
 	}
-	f, oerr := os.OpenFile(o.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if oerr == nil {
-		_, _ = f.Write(append(line, '\n'))
-		f.Close()
-	}
+	appendLogLine(o.logPath, append(line, '\n'))
 	return err
+}
+
+// appendLogLine appends line to the engine's log file, opened as root:
+// never through a symlink, never blocking on a FIFO (O_NONBLOCK), and only
+// into a regular file with one name (a hard link would carry the line
+// into another file).
+func appendLogLine(path string, line []byte) {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		return
+	}
+	_, _ = unix.Write(fd, line)
 }
 
 func (o *ociFlags) options() (oci.Options, error) {

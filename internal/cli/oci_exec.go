@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -170,11 +169,15 @@ func (o *ociFlags) execProxyCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := oci.CheckID(args[0]); err != nil {
+			r, err := o.openRoot() // the root checked as every call checks it
+			if err == nil {
+				err = oci.CheckID(args[0])
+			}
+			if err != nil {
 				reportStatus(keeperStatus{Error: describe(err), Kind: string(failure.KindOf(err))})
 				return err
 			}
-			return &exitError{code: o.proxy(cmd.Context(), filepath.Join(o.root, args[0]), process, console, reportStatus)}
+			return &exitError{code: o.proxy(cmd.Context(), r.Path(args[0]), process, console, reportStatus)}
 		},
 	}
 	cmd.Flags().StringVar(&process, "process", "", "the process JSON")

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/signal"
@@ -27,6 +27,11 @@ import (
 	"github.com/cordon-project/cordon/internal/store"
 )
 
+// maxQueuedKills bounds the kills a keeper holds while a start is under
+// way (each is delivered once the program runs: an engine's stop is TERM
+// then KILL); beyond it a kill is refused, never dropped.
+const maxQueuedKills = 16
+
 // keeper is a container's trusted side: it holds the sandbox (through
 // package launch, as cordon run does), its gateway and its state, serves
 // the engine's calls on keeper.sock, and exits with the program's status.
@@ -41,7 +46,7 @@ type keeper struct {
 	state  *oci.State
 	logf   *os.File
 	start  chan chan oci.Reply // a start request, answered on its channel
-	kill   chan int            // a signal before start: the container ends
+	kill   chan oci.Request    // a kill accepted before start: the container ends (or, started meanwhile, gets it)
 	exited chan int            // the program's status (128+n for signal n)
 	execs  *execTable
 	mu     sync.Mutex // guards state's Status
@@ -90,7 +95,7 @@ func (o *ociFlags) keeperCmd() *cobra.Command {
 // runKeeper builds the container and serves it; it returns the exit
 // status (the program's, or 125 when the container never ran).
 func (o *ociFlags) runKeeper(ctx context.Context, id, bundle, console string) int {
-	k := &keeper{o: o, id: id, start: make(chan chan oci.Reply), kill: make(chan int, 1), exited: make(chan int, 1)}
+	k := &keeper{o: o, id: id, start: make(chan chan oci.Reply), kill: make(chan oci.Request, maxQueuedKills), exited: make(chan int, 1)}
 	k.execs = newExecTable()
 	if err := k.create(ctx, bundle, console); err != nil {
 		k.logError(err)
@@ -197,10 +202,15 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 }
 
 // plan loads the operator's gateway configuration the bundle named:
-// only a root-owned file in a root-owned directory no one else can write.
+// only a root-owned file in a root-owned directory no one else can write,
+// under directories no one else can write either (no one but root can
+// change it between these checks and the read).
 func (k *keeper) plan() (*launch.Plan, error) {
 	if k.m.Config == "" {
 		return nil, nil
+	}
+	if err := oci.CheckAncestors(filepath.Dir(k.m.Config)); err != nil {
+		return nil, failure.Failf(failure.KindPolicyRejected, "oci", "annotations.%s: %v (a host operator's file)", oci.AnnotationConfig, err)
 	}
 	for _, p := range []string{filepath.Dir(k.m.Config), k.m.Config} {
 		var st unix.Stat_t
@@ -316,16 +326,23 @@ func (k *keeper) serve(ctx context.Context) int {
 				reply <- oci.Reply{Error: "container already started", Kind: string(failure.KindUsage)}
 				continue
 			}
+			if k.o.g.pauseAt == "oci.start.before_exec" {
+				k.o.g.logger().Warn("test: paused before exec") // test builds only (--test-pause-at)
+				time.Sleep(3 * time.Second)
+			}
 			if err := k.run(ctx); err != nil {
 				reply <- oci.Reply{Error: describe(err), Kind: string(failure.KindOf(err))}
 				return k.end(ctx, failure.ExitRefused)
 			}
 			started = true
 			reply <- oci.Reply{OK: true}
-		case sig := <-k.kill:
+		case req := <-k.kill:
 			if !started {
-				return k.end(ctx, 128+sig)
+				return k.end(ctx, 128+req.Signal)
 			}
+			// Accepted while a start was under way: the program runs
+			// now, so the signal goes to it (never dropped).
+			k.deliver(ctx, req)
 		case s := <-sigs:
 			if started {
 				k.l.Sandbox().Signal(s.(syscall.Signal))

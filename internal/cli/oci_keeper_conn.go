@@ -59,17 +59,23 @@ func (k *keeper) handle(ctx context.Context, c *oci.Conn) {
 // the whole sandbox; other signals go to the program (with --all, to
 // every process of the sandbox where the provider can).
 func (k *keeper) signal(ctx context.Context, req oci.Request) oci.Reply {
-	sig := syscall.Signal(req.Signal)
 	if req.Signal <= 0 || req.Signal > 64 {
 		return replyErr(failure.Failf(failure.KindUsage, "oci kill", "signal %d is out of range", req.Signal))
 	}
 	if k.status() == specs.StateCreated {
 		select {
-		case k.kill <- req.Signal:
+		case k.kill <- req:
+			return oci.Reply{OK: true}
 		default:
+			return replyErr(failure.Failf(failure.KindStart, "oci kill", "container %s: %d kills already wait for it; try again", k.id, maxQueuedKills))
 		}
-		return oci.Reply{OK: true}
 	}
+	return k.deliver(ctx, req)
+}
+
+// deliver sends a kill's signal to the running container.
+func (k *keeper) deliver(ctx context.Context, req oci.Request) oci.Reply {
+	sig := syscall.Signal(req.Signal)
 	sb := k.l.Sandbox()
 	if sig == syscall.SIGKILL {
 		_ = sb.Stop(context.WithoutCancel(ctx))

@@ -13,7 +13,7 @@ import (
 func addTestFlags(root *cobra.Command, g *globals) {
 	root.PersistentFlags().StringSliceVar(&g.testSkip, "test-skip-layer", nil, "TEST BUILD ONLY: leave out a hardening layer (seccomp, landlock, masks, userns-owner, userns-limits, kmem-tcp, tcp-watch)")
 	root.PersistentFlags().StringVar(&g.panicAt, "test-panic-at", "", "TEST BUILD ONLY: panic at this point of cordon run (run.after_attach)")
-	root.PersistentFlags().StringVar(&g.pauseAt, "test-pause-at", "", "TEST BUILD ONLY: pause 3 s at this point of cordon run (run.after_exec: the program runs, its terminal not yet relayed)")
+	root.PersistentFlags().StringVar(&g.pauseAt, "test-pause-at", "", "TEST BUILD ONLY: pause 3 s at this point (run.after_exec: the program runs, its terminal not yet relayed; oci.start.before_exec: a keeper got start, the program not yet run)")
 }
 
 // addDaemonTestFlags adds --test-crash-at to test builds of the daemon:
@@ -27,6 +27,9 @@ func testArgs(g *globals) []string {
 	var a []string
 	for _, l := range g.testSkip {
 		a = append(a, "--test-skip-layer", l)
+	}
+	if g.pauseAt != "" {
+		a = append(a, "--test-pause-at", g.pauseAt)
 	}
 	return a
 }

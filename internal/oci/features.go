@@ -9,14 +9,16 @@ import (
 
 // Features is what `cordon oci features` prints: what cordon recognises.
 // Capabilities is empty and not nil: cordon grants none. Hooks are empty:
-// none is run.
+// none is run. MountOptions are the ones applied: nosuid and nodev always
+// are; rro is ro (cordon's binds are never recursive, so no submount is
+// left writable); noexec is not applied (recorded, not listed).
 func Features(version string) features.Features {
 	yes, no := true, false
 	return features.Features{
 		OCIVersionMin: "1.0.0",
 		OCIVersionMax: specs.Version,
 		Hooks:         []string{},
-		MountOptions:  []string{"ro", "rw", "rro", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate"},
+		MountOptions:  []string{"ro", "rro", "rw", "bind", "rbind", "nosuid", "nodev", "private", "rprivate"},
 		Linux: &features.Linux{
 			Namespaces:   []string{"cgroup", "ipc", "mount", "network", "pid", "user", "uts"},
 			Capabilities: []string{},

@@ -42,7 +42,7 @@ func mapMounts(ms []specs.Mount, m *Mapped) error {
 		if !filepath.IsAbs(mt.Destination) {
 			return malformed(field, "destination is not an absolute path")
 		}
-		ro := slices.Contains(mt.Options, "ro")
+		ro := readOnly(mt.Options)
 		bind := mt.Type == "bind" || slices.Contains(mt.Options, "bind") || slices.Contains(mt.Options, "rbind")
 		if types, ok := ownMounts[dst]; ok && (slices.Contains(types, mt.Type) || bind) {
 			if (mt.Type == "sysfs" || strings.HasPrefix(mt.Type, "cgroup")) && !ro {
@@ -52,6 +52,9 @@ func mapMounts(ms []specs.Mount, m *Mapped) error {
 				m.NotHonoured = append(m.NotHonoured, field+": not mounted (cordon gives no "+dst+")")
 			}
 			continue
+		}
+		if slices.Contains(mt.Options, "noexec") && (bind || mt.Type == "tmpfs") {
+			m.NotHonoured = append(m.NotHonoured, field+": noexec not applied (cordon's own layers decide what runs)")
 		}
 		switch {
 		case slices.Contains(skipped, dst):
@@ -65,6 +68,9 @@ func mapMounts(ms []specs.Mount, m *Mapped) error {
 			if err != nil {
 				return err
 			}
+			if ro {
+				m.NotHonoured = append(m.NotHonoured, field+": read-only not applied (a writable scratch tmpfs of the sandbox's own)")
+			}
 			m.Spec.Image.Tmpfs = append(m.Spec.Image.Tmpfs, t)
 		case mt.Type == "sysfs" || mt.Type == "proc" || strings.HasPrefix(mt.Type, "cgroup") || mt.Type == "devpts" || mt.Type == "mqueue":
 			return refuse(field, "a %s mount there is refused (cordon mounts its own at its own place only)", mt.Type)
@@ -73,6 +79,14 @@ func mapMounts(ms []specs.Mount, m *Mapped) error {
 		}
 	}
 	return nil
+}
+
+// readOnly reports whether mount options ask for read-only: "ro", or
+// "rro" (recursive read-only: runc's, containerd's for Kubernetes'
+// recursiveReadOnly). cordon's binds are never recursive, so both mean
+// the one mount read-only; a later "rw" never widens it.
+func readOnly(opts []string) bool {
+	return slices.Contains(opts, "ro") || slices.Contains(opts, "rro")
 }
 
 func mapBind(mt specs.Mount, dst string, ro bool, field string, m *Mapped) error {

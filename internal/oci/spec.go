@@ -100,7 +100,8 @@ func Load(bundle string) (*specs.Spec, []byte, error) {
 // does not apply.
 func Map(s *specs.Spec, raw []byte, bundle string, o Options) (*Mapped, error) {
 	sum := sha256.Sum256(raw)
-	m := &Mapped{Digest: "sha256:" + hex.EncodeToString(sum[:]), Annotations: s.Annotations, OCIVersion: s.Version}
+	m := &Mapped{Digest: "sha256:" + hex.EncodeToString(sum[:]), OCIVersion: s.Version}
+	m.Annotations = ownAnnotations(s.Annotations, m)
 	m.Spec.Level = o.Level
 	m.Spec.Image = &sandbox.Image{Hostname: s.Hostname}
 	if err := mapRoot(s, bundle, m); err != nil {
@@ -126,6 +127,30 @@ func Map(s *specs.Spec, raw []byte, bundle string, o Options) (*Mapped, error) {
 	}
 	sort.Strings(m.NotGranted)
 	return m, nil
+}
+
+// ownAnnotations are the bundle's annotations the state may carry: not
+// under dev.cordon. (cordon's claims: the level admitted, the evidence),
+// except the bundle's own request dev.cordon.config. What is dropped is
+// recorded.
+func ownAnnotations(ann map[string]string, m *Mapped) map[string]string {
+	if ann == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(ann))
+	for k := range ann {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[string]string, len(ann))
+	for _, k := range keys {
+		if strings.HasPrefix(k, "dev.cordon.") && k != AnnotationConfig {
+			m.NotHonoured = append(m.NotHonoured, "annotations."+clip(k)+": dropped (dev.cordon.* in the state is cordon's own)")
+			continue
+		}
+		out[k] = ann[k]
+	}
+	return out
 }
 
 func mapRoot(s *specs.Spec, bundle string, m *Mapped) error {

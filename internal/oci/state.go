@@ -69,10 +69,41 @@ func Open(dir string) (Root, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Root{}, failure.Fail(failure.KindProvision, "oci root", err)
 	}
-	if err := checkOwnDir(dir); err != nil {
+	// The directory as it really is (an engine's /var/run/... is /run/...):
+	// every directory on its way is checked, and this path is the one used.
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return Root{}, failure.Fail(failure.KindProvision, "oci root", err)
+	}
+	if err := checkOwnDir(real); err != nil {
 		return Root{}, failure.Fail(failure.KindPolicyRejected, "oci root", err)
 	}
-	return Root{Dir: dir}, nil
+	if err := CheckAncestors(real); err != nil {
+		return Root{}, failure.Fail(failure.KindPolicyRejected, "oci root", err)
+	}
+	return Root{Dir: real}, nil
+}
+
+// CheckAncestors: every directory above dir is root's and writable by no
+// one else, or root's and sticky (as /tmp), and none is a symlink:
+// otherwise another local user could rename dir's parent away and put a
+// directory of their own, or a symlink, in its place.
+func CheckAncestors(dir string) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return fmt.Errorf("%s (above the root %s) is not a directory", p, dir)
+		}
+		if st.Uid != 0 || (st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0) {
+			return fmt.Errorf("%s (above the root %s) must be owned by root and writable by no one else, or sticky (uid %d, mode %o)", p, dir, st.Uid, st.Mode&0o7777)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
 }
 
 // checkOwnDir: a real directory (not a symlink), owned by root, not

@@ -52,7 +52,9 @@ func Self() (Owner, error) {
 // it cannot tell (boot id or stat unreadable, or /proc hiding the pid from us
 // while the kernel says it exists), it returns true, because reclaiming a
 // live owner's lease would let two sandboxes share host ids. A zombie that
-// has not been reaped still counts as alive.
+// has not been reaped is gone: it runs no code and holds no descriptor or
+// lock (a thread-group leader that exited while its other threads run is
+// not one: those threads are still listed under /proc/PID/task).
 func Alive(o Owner) bool {
 	if o.PID <= 0 {
 		return false
@@ -77,7 +79,18 @@ func Alive(o Owner) bool {
 	if err != nil || pid != o.PID {
 		return true
 	}
-	return start == o.StartTime
+	return start == o.StartTime && !exited(b, o.PID)
+}
+
+// exited reports whether the process of stat b is a zombie with no
+// thread left running.
+func exited(b []byte, pid int) bool {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X') {
+		return false
+	}
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	return err == nil && len(tasks) <= 1
 }
 
 // parseStat returns the pid (field 1) and start time (field 22) from the
