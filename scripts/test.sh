@@ -15,6 +15,12 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs)
 # The Debian package's install test builds a throwaway root (e2e/package_test.go).
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# The CRI tests (e2e/oci) run a private containerd with its CRI plugin,
+# runc as the positive control, and the CNI plugins a pod sandbox needs
+# (a ptp network in containerd's own network namespace: nothing routed).
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/ptp ] || need+=(containernetworking-plugins)
 # The image-mode sandbox tests build a tiny root from the static busybox
 # (internal/sandbox/linux/image_linux_test.go).
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)

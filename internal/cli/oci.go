@@ -182,7 +182,7 @@ func (o *ociFlags) request(id string, req oci.Request) error {
 		return err
 	}
 	if s.Live() == specs.StateStopped {
-		return failure.Failf(failure.KindUsage, "oci", "container %s is not running (its keeper has ended)", id)
+		return failure.Failf(failure.KindUsage, "oci", "container %s: container not running (its keeper has ended)", id)
 	}
 	c, err := oci.Dial(r.Path(id))
 	if err != nil {
@@ -194,12 +194,31 @@ func (o *ociFlags) request(id string, req oci.Request) error {
 	}
 	var rep oci.Reply
 	if _, err := c.Recv(&rep, 0); err != nil {
+		if req.Op == "kill" && keeperEnded(s) {
+			// The signal ended the program and the keeper with it before
+			// it could answer: the kill took effect (runc answers 0 here).
+			return nil
+		}
 		return failure.Failf(failure.KindStart, "oci", "container %s: no answer from its keeper: %v", id, err)
 	}
 	if !rep.OK {
 		return relayed(keeperStatus{Error: rep.Error, Kind: rep.Kind})
 	}
 	return nil
+}
+
+// keeperEnded waits briefly for the keeper of s to be gone (exited, or a
+// zombie its parent has not reaped yet) after it closed a request's
+// connection without an answer.
+func keeperEnded(s *oci.State) bool {
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if s.Live() == specs.StateStopped {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 func (o *ociFlags) stateCmd() *cobra.Command {
