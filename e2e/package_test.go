@@ -11,17 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cordon-project/cordon/internal/testkit"
-)
-
-// debRootCache is where the throwaway Debian root the package is
-// installed into is kept between runs (mmdebstrap takes ~30 s; extracting
-// the cached tarball a few). Delete the file to rebuild it.
-const (
-	debRootCacheDir = "/var/cache/cordon-test"
-	debRootTarball  = debRootCacheDir + "/bookworm-apt-mandb.tar"
+	"github.com/cordon-project/cordon/internal/testkit/engines"
 )
 
 // TestDebPackageInstalls builds the Debian package with
@@ -43,7 +34,7 @@ func TestDebPackageInstalls(t *testing.T) {
 	}
 	start := time.Now()
 	deb := buildDeb(t)
-	tarball := debRoot(t)
+	tarball := engines.DebianRoot(t, "apt", "man-db")
 	root := extractRoot(t, tarball)
 	t.Logf("package %s, root ready in %v", filepath.Base(deb), time.Since(start).Round(time.Second))
 
@@ -148,40 +139,6 @@ func buildDeb(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.Remove(deb) })
 	return deb
-}
-
-// debRoot returns the cached tarball of a minimal Debian root with apt
-// and man-db, building it with mmdebstrap (from the Debian mirror this
-// host's apt uses) on first use. Concurrent test runs take turns through
-// a lock; the tarball appears by rename, whole or not at all.
-func debRoot(t *testing.T) string {
-	t.Helper()
-	if err := os.MkdirAll(debRootCacheDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(debRootCacheDir, ".lock"), os.O_CREATE|os.O_RDONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(debRootTarball); err == nil {
-		return debRootTarball
-	}
-	tmp := debRootTarball + ".part.tar"
-	start := time.Now()
-	cmd := exec.Command("mmdebstrap", "--variant=apt", "--include=man-db", "bookworm", tmp)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.Remove(tmp)
-		t.Fatalf("mmdebstrap: %v\n%s", err, out)
-	}
-	if err := os.Rename(tmp, debRootTarball); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("filled %s with mmdebstrap in %v", debRootTarball, time.Since(start).Round(time.Second))
-	return debRootTarball
 }
 
 // extractRoot unpacks tarball into a fresh directory. The directory is
