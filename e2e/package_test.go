@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
@@ -151,7 +150,7 @@ func extractRoot(t *testing.T, tarball string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if m := mountsUnder(root); len(m) > 0 {
+		if m := engines.MountsUnder(root); len(m) > 0 {
 			t.Errorf("still mounted under %s, left in place: %v", root, m)
 			return
 		}
@@ -189,24 +188,6 @@ func mountInRoot(t *testing.T, root, dst string, bind bool, args ...string) {
 			t.Fatalf("mount --make-rslave %s: %v\n%s", at, err, out)
 		}
 	}
-}
-
-// mountsUnder lists the mount points at or below dir.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return []string{"(cannot read mountinfo: " + err.Error() + ")"}
-	}
-	defer f.Close()
-	var m []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			m = append(m, fields[4])
-		}
-	}
-	return m
 }
 
 func copyFile(src, dst string) error {

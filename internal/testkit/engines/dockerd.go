@@ -1,0 +1,270 @@
+package engines
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cordon-project/cordon/internal/testkit"
+)
+
+// Docker is a dockerd of one test's own: its own data root, exec root,
+// API socket, pid file and containerd, with no bridge and no iptables
+// rules (it never touches the host's network), and the runtimes the test
+// registered. The test drives it through its CLI (Run, Must).
+type Docker struct {
+	t        testing.TB
+	Dir      string // everything the daemon owns is below it
+	DataRoot string
+	ExecRoot string
+	Sock     string // the API socket (docker -H unix://Sock)
+	PID      int    // dockerd's
+	Containerd
+	cli       string
+	cliConfig string
+}
+
+// Containerd is the containerd a Docker runs its containers through,
+// started by the helper rather than by dockerd: dockerd 20.10 would use a
+// system containerd at /run/containerd/containerd.sock when one runs, and
+// this one must never be shared.
+type Containerd struct {
+	ContainerdSock string
+	ContainerdPID  int
+	ContainerdRoot string // --root
+	ContainerdStat string // --state
+}
+
+// Namespace is the containerd namespace dockerd keeps its containers in.
+const Namespace = "moby"
+
+// Dockerd starts a private dockerd with the runtimes given (name → path
+// of a program taking the runc command line; `runc` is always there) and
+// waits until it answers. The test's cleanup removes every container,
+// stops dockerd and its containerd by PID, lazily unmounts what is left
+// under the daemon's own directories and removes them. A missing dockerd,
+// containerd or docker CLI is Unavailable (a failure under CI=true).
+func Dockerd(t testing.TB, runtimes map[string]string) *Docker {
+	t.Helper()
+	testkit.RequireRoot(t)
+	why := "the Docker tests need Debian's docker.io and containerd (scripts/test.sh installs them)"
+	dockerd := testkit.RequireCommand(t, why, "dockerd")
+	containerd := testkit.RequireCommand(t, why, "containerd")
+	testkit.RequireCommand(t, why, "containerd-shim-runc-v2", "runc")
+	// Short: the daemon's sockets live below it (sun_path is 108 bytes).
+	dir, err := os.MkdirTemp("", "cdk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Docker{
+		t: t, Dir: dir,
+		DataRoot: filepath.Join(dir, "data"), ExecRoot: filepath.Join(dir, "exec"),
+		Sock: filepath.Join(dir, "docker.sock"),
+		cli:  dockerCLI(t, why), cliConfig: filepath.Join(dir, "cli"),
+	}
+	d.ContainerdRoot, d.ContainerdStat = filepath.Join(d.DataRoot, "containerd"), filepath.Join(d.ExecRoot, "containerd")
+	d.ContainerdSock = filepath.Join(d.ContainerdStat, "containerd.sock")
+	for _, p := range []string{d.DataRoot, d.ExecRoot, d.cliConfig, d.ContainerdRoot, d.ContainerdStat} {
+		if err := os.MkdirAll(p, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(d.stop)
+	d.ContainerdPID = d.startContainerd(containerd)
+	d.PID = d.startDockerd(dockerd, runtimes)
+	return d
+}
+
+// dockerCLI prefers the docker.io package's client, which matches its
+// daemon's API version, over any other docker on PATH.
+func dockerCLI(t testing.TB, why string) string {
+	if _, err := os.Stat("/usr/bin/docker"); err == nil {
+		return "/usr/bin/docker"
+	}
+	return testkit.RequireCommand(t, why, "docker")
+}
+
+// startContainerd starts containerd with a config of its own (no CRI
+// plugin: dockerd does not use it, and the CRI tests run their own) and
+// waits for its socket.
+func (d *Docker) startContainerd(bin string) int {
+	d.t.Helper()
+	conf := filepath.Join(d.Dir, "containerd.toml")
+	toml := fmt.Sprintf("version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"+
+		"[grpc]\n  address = %q\n[debug]\n  address = \"\"\n[metrics]\n  address = \"\"\n",
+		d.ContainerdRoot, d.ContainerdStat, d.ContainerdSock)
+	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
+		d.t.Fatal(err)
+	}
+	pid := d.spawn("containerd", bin, "--config", conf)
+	d.waitFor("containerd", pid, func() error {
+		c, err := net.Dial("unix", d.ContainerdSock)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	return pid
+}
+
+// startDockerd starts dockerd on the private containerd and waits until
+// its API answers /_ping.
+func (d *Docker) startDockerd(bin string, runtimes map[string]string) int {
+	d.t.Helper()
+	conf := filepath.Join(d.Dir, "daemon.json")
+	if err := os.WriteFile(conf, []byte("{}\n"), 0o600); err != nil {
+		d.t.Fatal(err)
+	}
+	args := []string{
+		"--config-file", conf, // never the host's /etc/docker/daemon.json
+		"--data-root", d.DataRoot, "--exec-root", d.ExecRoot,
+		"-H", "unix://" + d.Sock, "--pidfile", filepath.Join(d.Dir, "docker.pid"),
+		"--containerd", d.ContainerdSock, "--containerd-namespace", Namespace,
+		"--containerd-plugins-namespace", Namespace + "-plugins",
+		"--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
+	}
+	names := make([]string, 0, len(runtimes))
+	for n := range runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		args = append(args, "--add-runtime", n+"="+runtimes[n])
+	}
+	pid := d.spawn("dockerd", bin, args...)
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.Sock)
+	}}, Timeout: 2 * time.Second}
+	d.waitFor("dockerd", pid, func() error {
+		resp, err := client.Get("http://docker/_ping")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/_ping: %s", resp.Status)
+		}
+		return nil
+	})
+	return pid
+}
+
+// spawn starts a daemon in its own process group with its output in
+// Dir/NAME.log, and reaps it in the background.
+func (d *Docker) spawn(name, bin string, args ...string) int {
+	d.t.Helper()
+	log, err := os.Create(filepath.Join(d.Dir, name+".log"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer log.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR=", "DOCKER_CONFIG="+d.cliConfig)
+	if err := cmd.Start(); err != nil {
+		d.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { _ = cmd.Wait() }()
+	return cmd.Process.Pid
+}
+
+// waitFor polls ready until it succeeds, the daemon exits or 60 s pass.
+func (d *Docker) waitFor(name string, pid int, ready func() error) {
+	d.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := ready()
+		if err == nil {
+			return
+		}
+		if !alive(pid) || time.Now().After(deadline) {
+			d.t.Fatalf("%s (pid %d) not ready: %v\n%s", name, pid, err, d.Log(name))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Log is the tail of a daemon's log ("dockerd" or "containerd").
+func (d *Docker) Log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(d.Dir, name+".log"))
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
+
+// Cmd is the docker CLI talking to this daemon only.
+func (d *Docker) Cmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(d.cli, append([]string{"-H", "unix://" + d.Sock}, args...)...)
+	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+d.cliConfig, "DOCKER_HOST=", "DOCKER_CONTEXT=")
+	return cmd
+}
+
+// Result is what one docker command did.
+type Result struct {
+	Stdout, Stderr string
+	Code           int // the CLI's exit status (125: the daemon refused)
+}
+
+// Run runs the docker CLI with args and returns its output and exit
+// status; failing to start the CLI at all ends the test.
+func (d *Docker) Run(args ...string) Result {
+	d.t.Helper()
+	cmd := d.Cmd(args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := Result{Stdout: out.String(), Stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		d.t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+	}
+	return r
+}
+
+// Must runs the docker CLI and returns its stdout, trimmed; a non-zero
+// status ends the test with the output and dockerd's log.
+func (d *Docker) Must(args ...string) string {
+	d.t.Helper()
+	r := d.Run(args...)
+	if r.Code != 0 {
+		d.t.Fatalf("docker %s: exit %d\nstdout: %s\nstderr: %s\ndockerd log:\n%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr, d.Log("dockerd"))
+	}
+	return strings.TrimSpace(r.Stdout)
+}
+
+// Import imports a root filesystem tarball (Image's) as the image ref.
+func (d *Docker) Import(tarball, ref string) {
+	d.t.Helper()
+	start := time.Now()
+	d.Must("import", tarball, ref)
+	d.t.Logf("docker import %s as %s in %v", filepath.Base(tarball), ref, time.Since(start).Round(time.Millisecond))
+}
+
+// RuntimeRoot is the --root dockerd's shim passes to the runtime
+// registered as name: dockerd gives each added runtime
+// EXEC-ROOT/runtime-NAME and the runc shim appends the namespace.
+func (d *Docker) RuntimeRoot(name string) string {
+	return filepath.Join(d.ExecRoot, "runtime-"+name, Namespace)
+}
+
+// Bundle is the OCI bundle directory containerd made for a container
+// (config.json, the shim's files).
+func (d *Docker) Bundle(id string) string {
+	return filepath.Join(d.ContainerdStat, "io.containerd.runtime.v2.task", Namespace, id)
+}
