@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"github.com/cordon-project/cordon/internal/cli"
 	"github.com/cordon-project/cordon/internal/conformance/probeops"
@@ -33,5 +34,10 @@ func main() {
 	if len(os.Args) > 0 && os.Args[0] == gateway.Argv0 {
 		os.Exit(proc.ChildMain())
 	}
-	os.Exit(cli.Main(os.Args[1:]))
+	args := os.Args[1:]
+	if len(os.Args) > 0 && filepath.Base(os.Args[0]) == cli.OCIArgv0 {
+		// The name engines are given: cordon-oci ARGS is cordon oci ARGS.
+		args = append([]string{"oci"}, args...)
+	}
+	os.Exit(cli.Main(args))
 }

@@ -111,7 +111,7 @@ trusted side reads off the live sandbox before the program's first instruction.`
 		return logPre(c, args)
 	}
 	setVersionFlag(root)
-	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g), configCmd(g), genCmd(g), conformanceCmd(g))
+	root.AddCommand(runCmd(g), doctorCmd(g), gcCmd(g), receiptsCmd(g), callsCmd(g), approvalsCmd(g), policyCmd(g), daemonCmd(g), sandboxCmd(g), volumeCmd(g), stopCmd(g), evidenceCmd(g), stateCmd(g), versionCmd(g), configCmd(g), genCmd(g), conformanceCmd(g), ociCmd(g))
 	addCompletions(root) // last: over every command and flag (completion.go)
 	return root
 }

@@ -12,3 +12,6 @@ func addTestFlags(*cobra.Command, *globals) {}
 
 // addDaemonTestFlags adds nothing in production builds.
 func addDaemonTestFlags(*pflag.FlagSet, *globals) {}
+
+// testArgs: production builds forward no test flags.
+func testArgs(*globals) []string { return nil }

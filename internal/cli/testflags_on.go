@@ -21,3 +21,12 @@ func addTestFlags(root *cobra.Command, g *globals) {
 func addDaemonTestFlags(fl *pflag.FlagSet, g *globals) {
 	fl.StringVar(&g.crashAt, "test-crash-at", "", "TEST BUILD ONLY: SIGKILL the daemon at this point (e.g. create.after_provision)")
 }
+
+// testArgs are the test flags a child of `cordon oci` (its keeper) gets.
+func testArgs(g *globals) []string {
+	var a []string
+	for _, l := range g.testSkip {
+		a = append(a, "--test-skip-layer", l)
+	}
+	return a
+}

@@ -133,6 +133,18 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// unbuiltModes refuses what the provider cannot build: DEDICATED_VM, and
+// (not yet) Spec.Image and Spec.Execs — never accepted and ignored.
+func unbuiltModes(spec sandbox.Spec) error {
+	if spec.Level == sandbox.DedicatedVM {
+		return failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+	}
+	if spec.Image != nil || spec.Execs {
+		return failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
+	}
+	return nil
+}
+
 // Provision validates the spec, commits the write-ahead record (which
 // leases the UID/GID range), then creates the host resources: cgroups and
 // the detached mount trees of the binds.
@@ -141,12 +153,8 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 		// A daemon-mode sandbox may be idle: no main program, only execs.
 		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
 	}
-	if spec.Image != nil || spec.Execs {
-		// Not built yet: never accepted and ignored.
-		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
-	}
-	if spec.Level == sandbox.DedicatedVM {
-		return nil, failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+	if err := unbuiltModes(spec); err != nil {
+		return nil, err
 	}
 	if spec.ID == "" {
 		spec.ID = newID()

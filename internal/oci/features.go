@@ -1,0 +1,34 @@
+package oci
+
+import (
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+)
+
+// Features is what `cordon oci features` prints: what cordon recognises.
+// Capabilities is empty and not nil: cordon grants none. Hooks are empty:
+// none is run.
+func Features(version string) features.Features {
+	yes, no := true, false
+	return features.Features{
+		OCIVersionMin: "1.0.0",
+		OCIVersionMax: specs.Version,
+		Hooks:         []string{},
+		MountOptions:  []string{"ro", "rw", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate", "size", "mode"},
+		Linux: &features.Linux{
+			Namespaces:   []string{"cgroup", "ipc", "mount", "network", "pid", "user", "uts"},
+			Capabilities: []string{},
+			Cgroup:       &features.Cgroup{V1: &yes, V2: &yes, Systemd: &no, SystemdUser: &no},
+			Seccomp:      &features.Seccomp{Enabled: &yes},
+			Apparmor:     &features.Apparmor{Enabled: &no},
+			Selinux:      &features.Selinux{Enabled: &no},
+		},
+		Annotations: map[string]string{
+			"dev.cordon.version":   version,
+			"dev.cordon.seccomp":   "cordon's own filter replaces the bundle's profile",
+			"dev.cordon.network":   "cordon's own network namespace; engine networking not joined",
+			"dev.cordon.isolation": "one sandbox per container, admitted from evidence",
+		},
+		PotentiallyUnsafeConfigAnnotations: []string{AnnotationConfig},
+	}
+}
