@@ -53,10 +53,10 @@ func TestDockerBench(t *testing.T) {
 		names = append(names, "cordon")
 	}
 	d := engines.Dockerd(t, rts)
-	d.Import(engines.Image(t), image)
+	d.Import(t, engines.Image(t), image)
 	run := func(rt string) time.Duration {
 		start := time.Now()
-		d.Must("run", "--rm", "--runtime", rt, "--network", "none", image, "/bin/true")
+		d.Must(t, "run", "--rm", "--runtime", rt, "--network", "none", image, "/bin/true")
 		return time.Since(start)
 	}
 	for _, rt := range names { // warm: image layers, page cache, caches

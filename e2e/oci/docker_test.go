@@ -22,7 +22,7 @@ func TestDocker(t *testing.T) {
 	testkit.RequireRoot(t)
 	testkit.RequireStaticBuild(t)
 	d := engines.Dockerd(t, map[string]string{"cordon": cordonOCI})
-	d.Import(engines.Image(t), image)
+	d.Import(t, engines.Image(t), image)
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
 			t.Run("run", func(t *testing.T) { testRun(t, d, rt) })
@@ -40,10 +40,10 @@ func TestDocker(t *testing.T) {
 // testRun: the program's output reaches `docker run`, and its exit status
 // is docker run's.
 func testRun(t *testing.T, d *engines.Docker, rt string) {
-	if out := d.Must(base(rt, "--rm", image, "/bin/echo", "hi")...); out != "hi" {
+	if out := d.Must(t, base(rt, "--rm", image, "/bin/echo", "hi")...); out != "hi" {
 		t.Errorf("docker run --runtime %s echo hi printed %q, want hi", rt, out)
 	}
-	if r := d.Run(base(rt, "--rm", image, "sh", "-c", "exit 7")...); r.Code != 7 {
+	if r := d.Run(t, base(rt, "--rm", image, "sh", "-c", "exit 7")...); r.Code != 7 {
 		t.Errorf("docker run --runtime %s sh -c 'exit 7' = %d, want 7\n%s", rt, r.Code, r.Stderr)
 	}
 }
@@ -52,16 +52,16 @@ func testRun(t *testing.T, d *engines.Docker, rt string) {
 // timeout of 2 s of a program that ignores SIGTERM (the engine kills it
 // when the timeout ends, long before docker's default 10 s), rm.
 func testDetached(t *testing.T, d *engines.Docker, rt string) {
-	id := d.Must(base(rt, "-d", image, "sh", "-c", `trap "" TERM; while :; do sleep 1; done`)...)
+	id := d.Must(t, base(rt, "-d", image, "sh", "-c", `trap "" TERM; while :; do sleep 1; done`)...)
 	if got := inspect(t, d, id, "{{.State.Running}}"); got != "true" {
 		t.Fatalf("after docker run -d: running = %s", got)
 	}
-	r := d.Run("exec", id, "sh", "-c", "echo from-exec; exit 3")
+	r := d.Run(t, "exec", id, "sh", "-c", "echo from-exec; exit 3")
 	if r.Code != 3 || strings.TrimSpace(r.Stdout) != "from-exec" {
 		t.Errorf("docker exec = %d %q, want 3 \"from-exec\"\n%s", r.Code, r.Stdout, r.Stderr)
 	}
 	start := time.Now()
-	d.Must("stop", "-t", "2", id)
+	d.Must(t, "stop", "-t", "2", id)
 	took := time.Since(start)
 	// It ignored SIGTERM, so the stop took the timeout; and the engine's
 	// SIGKILL ended it then (docker's default would be 10 s).
@@ -71,8 +71,8 @@ func testDetached(t *testing.T, d *engines.Docker, rt string) {
 	if got := inspect(t, d, id, "{{.State.Running}} {{.State.ExitCode}}"); got != "false 137" {
 		t.Errorf("after docker stop: running, exit code = %s, want false 137 (SIGKILL)", got)
 	}
-	d.Must("rm", id)
-	if r := d.Run("inspect", id); r.Code == 0 {
+	d.Must(t, "rm", id)
+	if r := d.Run(t, "inspect", id); r.Code == 0 {
 		t.Errorf("docker inspect %s succeeded after docker rm", id)
 	}
 }
@@ -105,8 +105,8 @@ func testInteractive(t *testing.T, d *engines.Docker, rt string) {
 // testRestart: with --restart on-failure:2 a failing program is started
 // three times in all; the engine counts two restarts.
 func testRestart(t *testing.T, d *engines.Docker, rt string) {
-	id := d.Must(base(rt, "-d", "--restart", "on-failure:2", image, "sh", "-c", "exit 3")...)
-	defer d.Run("rm", "-f", id)
+	id := d.Must(t, base(rt, "-d", "--restart", "on-failure:2", image, "sh", "-c", "exit 3")...)
+	defer d.Run(t, "rm", "-f", id)
 	deadline := time.Now().Add(60 * time.Second)
 	var got string
 	for time.Now().Before(deadline) {
@@ -152,12 +152,12 @@ func testRefused(t *testing.T, d *engines.Docker) {
 				}
 				return append(append(a, c.flags...), image, "/bin/true")
 			}
-			if r := d.Run(args("runc")...); c.control && r.Code != 0 {
+			if r := d.Run(t, args("runc")...); c.control && r.Code != 0 {
 				t.Fatalf("control: runc with %v = %d, want 0\n%s", c.flags, r.Code, r.Stderr)
 			}
 			name := "refused-" + randHex(4)
-			r := d.Run(append([]string{"run", "--name", name}, args("cordon")[1:]...)...)
-			defer d.Run("rm", "-f", name)
+			r := d.Run(t, append([]string{"run", "--name", name}, args("cordon")[1:]...)...)
+			defer d.Run(t, "rm", "-f", name)
 			if r.Code == 0 {
 				t.Fatalf("docker run --runtime cordon %v succeeded; cordon must refuse it", c.flags)
 			}
@@ -183,8 +183,8 @@ func testRefused(t *testing.T, d *engines.Docker) {
 func testEvidence(t *testing.T, d *engines.Docker) {
 	marker := strconv.Itoa(3000 + int(time.Now().UnixNano()%1000))
 	for _, rt := range runtimes {
-		id := d.Must(base(rt, "-d", image, "sleep", marker)...)
-		t.Cleanup(func() { d.Run("rm", "-f", id) })
+		id := d.Must(t, base(rt, "-d", image, "sleep", marker)...)
+		t.Cleanup(func() { d.Run(t, "rm", "-f", id) })
 		st := status(t, hostPid(t, d, id, "sleep\x00"+marker))
 		uidMap, err := os.ReadFile("/proc/" + strconv.Itoa(hostPid(t, d, id, "sleep\x00"+marker)) + "/uid_map")
 		if err != nil {

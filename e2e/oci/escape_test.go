@@ -27,7 +27,7 @@ const probe = "/probe"
 func probeRun(t *testing.T, d *engines.Docker, rt string, flags []string, op ...string) string {
 	t.Helper()
 	args := append([]string{"run", "--rm", "--runtime", rt, "-v", cordonBin + ":" + probe + ":ro"}, flags...)
-	r := d.Run(append(append(args, image, probe, "__probe"), op...)...)
+	r := d.Run(t, append(append(args, image, probe, "__probe"), op...)...)
 	if r.Code != 0 {
 		t.Fatalf("docker %v: exit %d\n%s%s", args, r.Code, r.Stdout, r.Stderr)
 	}

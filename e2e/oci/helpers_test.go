@@ -77,7 +77,7 @@ func stderrOf(err error) string {
 // inspect reads one field of `docker inspect` with a Go template.
 func inspect(t *testing.T, d *engines.Docker, id, tmpl string) string {
 	t.Helper()
-	return d.Must("inspect", "-f", tmpl, id)
+	return d.Must(t, "inspect", "-f", tmpl, id)
 }
 
 // children maps each pid to its children, from /proc/*/stat.

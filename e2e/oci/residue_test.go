@@ -21,7 +21,7 @@ func testResidue(t *testing.T, d *engines.Docker) {
 	for _, victim := range []string{"shim", "keeper"} {
 		t.Run("SIGKILL "+victim, func(t *testing.T) {
 			marker := strconv.Itoa(4000 + int(time.Now().UnixNano()%1000))
-			id := d.Must(base("cordon", "-d", image, "sleep", marker)...)
+			id := d.Must(t, base("cordon", "-d", image, "sleep", marker)...)
 			s := cordonState(t, d, id)
 			prog := hostPid(t, d, id, "sleep\x00"+marker)
 			procs := append([]int{s.Pid}, descendants(s.Pid)...)
@@ -40,7 +40,7 @@ func testResidue(t *testing.T, d *engines.Docker) {
 			}
 			t.Logf("SIGKILLed the %s (pid %d) of container %s, sandbox %s, program pid %d", victim, pid, id, s.SandboxID, prog)
 			// docker's next call on the container.
-			if r := d.Run("rm", "-f", id); r.Code != 0 {
+			if r := d.Run(t, "rm", "-f", id); r.Code != 0 {
 				t.Logf("docker rm -f after the kill: %d %s", r.Code, r.Stderr)
 			}
 			gone := func() []string {
@@ -70,7 +70,7 @@ func testResidue(t *testing.T, d *engines.Docker) {
 			if mentions(rep.Live, s.SandboxID) {
 				t.Errorf("cordon gc still lists sandbox %s as live: %+v", s.SandboxID, rep)
 			}
-			if r := d.Run("inspect", id); r.Code == 0 {
+			if r := d.Run(t, "inspect", id); r.Code == 0 {
 				t.Errorf("docker still knows container %s after docker rm -f", id)
 			}
 		})

@@ -196,13 +196,17 @@ func (d *Docker) waitFor(name string, pid int, ready func() error) {
 	}
 }
 
-// Log is the tail of a daemon's log ("dockerd" or "containerd").
+// Log is the end of a daemon's log ("dockerd" or "containerd"): its
+// last 40 lines, without the gRPC client's chatter.
 func (d *Docker) Log(name string) string {
 	b, _ := os.ReadFile(filepath.Join(d.Dir, name+".log"))
-	if len(b) > 8000 {
-		b = b[len(b)-8000:]
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" && !strings.Contains(l, "module=grpc") {
+			keep = append(keep, l)
+		}
 	}
-	return string(b)
+	return strings.Join(keep[max(0, len(keep)-40):], "\n")
 }
 
 // Cmd is the docker CLI talking to this daemon only.
@@ -219,9 +223,10 @@ type Result struct {
 }
 
 // Run runs the docker CLI with args and returns its output and exit
-// status; failing to start the CLI at all ends the test.
-func (d *Docker) Run(args ...string) Result {
-	d.t.Helper()
+// status; failing to start the CLI at all ends t (the calling test or
+// subtest: never the test that started the daemon from a subtest).
+func (d *Docker) Run(t testing.TB, args ...string) Result {
+	t.Helper()
 	cmd := d.Cmd(args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -232,28 +237,28 @@ func (d *Docker) Run(args ...string) Result {
 	case errors.As(err, &ee):
 		r.Code = ee.ExitCode()
 	case err != nil:
-		d.t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
 	}
 	return r
 }
 
 // Must runs the docker CLI and returns its stdout, trimmed; a non-zero
-// status ends the test with the output and dockerd's log.
-func (d *Docker) Must(args ...string) string {
-	d.t.Helper()
-	r := d.Run(args...)
+// status ends t with the output and the end of dockerd's log.
+func (d *Docker) Must(t testing.TB, args ...string) string {
+	t.Helper()
+	r := d.Run(t, args...)
 	if r.Code != 0 {
-		d.t.Fatalf("docker %s: exit %d\nstdout: %s\nstderr: %s\ndockerd log:\n%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr, d.Log("dockerd"))
+		t.Fatalf("docker %s: exit %d\nstdout: %s\nstderr: %s\ndockerd log:\n%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr, d.Log("dockerd"))
 	}
 	return strings.TrimSpace(r.Stdout)
 }
 
 // Import imports a root filesystem tarball (Image's) as the image ref.
-func (d *Docker) Import(tarball, ref string) {
-	d.t.Helper()
+func (d *Docker) Import(t testing.TB, tarball, ref string) {
+	t.Helper()
 	start := time.Now()
-	d.Must("import", tarball, ref)
-	d.t.Logf("docker import %s as %s in %v", filepath.Base(tarball), ref, time.Since(start).Round(time.Millisecond))
+	d.Must(t, "import", tarball, ref)
+	t.Logf("docker import %s as %s in %v", filepath.Base(tarball), ref, time.Since(start).Round(time.Millisecond))
 }
 
 // RuntimeRoot is the --root dockerd's shim passes to the runtime

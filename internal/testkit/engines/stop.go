@@ -21,8 +21,8 @@ import (
 // and removes Dir.
 func (d *Docker) stop() {
 	if d.PID > 0 && alive(d.PID) {
-		if ids := strings.Fields(d.Run("ps", "-aq").Stdout); len(ids) > 0 {
-			if r := d.Run(append([]string{"rm", "-f"}, ids...)...); r.Code != 0 {
+		if ids := strings.Fields(d.Run(d.t, "ps", "-aq").Stdout); len(ids) > 0 {
+			if r := d.Run(d.t, append([]string{"rm", "-f"}, ids...)...); r.Code != 0 {
 				d.t.Logf("cleanup: docker rm -f: %s", r.Stderr)
 			}
 		}
