@@ -50,13 +50,18 @@ type ociState struct {
 	Annotations map[string]string `json:"annotations"`
 	SandboxID   string            `json:"sandbox_id"`
 	StateDir    string            `json:"state_dir"`
+	Root        string            `json:"-"` // the runtime root it was read from
 }
 
 // cordonState asks cordon (as the engine would) for the state of a
 // container dockerd started through runtime `cordon`.
 func cordonState(t *testing.T, d *engines.Docker, id string) ociState {
 	t.Helper()
-	out, err := exec.Command(cordonBin, "oci", "--root", d.RuntimeRoot("cordon"), "state", id).Output()
+	root := d.RuntimeRootOf(id)
+	if root == "" {
+		t.Fatalf("no runtime state directory of container %s under %s", id, d.ExecRoot)
+	}
+	out, err := exec.Command(cordonBin, "oci", "--root", root, "state", id).Output()
 	if err != nil {
 		t.Fatalf("cordon oci state %s: %v %s", id, err, stderrOf(err))
 	}
@@ -64,6 +69,7 @@ func cordonState(t *testing.T, d *engines.Docker, id string) ociState {
 	if err := json.Unmarshal(out, &s); err != nil {
 		t.Fatalf("cordon oci state %s: %v\n%s", id, err, out)
 	}
+	s.Root = root
 	return s
 }
 

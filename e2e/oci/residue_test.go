@@ -51,8 +51,8 @@ func testResidue(t *testing.T, d *engines.Docker) {
 					}
 				}
 				left = append(left, cgroupDirsOf(s.SandboxID)...)
-				if _, err := os.Lstat(filepath.Join(d.RuntimeRoot("cordon"), id)); err == nil {
-					left = append(left, "state dir "+filepath.Join(d.RuntimeRoot("cordon"), id))
+				if _, err := os.Lstat(filepath.Join(s.Root, id)); err == nil {
+					left = append(left, "state dir "+filepath.Join(s.Root, id))
 				}
 				return left
 			}

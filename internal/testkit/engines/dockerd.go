@@ -3,8 +3,10 @@ package engines
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -25,9 +27,9 @@ import (
 // registered. The test drives it through its CLI (Run, Must).
 type Docker struct {
 	t        testing.TB
-	Dir      string // everything the daemon owns is below it
+	Dir      string // everything the daemon owns is below it, but ExecRoot
 	DataRoot string
-	ExecRoot string
+	ExecRoot string // /run/cdXXXX
 	Sock     string // the API socket (docker -H unix://Sock)
 	PID      int    // dockerd's
 	Containerd
@@ -49,6 +51,13 @@ type Containerd struct {
 // Namespace is the containerd namespace dockerd keeps its containers in.
 const Namespace = "moby"
 
+// StorageDriver is the dockerd storage driver: vfs, plain directories on
+// the host's ext4, because cordon idmaps a container's root and this
+// kernel (6.18) cannot idmap an overlayfs mount (overlay2, docker's
+// default, is refused by cordon as unsupported; docs/oci.md). runc runs
+// on it as well, so the two runtimes are compared on the same storage.
+const StorageDriver = "vfs"
+
 // Dockerd starts a private dockerd with the runtimes given (name → path
 // of a program taking the runc command line; `runc` is always there) and
 // waits until it answers. The test's cleanup removes every container,
@@ -62,14 +71,17 @@ func Dockerd(t testing.TB, runtimes map[string]string) *Docker {
 	dockerd := testkit.RequireCommand(t, why, "dockerd")
 	containerd := testkit.RequireCommand(t, why, "containerd")
 	testkit.RequireCommand(t, why, "containerd-shim-runc-v2", "runc")
-	// Short: the daemon's sockets live below it (sun_path is 108 bytes).
 	dir, err := os.MkdirTemp("", "cdk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	execRoot, err := shortExecRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &Docker{
 		t: t, Dir: dir,
-		DataRoot: filepath.Join(dir, "data"), ExecRoot: filepath.Join(dir, "exec"),
+		DataRoot: filepath.Join(dir, "data"), ExecRoot: execRoot,
 		Sock: filepath.Join(dir, "docker.sock"),
 		cli:  dockerCLI(t, why), cliConfig: filepath.Join(dir, "cli"),
 	}
@@ -84,6 +96,24 @@ func Dockerd(t testing.TB, runtimes map[string]string) *Docker {
 	d.ContainerdPID = d.startContainerd(containerd)
 	d.PID = d.startDockerd(dockerd, runtimes)
 	return d
+}
+
+// shortExecRoot makes the daemon's exec root, /run/cdXXXX: as short as
+// docker's default /run/docker, because runtimes keep sockets in
+// per-container directories below it (EXEC-ROOT/runtime-NAME/moby/<64 hex
+// id>/…) and a Unix socket path has at most 107 bytes.
+func shortExecRoot() (string, error) {
+	for range 100 {
+		b := make([]byte, 2)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		p := fmt.Sprintf("/run/cd%x", b)
+		if err := os.Mkdir(p, 0o711); err == nil || !errors.Is(err, fs.ErrExist) {
+			return p, err
+		}
+	}
+	return "", fmt.Errorf("no free /run/cdXXXX directory")
 }
 
 // dockerCLI prefers the docker.io package's client, which matches its
@@ -133,6 +163,7 @@ func (d *Docker) startDockerd(bin string, runtimes map[string]string) int {
 		"--containerd", d.ContainerdSock, "--containerd-namespace", Namespace,
 		"--containerd-plugins-namespace", Namespace + "-plugins",
 		"--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
+		"--storage-driver", StorageDriver,
 	}
 	names := make([]string, 0, len(runtimes))
 	for n := range runtimes {
@@ -261,11 +292,16 @@ func (d *Docker) Import(t testing.TB, tarball, ref string) {
 	t.Logf("docker import %s as %s in %v", filepath.Base(tarball), ref, time.Since(start).Round(time.Millisecond))
 }
 
-// RuntimeRoot is the --root dockerd's shim passes to the runtime
-// registered as name: dockerd gives each added runtime
-// EXEC-ROOT/runtime-NAME and the runc shim appends the namespace.
-func (d *Docker) RuntimeRoot(name string) string {
-	return filepath.Join(d.ExecRoot, "runtime-"+name, Namespace)
+// RuntimeRootOf is the --root dockerd's shim passed to the runtime of
+// container id: the directory holding the runtime's state directory of
+// that container (EXEC-ROOT/runtime-*/moby; Debian's dockerd 20.10 names
+// it runtime-runc whatever the runtime), or "" when there is none.
+func (d *Docker) RuntimeRootOf(id string) string {
+	m, _ := filepath.Glob(filepath.Join(d.ExecRoot, "runtime-*", Namespace, id))
+	if len(m) != 1 {
+		return ""
+	}
+	return filepath.Dir(m[0])
 }
 
 // Bundle is the OCI bundle directory containerd made for a container

@@ -18,7 +18,7 @@ import (
 // by PID (SIGTERM, SIGKILL after 20 s), SIGKILLs any shim of this
 // containerd still alive (found by its -address argument, which is this
 // containerd's socket, never by name), unmounts what is left below Dir
-// and removes Dir.
+// and ExecRoot and removes them.
 func (d *Docker) stop() {
 	if d.PID > 0 && alive(d.PID) {
 		if ids := strings.Fields(d.Run(d.t, "ps", "-aq").Stdout); len(ids) > 0 {
@@ -34,12 +34,17 @@ func (d *Docker) stop() {
 	for _, pid := range d.Shims() {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
-	if left := unmountUnder(d.Dir); len(left) > 0 {
-		d.t.Errorf("cleanup: still mounted under %s, left in place: %v", d.Dir, left)
-		return
-	}
-	if err := os.RemoveAll(d.Dir); err != nil {
-		d.t.Errorf("cleanup: %v", err)
+	for _, dir := range []string{d.ExecRoot, d.Dir} {
+		if dir == "" {
+			continue
+		}
+		if left := unmountUnder(dir); len(left) > 0 {
+			d.t.Errorf("cleanup: still mounted under %s, left in place: %v", dir, left)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			d.t.Errorf("cleanup: %v", err)
+		}
 	}
 }
 
