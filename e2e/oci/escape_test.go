@@ -199,7 +199,13 @@ func escapeMount(t *testing.T, d *engines.Docker) {
 // read-write lets the same write land (seen on the host), in a runc
 // container and in a cordon one.
 func escapeReadOnlyBind(t *testing.T, d *engines.Docker) {
+	// Owned by a user (cordon binds a directory writable only when a
+	// user, uid and gid >= 1000, owns it) and writable by all (runc's
+	// container root writes as host root).
 	dir := t.TempDir()
+	if err := os.Chown(dir, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -192,7 +193,10 @@ func (d *Docker) startDockerd(bin string, runtimes map[string]string) int {
 }
 
 // spawn starts a daemon in its own process group with its output in
-// Dir/NAME.log, and reaps it in the background.
+// Dir/NAME.log, and reaps it in the background. The daemon gets SIGTERM if
+// the test binary dies (a panic, a timeout) before its cleanup runs: it is
+// started from a goroutine locked to its OS thread for the daemon's whole
+// life, as Pdeathsig fires when the forking thread ends (golang/go#27505).
 func (d *Docker) spawn(name, bin string, args ...string) int {
 	d.t.Helper()
 	log, err := os.Create(filepath.Join(d.Dir, name+".log"))
@@ -202,12 +206,21 @@ func (d *Docker) spawn(name, bin string, args ...string) int {
 	defer log.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR=", "DOCKER_CONFIG="+d.cliConfig)
-	if err := cmd.Start(); err != nil {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
 		d.t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { _ = cmd.Wait() }()
 	return cmd.Process.Pid
 }
 

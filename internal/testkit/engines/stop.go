@@ -3,8 +3,10 @@ package engines
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -22,9 +24,16 @@ import (
 func (d *Docker) stop() {
 	if d.PID > 0 && alive(d.PID) {
 		if ids := strings.Fields(d.Run(d.t, "ps", "-aq").Stdout); len(ids) > 0 {
-			if r := d.Run(d.t, append([]string{"rm", "-f"}, ids...)...); r.Code != 0 {
-				d.t.Logf("cleanup: docker rm -f: %s", r.Stderr)
+			// Bounded: a runtime that hangs must not hang the cleanup;
+			// stopping the daemons below ends what is left.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			cmd := d.Cmd(append([]string{"rm", "-f"}, ids...)...)
+			rm := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
+			rm.Env = cmd.Env
+			if out, err := rm.CombinedOutput(); err != nil {
+				d.t.Logf("cleanup: docker rm -f: %v %s", err, out)
 			}
+			cancel()
 		}
 		terminate(d.PID)
 	}
