@@ -15,6 +15,9 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v node >/dev/null || need+=(nodejs)
 # The Debian package's install test builds a throwaway root (e2e/package_test.go).
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# The image-mode sandbox tests build a tiny root from the static busybox
+# (internal/sandbox/linux/image_linux_test.go).
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 # The completion test drives bash with bash-completion in tmux.
 [ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
 # The OCI runtime tests (e2e/oci) drive a private dockerd and containerd

@@ -73,6 +73,12 @@ See docs/oci.md.`,
 	pf.StringVar(&o.level, "level", sandbox.DedicatedContainer.String(), "HOST OPERATOR: isolation level every container must evidence (set in the engine's runtime arguments)")
 	pf.StringVar(&o.configDir, "config-dir", "/etc/cordon/oci", "HOST OPERATOR: directory of the gateway configurations a container may name (annotation dev.cordon.config=NAME → DIR/NAME.yaml)")
 	_ = pf.MarkHidden("criu")
+	// The OCI runtime command line: an unknown command exits non-zero
+	// (a command group's default would print help and exit 0), and
+	// --version answers as runc's does.
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	setVersionFlag(cmd)
 	cmd.AddCommand(o.createCmd(), o.startCmd(), o.stateCmd(), o.killCmd(), o.deleteCmd(), o.execCmd(), o.featuresCmd(), o.listCmd(),
 		o.keeperCmd(), o.execProxyCmd())
 	for _, name := range []string{"pause", "resume", "update", "checkpoint", "restore", "ps", "events"} {
@@ -179,7 +185,7 @@ func (o *ociFlags) request(id string, req oci.Request) error {
 		return failure.Failf(failure.KindStart, "oci", "container %s: no answer from its keeper: %v", id, err)
 	}
 	if !rep.OK {
-		return failure.Failf(failure.Kind(rep.Kind), "oci", "%s", rep.Error)
+		return relayed(keeperStatus{Error: rep.Error, Kind: rep.Kind})
 	}
 	return nil
 }
@@ -212,15 +218,24 @@ func (o *ociFlags) stateCmd() *cobra.Command {
 
 func (o *ociFlags) killCmd() *cobra.Command {
 	var all bool
+	var signal string
 	cmd := &cobra.Command{
 		Use:   "kill [--all] ID [SIGNAL]",
 		Short: "Send a signal to a container's program (default SIGTERM); SIGKILL ends the whole sandbox",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sig := syscall15
+			// runc's form (kill ID SIGNAL) and the OCI command line's
+			// (kill --signal SIGNAL ID); not both.
+			if len(args) == 2 && signal != "" {
+				return o.fail(failure.Failf(failure.KindUsage, "oci", "the signal is given twice (--signal and an argument)"))
+			}
 			if len(args) == 2 {
+				signal = args[1]
+			}
+			if signal != "" {
 				var err error
-				if sig, err = parseSignal(args[1]); err != nil {
+				if sig, err = parseSignal(signal); err != nil {
 					return o.fail(err)
 				}
 			}
@@ -228,6 +243,7 @@ func (o *ociFlags) killCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "send the signal to every process of the container")
+	cmd.Flags().StringVar(&signal, "signal", "", "the signal (the OCI command line's form; default TERM)")
 	return cmd
 }
 

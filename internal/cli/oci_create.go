@@ -66,6 +66,9 @@ func (o *ociFlags) create(ctx context.Context, id string, f *ociCreateFlags) err
 	if f.preserveFDs != 0 {
 		return failure.Failf(failure.KindPolicyRejected, "oci", "--preserve-fds %d: no descriptor beyond stdio reaches a sandbox", f.preserveFDs)
 	}
+	if n := listenFDs(os.Getenv, os.Getpid()); n != 0 {
+		return failure.Failf(failure.KindPolicyRejected, "oci", "LISTEN_FDS=%d (socket activation): no descriptor beyond stdio reaches a sandbox", n)
+	}
 	r, err := o.openRoot()
 	if err != nil {
 		return err
@@ -112,6 +115,23 @@ func (o *ociFlags) create(ctx context.Context, id string, f *ociCreateFlags) err
 		}
 	}
 	return nil
+}
+
+// listenFDs is the number of descriptors socket activation hands this
+// process (LISTEN_FDS, when LISTEN_PID is this pid, as go-systemd and
+// runc read them), which the OCI command line says create passes to the
+// program; -1 when LISTEN_FDS is not a number. cordon refuses them rather
+// than dropping them.
+func listenFDs(getenv func(string) string, pid int) int {
+	fds := getenv("LISTEN_FDS")
+	if fds == "" || getenv("LISTEN_PID") != strconv.Itoa(pid) {
+		return 0
+	}
+	n, err := strconv.Atoi(fds)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 func bundleDir(b string) (string, error) {
@@ -324,7 +344,10 @@ func (o *ociFlags) featuresCmd() *cobra.Command {
 		Short: "Print what this runtime supports (OCI runtime features JSON)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, _ := json.MarshalIndent(oci.Features(Version), "", "  ")
+			b, err := oci.FeaturesJSON(Version)
+			if err != nil {
+				return failure.Fail(failure.KindInternal, "oci features", err)
+			}
 			fmt.Fprintln(o.g.stdout, string(b))
 			return nil
 		},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"net"
 	"os"
@@ -211,7 +212,7 @@ func (k *keeper) plan() (*launch.Plan, error) {
 		}
 	}
 	warn := func(w string) { k.o.g.logger().Warn(w) }
-	return launch.LoadPlan(k.m.Config, k.m.Workload, warn)
+	return launch.LoadPlan(k.m.Config, "default", warn) // the workload is the config's
 }
 
 // note records, in the evidence record, what the bundle asked for and
@@ -294,13 +295,8 @@ func (k *keeper) sendConsole(path string) error {
 }
 
 func (k *keeper) listen() (*net.UnixListener, error) {
-	p := filepath.Join(k.dir, oci.SocketFile)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: p, Net: "unixpacket"})
+	ln, err := oci.Listen(k.dir)
 	if err != nil {
-		return nil, failure.Fail(failure.KindStart, "oci keeper socket", err)
-	}
-	if err := os.Chmod(p, 0o600); err != nil {
-		ln.Close()
 		return nil, failure.Fail(failure.KindStart, "oci keeper socket", err)
 	}
 	return ln, nil
@@ -345,6 +341,14 @@ func (k *keeper) serve(ctx context.Context) int {
 // run executes the program and watches for its end.
 func (k *keeper) run(ctx context.Context) error {
 	if err := k.l.Exec(ctx); err != nil {
+		var xe *sandbox.ExecError
+		if errors.As(err, &xe) {
+			what := "cannot be executed"
+			if xe.NotFound() {
+				what = "not found in the container's root"
+			}
+			return failure.Failf(failure.KindExec, "oci start", "%s: %s (%s)", clipText(k.m.Spec.Argv[0]), what, xe.Msg)
+		}
 		return err
 	}
 	k.setStatus(specs.StateRunning, nil)

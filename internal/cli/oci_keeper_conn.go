@@ -75,7 +75,7 @@ func (k *keeper) signal(ctx context.Context, req oci.Request) oci.Reply {
 		_ = sb.Stop(context.WithoutCancel(ctx))
 		return oci.Reply{OK: true}
 	}
-	if all, ok := sb.(interface{ SignalAll(syscall.Signal) error }); ok && req.All {
+	if all, ok := sb.(sandbox.AllSignaler); ok && req.All {
 		if err := all.SignalAll(sig); err != nil {
 			return replyErr(failure.Fail(failure.KindStart, "oci kill --all", err))
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,24 @@ type Inputs struct {
 	UserLimits map[string]uint64
 	// PtyMax is the max= of the sandbox's devpts instance at /dev/pts.
 	PtyMax int
+	// Groups are the program's supplementary groups inside the namespace
+	// (empty: none).
+	Groups []int
+	// MemProbe names the init's two /proc/1/mem probe children (control,
+	// attempt) when the program is its namespace's root: the owner of the
+	// init's /proc/PID/mem cannot tell then, and init_non_dumpable judges
+	// the probes' descriptors instead (memProbeCheck).
+	MemProbe [2]string
+	// RootWritable: the root is an image's, mounted read-write, idmapped,
+	// nosuid and nodev (image mode); otherwise it must be read-only.
+	RootWritable bool
+	// RootIdmapped: the root is an image's, idmapped onto the lease
+	// (image mode, read-only or writable): its mount must say idmapped.
+	RootIdmapped bool
+	// Rlimits are further limits the init applied (an image's, lowered
+	// only), by their /proc/PID/limits name: soft and hard. An entry for
+	// open files or file size replaces NoFile or FSize.
+	Rlimits map[string][2]uint64
 }
 
 var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
@@ -51,7 +70,7 @@ func Collect(in Inputs) map[string]Boundary {
 	t := threads{proc: proc, sts: sts, err: err}
 	// The reads are independent; run them side by side.
 	collectors := map[string]func() []Check{
-		Process:    func() []Check { return append(pick(ns, "pid"), processChecks(proc, t)...) },
+		Process:    func() []Check { return append(pick(ns, "pid"), processChecks(proc, t, in)...) },
 		Credential: func() []Check { return append(pick(ns, "user"), credentialChecks(proc, t, in)...) },
 		Filesystem: func() []Check { return append(pick(ns, "mnt"), filesystemChecks(proc, in)...) },
 		IPC:        func() []Check { return append(pick(ns, "ipc", "uts"), ipcChecks(proc, in)...) },
@@ -202,7 +221,7 @@ func allTasks(t threads, field, want string, ok func(string) bool) Check {
 
 func zeroCaps(v string) bool { return strings.Trim(v, "0") == "" }
 
-func processChecks(proc string, t threads) []Check {
+func processChecks(proc string, t threads, in Inputs) []Check {
 	out := []Check{
 		allTasks(t, "NoNewPrivs", "1", func(v string) bool { return v == "1" }),
 		allTasks(t, "Seccomp", "2 (filter)", func(v string) bool { return v == "2" }),
@@ -212,6 +231,9 @@ func processChecks(proc string, t threads) []Check {
 		out = append(out, allTasks(t, f, "0000000000000000", zeroCaps))
 	}
 	out = append(out, inheritableFDs(proc))
+	if in.MemProbe[0] != "" {
+		return append(out, memProbeCheck(proc, in.MemProbe))
+	}
 	// A non-dumpable process's /proc files belong to its namespace's root,
 	// not to its own uid, so a same-uid process cannot open /proc/1/mem.
 	c := Check{Name: "init_non_dumpable", Want: "owner of /proc/PID/mem is the namespace root, not the program uid", Source: proc + "/mem"}
@@ -226,6 +248,45 @@ func processChecks(proc string, t threads) []Check {
 		c.OK = euid >= 0 && int64(st.Uid) != euid
 	}
 	return append(out, c)
+}
+
+// memProbeCheck reads the init's probe children (sbinit's
+// memprobe_linux.go): each opened /proc/1/mem with the program's
+// credentials and stopped. The control, made while the init was dumpable,
+// must hold a descriptor of it (so the open is one the uid alone would
+// get); the attempt, made once it was non-dumpable again, must not.
+func memProbeCheck(proc string, names [2]string) Check {
+	c := Check{Name: "init_non_dumpable", Want: fmt.Sprintf("%s holds /proc/1/mem, %s does not", names[0], names[1]), Source: proc + "/task/*/children, /proc/CHILD/fd"}
+	tasks, err := os.ReadDir(proc + "/task")
+	if err != nil {
+		c.Got = fmt.Sprint("unreadable: ", err)
+		return c
+	}
+	holds := map[string]bool{}
+	for _, task := range tasks {
+		b, _ := os.ReadFile(proc + "/task/" + task.Name() + "/children")
+		for _, child := range strings.Fields(string(b)) {
+			comm, err := os.ReadFile("/proc/" + child + "/comm")
+			name := strings.TrimSpace(string(comm))
+			if err != nil || (name != names[0] && name != names[1]) {
+				continue
+			}
+			fds, _ := os.ReadDir("/proc/" + child + "/fd")
+			for _, fd := range fds {
+				if l, err := os.Readlink("/proc/" + child + "/fd/" + fd.Name()); err == nil && strings.HasSuffix(l, "/1/mem") {
+					holds[name] = true
+				}
+			}
+			if _, seen := holds[name]; !seen {
+				holds[name] = false
+			}
+		}
+	}
+	ctl, okCtl := holds[names[0]]
+	try, okTry := holds[names[1]]
+	c.Got = fmt.Sprintf("control found %v holds %v; attempt found %v holds %v", okCtl, ctl, okTry, try)
+	c.OK = okCtl && ctl && okTry && !try
+	return c
 }
 
 func statusUID(proc string) int64 {
@@ -245,26 +306,34 @@ func statusUID(proc string) int64 {
 }
 
 func credentialChecks(proc string, t threads, in Inputs) []Check {
-	inLease := func(base uint32) func(string) bool {
-		return func(v string) bool {
-			f := strings.Fields(v)
-			if len(f) != 4 {
-				return false
-			}
-			for _, s := range f {
-				n, err := strconv.ParseUint(s, 10, 32)
-				if err != nil || uint32(n) < base || uint32(n) >= base+in.LeaseSize || uint32(n) == base {
-					return false
-				}
-			}
-			return true
+	// Exactly the identity asked for, inside the lease: the program's
+	// uid/gid mapped to the host (the namespace's root only when that is
+	// what was asked: an image's uid 0, which holds no capability — the
+	// process boundary checks every set empty).
+	exact := func(base uint32, id int) (string, func(string) bool) {
+		ok := id >= 0 && uint32(id) < in.LeaseSize
+		w := strconv.FormatUint(uint64(base)+uint64(id), 10)
+		return fmt.Sprintf("all four %s (id %d inside, lease [%d, %d))", w, id, base, base+in.LeaseSize), func(v string) bool {
+			return ok && strings.Join(strings.Fields(v), " ") == strings.Join([]string{w, w, w, w}, " ")
 		}
 	}
-	want := fmt.Sprintf("all four in [%d, %d), none the namespace root", in.LeaseUID, in.LeaseUID+in.LeaseSize)
+	wantUID, okUID := exact(in.LeaseUID, in.UID)
+	wantGID, okGID := exact(in.LeaseGID, in.GID)
+	var groups []string
+	groupsOK := true
+	for _, g := range slices.Sorted(slices.Values(in.Groups)) {
+		groupsOK = groupsOK && g >= 0 && uint32(g) < in.LeaseSize
+		groups = append(groups, strconv.FormatUint(uint64(in.LeaseGID)+uint64(g), 10))
+	}
+	wantGroups := strings.Join(groups, " ")
 	out := []Check{
-		allTasks(t, "Uid", want, inLease(in.LeaseUID)),
-		allTasks(t, "Gid", want, inLease(in.LeaseGID)),
-		allTasks(t, "Groups", "empty", func(v string) bool { return v == "" }),
+		allTasks(t, "Uid", wantUID, okUID),
+		allTasks(t, "Gid", wantGID, okGID),
+		allTasks(t, "Groups", "exactly ["+wantGroups+"]", func(v string) bool {
+			f := strings.Fields(v)
+			slices.SortFunc(f, func(a, b string) int { x, _ := strconv.Atoi(a); y, _ := strconv.Atoi(b); return x - y })
+			return groupsOK && strings.Join(f, " ") == wantGroups
+		}),
 	}
 	for _, m := range []struct {
 		file string
@@ -346,6 +415,12 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	var out []Check
 	ms, err := readMountinfo(proc + "/mountinfo")
 	c := Check{Name: "root_read_only", Want: "/ mounted ro", Source: proc + "/mountinfo"}
+	if in.RootIdmapped {
+		c.Want = "/ mounted ro,idmapped (an image's root)"
+	}
+	if in.RootWritable {
+		c = Check{Name: "root_writable_idmapped", Want: "/ mounted rw,nosuid,nodev,idmapped (an image's writable root)", Source: proc + "/mountinfo"}
+	}
 	if err != nil {
 		c.Got = fmt.Sprint("unreadable: ", err)
 		return append(out, c)
@@ -353,7 +428,10 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	for _, m := range ms {
 		if m.target == "/" {
 			c.Got = m.opts
-			c.OK = hasOpt(m.opts, "ro")
+			c.OK = hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))
+			if in.RootWritable {
+				c.OK = hasOpt(m.opts, "rw") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev") && hasOpt(m.opts, "idmapped")
+			}
 		}
 	}
 	out = append(out, c)
@@ -568,18 +646,38 @@ func rlimitChecks(proc string, in Inputs) []Check {
 			}
 		}
 	}
+	type want struct {
+		name, key  string
+		soft, hard uint64
+	}
+	wants := []want{{"rlimit_core", "Max core file size", 0, 0}, {"rlimit_nofile", "Max open files", in.NoFile, in.NoFile}, {"rlimit_fsize", "Max file size", in.FSize, in.FSize}}
+	for _, key := range slices.Sorted(maps.Keys(in.Rlimits)) {
+		v := in.Rlimits[key]
+		i := slices.IndexFunc(wants, func(w want) bool { return w.key == key })
+		if i < 0 {
+			name := "rlimit_" + strings.ReplaceAll(strings.TrimPrefix(strings.ToLower(key), "max "), " ", "_")
+			wants = append(wants, want{name: name, key: key})
+			i = len(wants) - 1
+		}
+		wants[i].soft, wants[i].hard = v[0], v[1]
+	}
 	var out []Check
-	for _, r := range []struct {
-		name, key string
-		want      uint64
-	}{{"rlimit_core", "Max core file size", 0}, {"rlimit_nofile", "Max open files", in.NoFile}, {"rlimit_fsize", "Max file size", in.FSize}} {
-		w := strconv.FormatUint(r.want, 10)
+	for _, r := range wants {
+		ws, wh := rlimitText(r.soft), rlimitText(r.hard)
 		v := lim[r.key]
-		c := Check{Name: r.name, Want: w + " " + w, Got: v[0] + " " + v[1], Source: proc + "/limits"}
-		c.OK = err == nil && v[0] == w && v[1] == w
+		c := Check{Name: r.name, Want: ws + " " + wh, Got: v[0] + " " + v[1], Source: proc + "/limits"}
+		c.OK = err == nil && v[0] == ws && v[1] == wh
 		out = append(out, c)
 	}
 	return out
+}
+
+// rlimitText is a limit as /proc/PID/limits writes it.
+func rlimitText(v uint64) string {
+	if v == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return strconv.FormatUint(v, 10)
 }
 
 // inheritableFDs checks that the init holds no descriptor the program

@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"encoding/json"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 )
@@ -14,7 +16,7 @@ func Features(version string) features.Features {
 		OCIVersionMin: "1.0.0",
 		OCIVersionMax: specs.Version,
 		Hooks:         []string{},
-		MountOptions:  []string{"ro", "rw", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate", "size", "mode"},
+		MountOptions:  []string{"ro", "rw", "rro", "bind", "rbind", "nosuid", "nodev", "noexec", "private", "rprivate"},
 		Linux: &features.Linux{
 			Namespaces:   []string{"cgroup", "ipc", "mount", "network", "pid", "user", "uts"},
 			Capabilities: []string{},
@@ -31,4 +33,24 @@ func Features(version string) features.Features {
 		},
 		PotentiallyUnsafeConfigAnnotations: []string{AnnotationConfig},
 	}
+}
+
+// FeaturesJSON is Features as JSON, with the lists cordon reports empty
+// present as [] (the spec's Go types drop an empty list, which
+// features.md reads as "not reported", not "none"): no hook is run and no
+// capability is granted.
+func FeaturesJSON(version string) ([]byte, error) {
+	b, err := json.Marshal(Features(version))
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	m["hooks"] = []string{}
+	if l, ok := m["linux"].(map[string]any); ok {
+		l["capabilities"] = []string{}
+	}
+	return json.MarshalIndent(m, "", "  ")
 }

@@ -47,11 +47,43 @@ func NewConn(c *net.UnixConn) *Conn { return &Conn{c: c} }
 
 // Dial connects to container dir's keeper.
 func Dial(dir string) (*Conn, error) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: dir + "/" + SocketFile, Net: "unixpacket"})
+	var c *net.UnixConn
+	err := viaDir(dir, func(p string) (err error) {
+		c, err = net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: p, Net: "unixpacket"})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return &Conn{c: c}, nil
+}
+
+// Listen listens on container dir's keeper socket (mode 0600).
+func Listen(dir string) (*net.UnixListener, error) {
+	var ln *net.UnixListener
+	err := viaDir(dir, func(p string) (err error) {
+		if ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: p, Net: "unixpacket"}); err != nil {
+			return err
+		}
+		ln.SetUnlinkOnClose(false)
+		return os.Chmod(p, 0o600)
+	})
+	if err != nil && ln != nil {
+		ln.Close()
+	}
+	return ln, err
+}
+
+// viaDir runs f with the path of dir's keeper socket as
+// /proc/self/fd/N/keeper.sock: engines' roots are deep (containerd's run
+// dirs) and a socket's path is limited to 107 bytes.
+func viaDir(dir string, f func(path string) error) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return f(fmt.Sprintf("/proc/self/fd/%d/%s", fd, SocketFile))
 }
 
 // Close closes the connection.

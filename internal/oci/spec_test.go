@@ -199,3 +199,23 @@ func FuzzMap(f *testing.F) {
 		}
 	})
 }
+
+// TestFeaturesSaysNone: features reports hooks and capabilities as empty
+// lists (none run, none granted), not absent ("not reported").
+func TestFeaturesSaysNone(t *testing.T) {
+	b, err := FeaturesJSON("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := m["hooks"].([]any); !ok || len(h) != 0 {
+		t.Errorf("hooks = %v, want []", m["hooks"])
+	}
+	l, _ := m["linux"].(map[string]any)
+	if c, ok := l["capabilities"].([]any); !ok || len(c) != 0 {
+		t.Errorf("linux.capabilities = %v, want []", l["capabilities"])
+	}
+}

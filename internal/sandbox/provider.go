@@ -163,13 +163,15 @@ type Terminal struct {
 // refuses when the sandbox is not one: there is no fallback to the host's
 // terminal.
 //
-// Contract: after Exec returned nil for a Spec with Terminal set, Master
+// Contract: after Exec returned nil for a Spec with Terminal set (with
+// Image.TerminalAtStart: already after Start returned nil), Master
 // returns the terminal's master side, checked by the provider to be a
 // pseudo-terminal master and nothing else, and never left inside the
 // sandbox. The caller owns it (reads the program's output, writes its
 // input, sets its window size) and closes it; a second call returns nil.
 // Reads fail with EIO once every process inside has closed the terminal.
-// Before Exec, or without Terminal, Master returns nil.
+// Before Exec (before Start with TerminalAtStart), or without Terminal,
+// Master returns nil.
 type TerminalHolder interface {
 	Master() *os.File
 }
@@ -186,6 +188,19 @@ type TerminalHolder interface {
 // the caller's terminal.
 type TerminalExecer interface {
 	ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t Terminal) (Process, *os.File, error)
+}
+
+// AllSignaler is a sandbox that can signal every process in it, not only
+// its main program (Sandbox.Signal): what an OCI runtime's `kill --all`
+// needs. SignalAll(SIGKILL) ends the whole sandbox, as Stop does without
+// waiting; any other signal goes once to each process the provider finds
+// in the sandbox from the host (its resource groups, never a list the
+// sandbox reports), except the provider's own init. A process forked
+// while the signals go out may miss it. Before Start it fails with
+// failure.KindUsage; once the sandbox has ended it does nothing. A caller
+// that needs it and holds a sandbox that is not one refuses.
+type AllSignaler interface {
+	SignalAll(sig syscall.Signal) error
 }
 
 // Admission is the outcome of evidence collection at start.

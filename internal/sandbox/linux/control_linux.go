@@ -11,7 +11,8 @@ import (
 )
 
 // next returns the init's next control message. A message that carried
-// descriptors here is refused (only Exec's "started" may carry one).
+// descriptors here is refused (only Exec's "started", or with the console
+// at start the "console" before "ready", may carry one).
 func (sb *linuxSandbox) next(ctx context.Context, timeout time.Duration) (sbinit.Message, error) {
 	m, fds, err := sb.nextFDs(ctx, timeout)
 	if len(fds) > 0 {
@@ -56,7 +57,7 @@ func (sb *linuxSandbox) readControl() {
 			sb.events <- event{err: fmt.Errorf("malformed control message: %w", err)}
 			return
 		}
-		if m.Type != "started" && len(fds) > 0 {
+		if m.Type != "started" && m.Type != "console" && len(fds) > 0 {
 			closeAll(fds)
 			sb.events <- event{err: fmt.Errorf("control message %q carried descriptors", m.Type)}
 			return

@@ -487,14 +487,14 @@ func (a *attachedSandbox) WaitMain(context.Context) (sandbox.Exit, error) {
 
 // ExecProcess is linuxSandbox.ExecProcess for an attached sandbox.
 func (a *attachedSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
-	p, _, err := execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio, nil)
+	p, _, err := execProcess(ctx, a.p.runSockPath(a.rec.ID), argv, mergeEnv(env), dir, stdio, nil)
 	return asProcess(p, err)
 }
 
 // ExecProcessTerminal is linuxSandbox.ExecProcessTerminal for an attached
 // sandbox.
 func (a *attachedSandbox) ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
-	return execTerminal(ctx, a.p.runSockPath(a.rec.ID), argv, env, dir, stdio, t)
+	return execTerminal(ctx, a.p.runSockPath(a.rec.ID), argv, mergeEnv(env), dir, stdio, t)
 }
 
 // Signal sends sig to the init (through its pidfd: never a reused pid),

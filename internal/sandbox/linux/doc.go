@@ -9,9 +9,11 @@
 // store before any host resource exists. It must never parse
 // anything the sandbox produces beyond the init's small control messages
 // (bounded, JSON, treated as hints) and the one descriptor the "started"
-// message may carry (a pty master, checked as one: pty_linux.go; any
+// message may carry, or with the console at start the "console" message
+// before "ready" (a pty master, checked as one: pty_linux.go,
+// execs_linux.go; any
 // other descriptor is closed and the sandbox ended) — the same for a
-// daemon-mode exec's "started" on the exec channel (exec_linux.go: any
+// daemon-mode or Spec.Execs exec's "started" on the exec channel (exec_linux.go: any
 // other descriptor is closed and the exec refused) —, never follow a symlink in a
 // user-supplied path, and never start the program before admission.
 package linux

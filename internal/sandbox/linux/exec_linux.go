@@ -33,10 +33,11 @@ import (
 // the working directory inside ("" for the main program's). It works the
 // same whether this process spawned the sandbox or adopted it (Attach):
 // it connects to the sandbox's exec socket. Exec failures are *ExecError,
-// as for Exec. The sandbox must be daemon-mode and started (Exec done).
+// as for Exec. The sandbox must serve execs (daemon mode, or Spec.Execs)
+// and be started (Exec done).
 func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File) (sandbox.Process, error) {
-	if !sb.p.opts.Daemon {
-		return nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+	if !sb.servesExecs() {
+		return nil, failure.Failf(failure.KindUsage, "exec", errNoExecs)
 	}
 	sb.mu.Lock()
 	running := sb.running
@@ -49,16 +50,28 @@ func (sb *linuxSandbox) ExecProcess(ctx context.Context, argv, env []string, dir
 		return nil, failure.Fail(failure.KindExec, "exec", ErrInitGone)
 	default:
 	}
-	p, _, err := execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio, nil)
+	p, _, err := execProcess(ctx, sb.p.runSockPath(sb.spec.ID), argv, sb.execEnv(env), dir, stdio, nil)
 	return asProcess(p, err)
 }
+
+// execEnv is an exec's environment: image mode's exactly as given (with
+// the default PATH), else over cordon's defaults.
+func (sb *linuxSandbox) execEnv(env []string) []string {
+	if sb.spec.Image != nil {
+		return imageEnv(env)
+	}
+	return mergeEnv(env)
+}
+
+// errNoExecs is the refusal of an exec into a sandbox that serves none.
+const errNoExecs = "exec into a live sandbox needs a daemon-mode provider or a sandbox provisioned with Execs"
 
 // ExecProcessTerminal is ExecProcess on a pseudo-terminal of the
 // sandbox's own (sandbox.TerminalExecer): the init opens it in the
 // sandbox's devpts, and its master comes back checked (checkMaster).
 func (sb *linuxSandbox) ExecProcessTerminal(ctx context.Context, argv, env []string, dir string, stdio [3]*os.File, t sandbox.Terminal) (sandbox.Process, *os.File, error) {
-	if !sb.p.opts.Daemon {
-		return nil, nil, failure.Failf(failure.KindUsage, "exec", "exec into a live sandbox needs a daemon-mode provider")
+	if !sb.servesExecs() {
+		return nil, nil, failure.Failf(failure.KindUsage, "exec", errNoExecs)
 	}
 	sb.mu.Lock()
 	running := sb.running
@@ -66,7 +79,7 @@ func (sb *linuxSandbox) ExecProcessTerminal(ctx context.Context, argv, env []str
 	if !running {
 		return nil, nil, failure.Failf(failure.KindUsage, "exec", "sandbox %s has not been started (Start, then Exec)", sb.spec.ID)
 	}
-	return execTerminal(ctx, sb.p.runSockPath(sb.spec.ID), argv, env, dir, stdio, t)
+	return execTerminal(ctx, sb.p.runSockPath(sb.spec.ID), argv, sb.execEnv(env), dir, stdio, t)
 }
 
 // execTerminal is execProcess with a terminal, as the seam's types.
@@ -184,7 +197,7 @@ func execProcess(ctx context.Context, sock string, argv, env []string, dir strin
 	if dir != "" && !filepath.IsAbs(dir) {
 		return nil, nil, failure.Failf(failure.KindUsage, "exec", "%s: the working directory must be absolute", dir)
 	}
-	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: mergeEnv(env), Dir: dir, Pty: tty})
+	req, err := json.Marshal(sbinit.Message{Type: "exec", Argv: argv, Env: env, Dir: dir, Pty: tty})
 	if err != nil {
 		return nil, nil, failure.Fail(failure.KindUsage, "exec", err)
 	}

@@ -133,27 +133,11 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// unbuiltModes refuses what the provider cannot build: DEDICATED_VM, and
-// (not yet) Spec.Image and Spec.Execs — never accepted and ignored.
-func unbuiltModes(spec sandbox.Spec) error {
-	if spec.Level == sandbox.DedicatedVM {
-		return failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
-	}
-	if spec.Image != nil || spec.Execs {
-		return failure.Failf(failure.KindUnsupported, "provision", "%s cannot yet run an OCI image's program (Spec.Image) or serve execs in a standalone sandbox (Spec.Execs)", ProviderName)
-	}
-	return nil
-}
-
 // Provision validates the spec, commits the write-ahead record (which
 // leases the UID/GID range), then creates the host resources: cgroups and
 // the detached mount trees of the binds.
 func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
-	if (len(spec.Argv) == 0 && !p.opts.Daemon) || (len(spec.Argv) > 0 && spec.Argv[0] == "") {
-		// A daemon-mode sandbox may be idle: no main program, only execs.
-		return nil, failure.Failf(failure.KindUsage, "provision", "no program given")
-	}
-	if err := unbuiltModes(spec); err != nil {
+	if err := p.checkSpec(spec); err != nil {
 		return nil, err
 	}
 	if spec.ID == "" {
@@ -197,15 +181,9 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	if err := checkGatewayID(spec.ID); err != nil {
 		return nil, err
 	}
-	// The gateway's group (gatewaycg_linux.go) is recorded with the
-	// sandbox's, before either exists.
-	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
-	if p.opts.Daemon {
-		if !validID(spec.ID) {
-			// The id names the exec socket too: never a path.
-			return nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
-		}
-		kind, resources = store.KindDaemon, append(resources, p.runSockPath(spec.ID))
+	kind, resources, err := p.recordPlan(spec)
+	if err != nil {
+		return nil, err
 	}
 	rec, err := p.opts.Store.BeginClaim(ctx, store.Record{
 		ID: spec.ID, Kind: kind, Workload: spec.Workload, Owner: owner,
@@ -222,6 +200,11 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	}
 	sb.rec = rec
 	sb.recorded = true
+	if spec.Image != nil {
+		if err := checkImageIDs(spec.Image, rec.Lease.Size); err != nil {
+			return nil, err
+		}
+	}
 	if p.opts.Daemon {
 		if err := p.takeHandle(sb); err != nil {
 			return nil, err
@@ -247,6 +230,45 @@ func (p *Provider) Provision(ctx context.Context, spec sandbox.Spec) (_ sandbox.
 	return sb, nil
 }
 
+// recordPlan is the kind of spec's write-ahead record and the host
+// resources it names before any exists: the sandbox's cgroups, its
+// gateway's (gatewaycg_linux.go) and, where the init serves execs, the
+// exec socket.
+func (p *Provider) recordPlan(spec sandbox.Spec) (string, []string, error) {
+	kind, resources := store.KindRun, append(cgroup.PlannedDirs(p.layout, spec.ID), cgroup.PlannedDirs(p.layout, GatewayGroup(spec.ID))...)
+	if p.opts.Daemon || spec.Execs {
+		if !validID(spec.ID) {
+			// The id names the exec socket too: never a path.
+			return "", nil, failure.Failf(failure.KindUsage, "provision", "invalid sandbox id %q", spec.ID)
+		}
+		resources = append(resources, p.runSockPath(spec.ID))
+	}
+	if p.opts.Daemon {
+		kind = store.KindDaemon
+	}
+	return kind, resources, nil
+}
+
+// checkSpec refuses what Provision can refuse before it builds anything.
+func (p *Provider) checkSpec(spec sandbox.Spec) error {
+	if (len(spec.Argv) == 0 && !p.opts.Daemon) || (len(spec.Argv) > 0 && spec.Argv[0] == "") {
+		// A daemon-mode sandbox may be idle: no main program, only execs.
+		return failure.Failf(failure.KindUsage, "provision", "no program given")
+	}
+	if err := p.checkExecsConsole(spec); err != nil {
+		return err
+	}
+	if spec.Image != nil {
+		if err := validateImage(spec); err != nil {
+			return err
+		}
+	}
+	if spec.Level == sandbox.DedicatedVM {
+		return failure.Failf(failure.KindPolicyRejected, "provision", "no provider on this host can evidence DEDICATED_VM (%s gives DEDICATED_CONTAINER at most)", ProviderName)
+	}
+	return nil
+}
+
 func withDefaults(l sandbox.Limits) sandbox.Limits {
 	if l.MemoryBytes == 0 {
 		l.MemoryBytes = DefaultMemory
@@ -268,6 +290,10 @@ func withDefaults(l sandbox.Limits) sandbox.Limits {
 func (sb *linuxSandbox) openBinds() error {
 	spec := sb.spec
 	state := filepath.Clean(sb.p.opts.StateDir)
+	targets := refusedTargets
+	if spec.Image != nil {
+		targets = imageRefusedTargets
+	}
 	if spec.WorkspaceFile != nil {
 		if spec.Workspace != "" {
 			return failure.Failf(failure.KindUsage, "workspace", "a workspace path and a workspace descriptor were both given")
@@ -282,7 +308,7 @@ func (sb *linuxSandbox) openBinds() error {
 		if !filepath.IsAbs(spec.Workspace) {
 			return failure.Failf(failure.KindUsage, "workspace", "%s: the workspace path must be absolute", spec.Workspace)
 		}
-		h, err := openBind(sandbox.Bind{Source: spec.Workspace, Target: "/workspace", Writable: true}, state, spec.UnsafeRootWorkspace)
+		h, err := openBind(sandbox.Bind{Source: spec.Workspace, Target: "/workspace", Writable: true}, state, spec.UnsafeRootWorkspace, targets)
 		if err != nil {
 			return err
 		}
@@ -295,7 +321,7 @@ func (sb *linuxSandbox) openBinds() error {
 		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {
 			return failure.Failf(failure.KindUsage, "bind", "target %s is bound twice", b.Target)
 		}
-		h, err := openBind(b, state, spec.UnsafeRootWorkspace)
+		h, err := openBind(b, state, spec.UnsafeRootWorkspace, targets)
 		if err != nil {
 			return err
 		}
@@ -327,11 +353,11 @@ func (sb *linuxSandbox) openBinds() error {
 				return failure.Fail(failure.KindUsage, "rootfs", err)
 			}
 		}
-		sb.rootfs = &hostPath{fd: fd, path: r, target: "/"}
+		sb.rootfs = &hostPath{fd: fd, path: r, target: "/", writable: spec.Image != nil && spec.Image.Writable}
 		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return failure.Failf(failure.KindUsage, "rootfs", "%s is not a directory", r)
 		}
-		return checkRootfsTree(sb.rootfs)
+		return checkRootfsTree(sb.rootfs, spec.Image != nil)
 	}
 	return nil
 }
@@ -341,8 +367,21 @@ func (sb *linuxSandbox) openBinds() error {
 // /sys, /dev, /run...), and no Unix socket anywhere in it, which would be
 // a path from the sandbox to a host service outside its network
 // namespace.
-func checkRootfsTree(h *hostPath) error {
+//
+// In image mode a root under /run or /var/run is accepted when it is the
+// root of a mount of its own (rootfsUnderRun: an engine's overlay).
+func checkRootfsTree(h *hostPath, image bool) error {
+	engineMount := false
+	if image {
+		var err error
+		if engineMount, err = rootfsUnderRun(h); err != nil {
+			return failure.Fail(failure.KindPolicyRejected, "rootfs", err)
+		}
+	}
 	for _, r := range refusedSources {
+		if engineMount && (r == "/run" || r == "/var/run") {
+			continue
+		}
 		if r != "/" && under(h.path, r) {
 			return failure.Failf(failure.KindPolicyRejected, "rootfs", "%s may not be a sandbox root (it is under %s)", h.path, r)
 		}
@@ -359,7 +398,11 @@ func checkRootfsTree(h *hostPath) error {
 
 // prepareTrees turns the opened binds into detached mount trees.
 func (sb *linuxSandbox) prepareTrees() error {
-	sb.idm = &idmapper{hostUID: sb.rec.Lease.UID + sandboxUID, hostGID: sb.rec.Lease.GID + sandboxGID}
+	uid, gid := uint32(sandboxUID), uint32(sandboxGID)
+	if img := sb.spec.Image; img != nil {
+		uid, gid = img.UID, img.GID
+	}
+	sb.idm = &idmapper{hostUID: sb.rec.Lease.UID + uid, hostGID: sb.rec.Lease.GID + gid}
 	for _, h := range sb.binds {
 		// Idmap a user's files to the program; a writable bind always maps
 		// (it was refused above unless its owner and group are a user's, or
@@ -373,7 +416,21 @@ func (sb *linuxSandbox) prepareTrees() error {
 		sb.trees = append(sb.trees, tree{fd: fd, target: h.target, writable: h.writable})
 	}
 	if sb.rootfs != nil {
-		fd, err := detachedTree(sb.rootfs, sb.idm, false)
+		ns := -1
+		if sb.spec.Image != nil {
+			// The image's ids are the sandbox's, read-only or writable.
+			l := sb.rec.Lease
+			var err error
+			if ns, err = imageUserns(sb.idm, l.UID, l.GID, l.Size); err != nil {
+				return failure.Fail(failure.KindProvision, "rootfs idmap", err)
+			}
+		}
+		fd, err := detachedTreeNS(sb.rootfs, ns)
+		if err != nil && failure.KindOf(err) == failure.KindUnsupported {
+			// Say so as it is (an overlayfs root, for one, cannot be
+			// idmapped on this kernel): not a provisioning fault.
+			return err
+		}
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "rootfs", err)
 		}

@@ -147,8 +147,16 @@ func (sb *linuxSandbox) Master() *os.File {
 }
 
 // takeMaster checks what came with the "started" message: nothing
-// without a terminal request, exactly one pty master with one.
+// without a terminal request, exactly one pty master with one — and
+// nothing when the console was handed out at Start (receiveConsole).
 func (sb *linuxSandbox) takeMaster(m sbinit.Message, fds []*os.File) error {
+	if sb.consoleAtStart() {
+		closeAll(fds)
+		if m.Tty || len(fds) > 0 {
+			return fmt.Errorf("the sandbox init sent a terminal with \"started\" (%d descriptors) after it had handed out the console", len(fds))
+		}
+		return nil
+	}
 	if sb.spec.Terminal == nil || !m.Tty {
 		closeAll(fds)
 		if sb.spec.Terminal != nil || m.Tty || len(fds) > 0 {

@@ -145,29 +145,27 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	if err := os.Chmod(sb.p.opts.StateDir, 0o711); err != nil {
 		return sbinit.Config{}, evidence.Inputs{}, failure.Fail(failure.KindProvision, "state dir mode", err)
 	}
-	// Lowering a hard limit is allowed; raising it is not (the init holds
-	// no capability in the host's user namespace).
-	nofile, fsize := uint64(DefaultNoFile), uint64(DefaultFSize)
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Max < nofile {
-		nofile = rl.Max
-	}
-	if unix.Getrlimit(unix.RLIMIT_FSIZE, &rl) == nil && rl.Max < fsize {
-		fsize = rl.Max
-	}
+	nofile, fsize := providerRlimits()
 	cfg := sbinit.Config{
 		MountDir: mountDir, Hostname: sb.hostname(), UID: sandboxUID, GID: sandboxGID,
 		TmpBytes: sb.spec.Limits.TmpBytes, NoFile: nofile, FSize: fsize,
 		Seccomp: prog.Raw, Argv: sb.spec.Argv, Env: mergeEnv(sb.spec.Env), Dir: sandboxHome,
 		TestSkip: sb.p.opts.TestSkip, UserLimits: presentUserLimits(), Tty: ttyConfig(sb.spec.Terminal),
 	}
-	mounts := []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
+	img := sb.spec.Image
+	mounts := []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp"}
+	if img == nil {
+		mounts = append(mounts, sandboxHome)
+	}
 	var masks []evidence.MaskedPath
 	for _, m := range sbinit.Masks {
 		mounts = append(mounts, m.Path)
 		masks = append(masks, evidence.MaskedPath{Path: m.Path, Kind: string(m.Kind)})
 	}
-	writable := []string{"/proc", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp", sandboxHome}
+	writable := []string{"/proc", "/dev/pts", "/dev/shm", sbinit.ProbeDir, "/tmp"}
+	if img == nil {
+		writable = append(writable, sandboxHome)
+	}
 	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
 		mounts = append(mounts, "/dev/"+n)
 		writable = append(writable, "/dev/"+n)
@@ -186,9 +184,13 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		}
 		cfg.Binds, cfg.Symlinks = binds, links
 	}
-	// HOME is its own bounded scratch tmpfs, mounted by the init.
-	cfg.Binds = append(cfg.Binds, sbinit.Bind{Target: sandboxHome, Tmpfs: true})
-	cfg.WritablePaths = []string{"/tmp", sandboxHome}
+	// HOME is its own bounded scratch tmpfs, mounted by the init (not in
+	// image mode: the image brings its own).
+	cfg.WritablePaths = []string{"/tmp"}
+	if img == nil {
+		cfg.Binds = append(cfg.Binds, sbinit.Bind{Target: sandboxHome, Tmpfs: true})
+		cfg.WritablePaths = append(cfg.WritablePaths, sandboxHome)
+	}
 	for _, t := range sb.trees {
 		cfg.Binds = append(cfg.Binds, sbinit.Bind{FD: fd, Target: t.target, Writable: t.writable})
 		fd++
@@ -201,10 +203,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 	if sb.spec.Workspace != "" || sb.spec.WorkspaceFile != nil {
 		cfg.Dir = "/workspace"
 	}
-	if sb.p.opts.Daemon {
-		// The exec listener and the lease lock follow the trees (see spawn).
-		cfg.Daemon, cfg.ExecFD, cfg.LeaseLockFD = true, fd, fd+1
-	}
+	sb.modeConfig(&cfg, fd)
 	in := evidence.Inputs{
 		LeaseUID: sb.rec.Lease.UID, LeaseGID: sb.rec.Lease.GID, LeaseSize: sb.rec.Lease.Size,
 		UID: sandboxUID, GID: sandboxGID, MountTargets: mounts, WritableTargets: writable,
@@ -213,20 +212,29 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		CgroupPaths: map[string]string{}, InitEnv: sbinit.Env, Masks: masks, UserLimits: cfg.UserLimits,
 		PtyMax: sbinit.MaxPtys,
 	}
-	// Seen from the host's cgroup namespace, the init must sit in the
-	// sandbox's own group in every hierarchy cordon uses.
+	if img != nil {
+		if err := sb.imageConfig(&cfg, &in); err != nil {
+			return sbinit.Config{}, evidence.Inputs{}, err
+		}
+	}
+	sb.cgroupPaths(in.CgroupPaths)
+	return cfg, in, nil
+}
+
+// cgroupPaths fills paths: seen from the host's cgroup namespace, the init
+// must sit in the sandbox's own group in every hierarchy cordon uses.
+func (sb *linuxSandbox) cgroupPaths(paths map[string]string) {
 	own := "/" + cgroup.Prefix + "/" + sb.spec.ID
 	for ctl, m := range sb.p.layout.Mounts {
 		key := string(ctl)
 		if m.Version == 2 {
 			key = ""
 		}
-		in.CgroupPaths[key] = own
+		paths[key] = own
 	}
 	if sb.p.layout.Unified != "" {
-		in.CgroupPaths[""] = own
+		paths[""] = own
 	}
-	return cfg, in, nil
 }
 
 // Phase is how long one step of Start took (for --trace and benchmarks).
@@ -273,6 +281,11 @@ func (sb *linuxSandbox) Start(ctx context.Context) (sandbox.Admission, error) {
 	b, _ := json.Marshal(cfg)
 	if _, err := sb.ctl.Write(b); err != nil {
 		return sandbox.Admission{}, failure.Fail(failure.KindStart, "send config", err)
+	}
+	if cfg.TtyAtStart {
+		if err := sb.receiveConsole(ctx); err != nil {
+			return sandbox.Admission{}, err
+		}
 	}
 	m, err := sb.next(ctx, readyTimeout)
 	if err != nil {
@@ -327,18 +340,23 @@ func (sb *linuxSandbox) exitText() string {
 // namespace.
 func (sb *linuxSandbox) spawn() error {
 	daemon := sb.p.opts.Daemon
-	var ln, leaseFile *os.File // the exec listener and the lease lock (daemon mode)
-	if daemon {
-		var err error
-		if ln, leaseFile, err = sb.daemonFiles(); err != nil {
-			return err
-		}
+	var ln, leaseFile *os.File // the exec listener (daemon or Execs mode) and the lease lock (daemon mode)
+	var err error
+	switch {
+	case daemon:
+		ln, leaseFile, err = sb.daemonFiles()
+	case sb.spec.Execs:
+		ln, err = sb.listenExec()
+	}
+	if err != nil {
+		return err
 	}
 	child, extra, err := sb.initFiles()
 	if err != nil {
-		if ln != nil {
-			ln.Close()
-			leaseFile.Close()
+		for _, f := range []*os.File{ln, leaseFile} {
+			if f != nil {
+				f.Close()
+			}
 		}
 		return err
 	}
@@ -349,6 +367,8 @@ func (sb *linuxSandbox) spawn() error {
 		attr.Pdeathsig = 0
 		// After the trees, where buildConfig told the init to find them.
 		extra = append(extra, ln, leaseFile)
+	} else if ln != nil {
+		extra = append(extra, ln)
 	}
 	if fd, err := sb.cg.UnifiedFD(); err == nil && fd >= 0 {
 		attr.UseCgroupFD = true
@@ -746,11 +766,14 @@ func (sb *linuxSandbox) Deprovision(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("remove gateway cgroups: %w", err))
 		}
 	}
-	if sb.p.opts.Daemon {
+	if sb.servesExecs() {
 		// Nothing listens on it any more (the init is gone).
 		if err := os.Remove(sb.p.runSockPath(sb.spec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			sb.p.opts.Logger.Warn("remove exec socket", "err", err)
 		}
+	}
+	if m := sb.Master(); m != nil {
+		m.Close() // a terminal nobody took
 	}
 	defer sb.p.releaseHandle(sb.spec.ID, sb.handle)
 	if sb.recorded && len(errs) == 0 {

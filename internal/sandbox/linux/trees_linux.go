@@ -67,8 +67,9 @@ func (h *hostPath) close() {
 	}
 }
 
-// openBind validates one declared bind and opens its source by fd.
-func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, error) {
+// openBind validates one declared bind and opens its source by fd;
+// targets are the refused targets (refusedTargets, or image mode's).
+func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string) (*hostPath, error) {
 	src, dst := filepath.Clean(b.Source), filepath.Clean(b.Target)
 	if (b.File == nil && !filepath.IsAbs(b.Source)) || !filepath.IsAbs(b.Target) {
 		return nil, failure.Failf(failure.KindUsage, "bind", "%s:%s: both paths must be absolute", b.Source, b.Target)
@@ -97,7 +98,7 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool) (*hostPath, erro
 		closeFD()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s holds or is inside cordon's state directory %s", src, stateDir)
 	}
-	for _, r := range refusedTargets {
+	for _, r := range targets {
 		if dst == r || (r != "/" && under(dst, r)) {
 			closeFD()
 			return nil, failure.Failf(failure.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
@@ -211,11 +212,16 @@ func walkSockets(dir int, rel string, n *int, limit, depth int) (string, error) 
 type idmapper struct {
 	hostUID, hostGID uint32 // the program's uid/gid as seen on the host
 	byOwner          map[[2]uint32]int
+	rangeNS          int // image mode: the lease's whole range (imageUserns), 0 for none
 }
 
 func (m *idmapper) close() {
 	for _, fd := range m.byOwner {
 		unix.Close(fd)
+	}
+	if m.rangeNS > 0 {
+		unix.Close(m.rangeNS)
+		m.rangeNS = 0
 	}
 }
 
@@ -226,6 +232,22 @@ func (m *idmapper) usernsFor(uid, gid uint32) (int, error) {
 	if fd, ok := m.byOwner[[2]uint32{uid, gid}]; ok {
 		return fd, nil
 	}
+	fd, err := holdUserns(
+		[]syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.hostUID), Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.hostGID), Size: 1}})
+	if err != nil {
+		return -1, err
+	}
+	if m.byOwner == nil {
+		m.byOwner = map[[2]uint32]int{}
+	}
+	m.byOwner[[2]uint32{uid, gid}] = fd
+	return fd, nil
+}
+
+// holdUserns returns a descriptor of a new user namespace with these
+// maps. A short-lived helper holds the namespace while it is opened.
+func holdUserns(uids, gids []syscall.SysProcIDMap) (int, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return -1, err
@@ -238,8 +260,8 @@ func (m *idmapper) usernsFor(uid, gid uint32) (int, error) {
 		Stdin: r,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.hostUID), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.hostGID), Size: 1}},
+			UidMappings: uids,
+			GidMappings: gids,
 			Pdeathsig:   syscall.SIGKILL,
 		},
 	}
@@ -253,10 +275,6 @@ func (m *idmapper) usernsFor(uid, gid uint32) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open idmap user namespace: %w", err)
 	}
-	if m.byOwner == nil {
-		m.byOwner = map[[2]uint32]int{}
-	}
-	m.byOwner[[2]uint32{uid, gid}] = fd
 	return fd, nil
 }
 
@@ -264,20 +282,34 @@ func (m *idmapper) usernsFor(uid, gid uint32) (int, error) {
 // nosuid, nodev, read-only unless writable, and, when idmap is set, an
 // idmap from the source's owner and group to the program's uid and gid.
 func detachedTree(h *hostPath, m *idmapper, idmap bool) (int, error) {
+	ns := -1
+	if idmap {
+		var err error
+		if ns, err = m.usernsFor(h.st.Uid, h.st.Gid); err != nil {
+			return -1, err
+		}
+	}
+	return detachedTreeNS(h, ns)
+}
+
+// detachedTreeNS is detachedTree with the idmap's user namespace given
+// (-1: no idmap).
+func detachedTreeNS(h *hostPath, ns int) (int, error) {
+	idmap := ns >= 0
 	tree, err := unix.OpenTree(h.fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %s: %w", h.path, err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	// Private: a clone of a shared mount (a host's / under systemd, an
+	// engine's data root) is otherwise a peer of the host's mount, and
+	// every mount the init makes on it (/proc, /dev, binds) would
+	// propagate into the host's mount table, and the host's into the
+	// sandbox.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 	if !h.writable {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
 	if idmap {
-		ns, err := m.usernsFor(h.st.Uid, h.st.Gid)
-		if err != nil {
-			unix.Close(tree)
-			return -1, err
-		}
 		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
 		attr.Userns_fd = uint64(ns)
 	}

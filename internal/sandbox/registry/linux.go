@@ -24,6 +24,8 @@ type native struct {
 }
 
 func (n *native) Reclaim(ctx context.Context) (ReclaimReport, error) {
-	r, err := linux.Reclaim(ctx, n.o.Store, n.Layout())
+	// The provider's Reclaim: the package's, and the exec sockets of the
+	// records it reclaimed (standalone sandboxes with Spec.Execs).
+	r, err := n.Provider.Reclaim(ctx)
 	return ReclaimReport(r), err
 }

@@ -100,9 +100,9 @@ func Dockerd(t testing.TB, runtimes map[string]string) *Docker {
 }
 
 // shortExecRoot makes the daemon's exec root, /run/cdXXXX: as short as
-// docker's default /run/docker, because runtimes keep sockets in
-// per-container directories below it (EXEC-ROOT/runtime-NAME/moby/<64 hex
-// id>/…) and a Unix socket path has at most 107 bytes.
+// docker's default /run/docker, so that paths below it (runtimes keep
+// sockets in EXEC-ROOT/runtime-NAME/moby/<64 hex id>/, and a Unix socket
+// path has at most 107 bytes) are no longer than in production.
 func shortExecRoot() (string, error) {
 	for range 100 {
 		b := make([]byte, 2)

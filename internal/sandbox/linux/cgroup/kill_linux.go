@@ -48,7 +48,7 @@ func (g *Group) Kill() error {
 		if len(pids) == 0 {
 			return nil
 		}
-		if err := g.signalMembers(pids); err != nil {
+		if err := g.signalMembers(pids, unix.SIGSTOP, unix.SIGKILL); err != nil {
 			return fmt.Errorf("kill cgroup %s: %w", g.name, err)
 		}
 		time.Sleep(pause)
@@ -58,12 +58,31 @@ func (g *Group) Kill() error {
 	return fmt.Errorf("kill cgroup %s: pids %v still present after %d rounds", g.name, pids, killRounds)
 }
 
-// signalMembers sends SIGSTOP, then SIGKILL, to each of pids that is still
-// in the group after a pidfd for it was opened: a pid reused meanwhile by a
-// process outside the group is not signalled. Stopping them all first means
-// none can react to another's death (a shell exiting 0 when its child dies)
-// or fork while the kills go out.
-func (g *Group) signalMembers(pids []int) error {
+// Signal sends sig once to every process in the group except the pids in
+// except, each only while it is still in the group after a pidfd for it
+// was opened (signalMembers). Unlike Kill it makes one sweep: a process
+// forked while the signals go out may miss it.
+func (g *Group) Signal(sig unix.Signal, except ...int) error {
+	if g.err != nil {
+		return g.err
+	}
+	pids, err := g.members()
+	if err != nil {
+		return fmt.Errorf("signal cgroup %s: %w", g.name, err)
+	}
+	pids = slices.DeleteFunc(pids, func(p int) bool { return slices.Contains(except, p) })
+	if err := g.signalMembers(pids, sig); err != nil {
+		return fmt.Errorf("signal cgroup %s: %w", g.name, err)
+	}
+	return nil
+}
+
+// signalMembers sends sigs, in order (Kill: SIGSTOP, then SIGKILL), to each
+// of pids that is still in the group after a pidfd for it was opened: a pid
+// reused meanwhile by a process outside the group is not signalled.
+// Stopping them all first means none can react to another's death (a shell
+// exiting 0 when its child dies) or fork while the kills go out.
+func (g *Group) signalMembers(pids []int, sigs ...unix.Signal) error {
 	type target struct{ pid, fd int }
 	var ts []target
 	for _, pid := range pids {
@@ -86,7 +105,7 @@ func (g *Group) signalMembers(pids []int) error {
 	if err != nil {
 		return err
 	}
-	for _, sig := range []unix.Signal{unix.SIGSTOP, unix.SIGKILL} {
+	for _, sig := range sigs {
 		for _, t := range ts {
 			switch {
 			case !slices.Contains(again, t.pid):

@@ -261,6 +261,18 @@ var modeArgSyscalls = mergeArgs(map[string]int{
 // setIDBits are S_ISUID|S_ISGID.
 const setIDBits = unix.S_ISUID | unix.S_ISGID
 
+// openFlagsArg are the open calls among modeArgSyscalls, with the index
+// of their flags argument. The kernel reads an open's mode only with
+// O_CREAT or O_TMPFILE (createFlags); without them the mode register may
+// hold anything, and some libcs leave garbage there: an OCI image's
+// busybox sh could not open /dev/null for a redirect (EPERM) until such
+// an open was allowed whatever its mode.
+var openFlagsArg = map[string]int{"open": 1, "openat": 2}
+
+// createFlags make an open use its mode: O_CREAT, and O_TMPFILE's own bit
+// (O_TMPFILE includes O_DIRECTORY, which alone creates nothing).
+const createFlags = unix.O_CREAT | (unix.O_TMPFILE &^ unix.O_DIRECTORY)
+
 // cloneNamespaceFlags are the clone flags that create namespaces (Docker's
 // mask 0x7E020000). clone is allowed only without them; clone's flags are
 // its first argument on amd64 and arm64 alike (s390 swaps them).
@@ -432,6 +444,15 @@ func ruleSets() ([]seccomp.RuleSet, error) {
 			pa[i] = seccomp.AnyValue{}
 		}
 		pa[arg] = seccomp.MaskedEqual(setIDBits, 0)
+		if fa, ok := openFlagsArg[name]; ok {
+			var noCreate seccomp.PerArg
+			for i := range noCreate {
+				noCreate[i] = seccomp.AnyValue{}
+			}
+			noCreate[fa] = seccomp.MaskedEqual(createFlags, 0)
+			allow.Set(sysnums[name], seccomp.Or{pa, noCreate})
+			continue
+		}
 		allow.Set(sysnums[name], pa)
 	}
 	allow.Set(sysnums["clone"], seccomp.PerArg{seccomp.MaskedEqual(cloneNamespaceFlags, 0)})

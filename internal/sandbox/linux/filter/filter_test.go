@@ -261,8 +261,44 @@ func TestModeBits(t *testing.T) {
 		} {
 			args := make([]uint64, 6)
 			args[arg] = tc.mode
+			if fa, ok := openFlagsArg[name]; ok {
+				args[fa] = unix.O_CREAT | unix.O_WRONLY
+			}
 			if got := eval(t, prog, auditArch, sysnums[name], args...); got != tc.want {
 				t.Errorf("f(%q) = %v, want %v", fmt.Sprintf("%s(mode %#o)", name, tc.mode), got, tc.want)
+			}
+		}
+	}
+}
+
+// TestOpenModeOnlyWhenCreating: an open without O_CREAT or O_TMPFILE is
+// allowed whatever its mode register holds (the kernel ignores it, and
+// some libcs leave garbage there); with either, setuid and setgid bits are
+// refused as for every mode-setting call.
+func TestOpenModeOnlyWhenCreating(t *testing.T) {
+	prog := compiled(t)
+	for name, fa := range openFlagsArg {
+		arg, ok := modeArgSyscalls[name]
+		if !ok {
+			continue // no such call on this architecture (open on arm64)
+		}
+		for _, tc := range []struct {
+			flags, mode uint64
+			want        action
+		}{
+			{unix.O_RDONLY, 0o6755, action(retAllow)},
+			{unix.O_RDWR | unix.O_APPEND, 0xffffffffffffffff, action(retAllow)},
+			{unix.O_RDONLY | unix.O_DIRECTORY, 0o4000, action(retAllow)},
+			{unix.O_RDONLY | 0xffffffff00000000, 0o4000, action(retAllow)},
+			{unix.O_CREAT | unix.O_WRONLY, 0o4755, action(retEPERM)},
+			{unix.O_CREAT | unix.O_WRONLY, 0o644, action(retAllow)},
+			{unix.O_TMPFILE | unix.O_RDWR, 0o2755, action(retEPERM)},
+			{unix.O_TMPFILE | unix.O_RDWR, 0o600, action(retAllow)},
+		} {
+			args := make([]uint64, 6)
+			args[fa], args[arg] = tc.flags, tc.mode
+			if got := eval(t, prog, auditArch, sysnums[name], args...); got != tc.want {
+				t.Errorf("f(%q) = %v, want %v", fmt.Sprintf("%s(flags %#x, mode %#o)", name, tc.flags, tc.mode), got, tc.want)
 			}
 		}
 	}

@@ -49,17 +49,26 @@ type signalRequest struct {
 // the main thread since package initialisation: capabilities, securebits
 // and Landlock are per thread, and this is the thread they were applied to
 // and checked on. The connection goroutines only parse and reply.
-func superviseDaemon(c ctl, cfg *Config) int {
+//
+// With Config.Execs (a standalone sandbox that serves execs) the same loop
+// runs, but the init keeps its parent-death signal, holds no lease lock
+// (the spawner does), may run its main program on a pseudo-terminal
+// (console: the one opened at start, or nil) and returns once it has
+// reported the main program's exit: the init's exit ends every process in
+// the PID namespace, execs included.
+func superviseDaemon(c ctl, cfg *Config, console *pty) int {
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
 
-	// The lease lock is what keeps the UID/GID range claimed while no
-	// daemon runs: never start anything without it.
-	if cfg.LeaseLockFD <= 2 {
-		return c.fail("lease lock", fmt.Errorf("daemon mode without the lease lock descriptor"))
-	}
-	if _, err := unix.FcntlInt(uintptr(cfg.LeaseLockFD), unix.F_GETFD, 0); err != nil {
-		return c.fail("lease lock", err)
+	if cfg.Daemon {
+		// The lease lock is what keeps the UID/GID range claimed while
+		// no daemon runs: never start anything without it.
+		if cfg.LeaseLockFD <= 2 {
+			return c.fail("lease lock", fmt.Errorf("daemon mode without the lease lock descriptor"))
+		}
+		if _, err := unix.FcntlInt(uintptr(cfg.LeaseLockFD), unix.F_GETFD, 0); err != nil {
+			return c.fail("lease lock", err)
+		}
 	}
 	var ln *net.UnixListener
 	if cfg.ExecFD > 0 {
@@ -70,18 +79,15 @@ func superviseDaemon(c ctl, cfg *Config) int {
 	}
 	d := &daemonLoop{c: c, cfg: cfg, live: map[int]*execRequest{}}
 	if len(cfg.Argv) > 0 {
-		pid, err := startProcess(cfg.Argv, cfg.Env, cfg.Dir, []uintptr{0, 1, 2}, -1)
+		// startMain reports "started" (or the failure) itself; a
+		// spawner gone between "go" and here never learnt the sandbox
+		// runs, so nothing may.
+		pid, err := startMain(c, cfg, console)
 		if err != nil {
-			return c.fail("exec", err)
+			return 125
 		}
 		d.mainPid = pid
-	}
-	if err := c.send(Message{Type: "started", Pid: d.mainPid}); err != nil {
-		// The spawner went away between "go" and here: it never learnt
-		// the sandbox runs, so nothing may.
-		if d.mainPid > 0 {
-			unix.Kill(d.mainPid, unix.SIGKILL)
-		}
+	} else if err := c.send(Message{Type: "started"}); err != nil {
 		return 125
 	}
 	execs := make(chan *execRequest)
@@ -98,7 +104,9 @@ func superviseDaemon(c ctl, cfg *Config) int {
 				}
 				continue
 			}
-			d.reap()
+			if d.reap() && cfg.Execs {
+				return 0
+			}
 		case r := <-execs:
 			d.startExec(r)
 		case q := <-sigReqs:
@@ -117,8 +125,9 @@ type daemonLoop struct {
 }
 
 // reap collects every exited child: the main program's exit goes to the
-// control channel, an exec's to its connection.
-func (d *daemonLoop) reap() {
+// control channel, an exec's to its connection. It reports whether the
+// main program was among them.
+func (d *daemonLoop) reap() (mainEnded bool) {
 	for {
 		var ws unix.WaitStatus
 		p, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -126,11 +135,17 @@ func (d *daemonLoop) reap() {
 			continue
 		}
 		if p <= 0 || err != nil {
-			return
+			return mainEnded
 		}
 		switch r := d.live[p]; {
 		case p == d.mainPid:
-			d.mainPid = 0
+			d.mainPid, mainEnded = 0, true
+			if d.cfg.Execs {
+				// The spawner lives (else the parent-death signal
+				// would have ended the init): it must learn this.
+				_ = d.c.send(exitMessage(ws))
+				continue
+			}
 			// Best effort: after a daemon restart nobody listens.
 			d.c.trySend(exitMessage(ws))
 		case r != nil:

@@ -4,7 +4,8 @@
 // no_new_privs, Landlock, seccomp), makes the in-situ attempts whose
 // traces the trusted side judges (insitu_linux.go: each fails with an
 // errno under the filter, never blocks, and is released before the program
-// starts), waits until the trusted side has read
+// starts; when the program is its namespace's root, also the /proc/1/mem
+// probe of memprobe_linux.go), waits until the trusted side has read
 // its evidence, then starts the program in its own session (with
 // Config.Tty, on a pty of the sandbox's own devpts as its controlling
 // terminal, whose master it hands to the trusted side and closes:
@@ -13,7 +14,13 @@
 // root asks for on the exec channel — always from its main thread, the
 // one the hardening was applied to, on a pty of the sandbox's own when
 // the exec asks for one (its master sent back and closed, as for the
-// main program) (daemon_linux.go).
+// main program) (daemon_linux.go). With Config.Execs a standalone init
+// serves the same exec channel, keeps its parent-death signal and still
+// ends with its program; with Config.TtyAtStart it hands out the
+// program's pty master before it reports ready (init_linux.go).
+// In image mode (Config.Image) it mounts
+// on an OCI image's root, resolving every mount point under the root's
+// descriptor without following a symlink (image_linux.go).
 //
 // Plane: sandbox. It is the one package whose code runs inside the
 // boundary (as PID 1 of the sandbox, before and after hardening); the

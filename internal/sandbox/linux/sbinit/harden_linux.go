@@ -98,18 +98,8 @@ func skip(cfg *Config, layer string) bool {
 // capabilities); dumpable 0; no_new_privs; Landlock; seccomp last, so the
 // filter need not allow any of the calls above. It returns the Landlock ABI.
 func harden(cfg *Config, tm *timings) (int, error) {
-	lims := []struct {
-		res int
-		val uint64
-	}{
-		{unix.RLIMIT_CORE, 0},
-		{unix.RLIMIT_NOFILE, cfg.NoFile},
-		{unix.RLIMIT_FSIZE, cfg.FSize},
-	}
-	for _, l := range lims {
-		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.val, Max: l.val}); err != nil {
-			return 0, fmt.Errorf("setrlimit %d: %w", l.res, err)
-		}
+	if err := setRlimits(cfg); err != nil {
+		return 0, err
 	}
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
 		if err := allThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil && !errors.Is(err, unix.EINVAL) {
@@ -123,8 +113,16 @@ func harden(cfg *Config, tm *timings) (int, error) {
 	if err := allThreadsPrctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0); err != nil {
 		return 0, fmt.Errorf("lock securebits: %w", err)
 	}
-	// syscall.Setgroups/Setresgid/Setresuid apply to every thread.
-	if err := syscall.Setgroups([]int{}); err != nil {
+	// syscall.Setgroups/Setresgid/Setresuid apply to every thread. With
+	// an image's uid 0 the uid does not change, so the setuid fixup clears
+	// nothing: dropAllCaps below empties the sets, the bounding set is
+	// already empty and SECBIT_NOROOT (locked) keeps exec from granting
+	// root anything again; assertNoCaps checks the result.
+	groups := cfg.Groups
+	if groups == nil {
+		groups = []int{}
+	}
+	if err := syscall.Setgroups(groups); err != nil {
 		return 0, fmt.Errorf("setgroups: %w", err)
 	}
 	if err := syscall.Setresgid(cfg.GID, cfg.GID, cfg.GID); err != nil {
@@ -147,6 +145,9 @@ func harden(cfg *Config, tm *timings) (int, error) {
 		}
 	}
 	if err := dropAllCaps(); err != nil {
+		return 0, err
+	}
+	if err := assertNoCaps(); err != nil {
 		return 0, err
 	}
 	// Non-dumpable: a same-uid process must not open /proc/1/mem.
@@ -183,6 +184,22 @@ func harden(cfg *Config, tm *timings) (int, error) {
 	return abi, nil
 }
 
+// setRlimits sets the provider's limits, then the image's (already
+// clamped by the trusted side: they only lower), which win.
+func setRlimits(cfg *Config) error {
+	lims := []Rlimit{
+		{unix.RLIMIT_CORE, 0, 0},
+		{unix.RLIMIT_NOFILE, cfg.NoFile, cfg.NoFile},
+		{unix.RLIMIT_FSIZE, cfg.FSize, cfg.FSize},
+	}
+	for _, l := range append(lims, cfg.Rlimits...) {
+		if err := unix.Setrlimit(l.Type, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l.Type, err)
+		}
+	}
+	return nil
+}
+
 func allThreadsPrctl(op, a2, a3 uintptr) error {
 	if _, _, e := syscall.AllThreadsSyscall6(syscall.SYS_PRCTL, op, a2, a3, 0, 0, 0); e != 0 {
 		return e
@@ -197,6 +214,27 @@ func dropAllCaps() error {
 	var data [2]unix.CapUserData
 	if _, _, e := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %w", e)
+	}
+	return nil
+}
+
+// assertNoCaps reads this thread's capability sets back: all must be
+// empty, whatever the uid (an image's uid 0 included).
+func assertNoCaps() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for _, d := range data {
+		if d.Effective|d.Permitted|d.Inheritable != 0 {
+			return fmt.Errorf("capabilities left after the drop: %+v", data)
+		}
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if r, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && r != 0 {
+			return fmt.Errorf("capability %d left in the bounding set", c)
+		}
 	}
 	return nil
 }

@@ -109,8 +109,8 @@ func Main() int {
 	if err := c.recv(&cfg); err != nil {
 		return c.fail("read config", err)
 	}
-	if cfg.Daemon && cfg.Tty != nil {
-		return c.fail("read config", fmt.Errorf("a pseudo-terminal is for the main program of a standalone sandbox only"))
+	if err := checkModes(&cfg); err != nil {
+		return c.fail("read config", err)
 	}
 	tm := timings{last: time.Now(), m: map[string]int64{}}
 	if err := buildRoot(&cfg); err != nil {
@@ -135,7 +135,20 @@ func Main() int {
 	// Before ready: the trusted side judges their traces with the rest of
 	// the evidence, and "go" comes only after.
 	traces := attemptInSitu(&cfg)
+	var probes []int
+	if cfg.MemProbe {
+		if probes, err = memProbes(); err != nil {
+			endProbes(probes)
+			return c.fail("mem probe", err)
+		}
+	}
 	tm.mark("insitu")
+	// After harden, as the program itself could open it; before ready, so
+	// the trusted side holds the console before the program starts.
+	console, err := consoleAtStart(c, &cfg)
+	if err != nil {
+		return c.fail("pty", err)
+	}
 	if err := c.send(Message{Type: "ready", LandlockABI: abi, Timings: tm.m}); err != nil {
 		return 125
 	}
@@ -145,8 +158,49 @@ func Main() int {
 		return 125
 	}
 	traces.release()
-	if cfg.Daemon {
-		return superviseDaemon(c, &cfg)
+	endProbes(probes)
+	if cfg.Daemon || cfg.Execs {
+		return superviseDaemon(c, &cfg, console)
 	}
-	return supervise(c, &cfg)
+	return supervise(c, &cfg, console)
+}
+
+// checkModes refuses a configuration whose modes contradict each other.
+func checkModes(cfg *Config) error {
+	switch {
+	case cfg.Daemon && cfg.Tty != nil:
+		return fmt.Errorf("a pseudo-terminal is for the main program of a standalone sandbox only")
+	case cfg.Daemon && cfg.Execs:
+		return fmt.Errorf("a daemon-mode sandbox serves execs already; Execs is for a standalone one")
+	case cfg.Execs && cfg.ExecFD <= 2:
+		return fmt.Errorf("a standalone sandbox serving execs needs its exec socket")
+	case cfg.TtyAtStart && cfg.Tty == nil:
+		return fmt.Errorf("a console at start without a pseudo-terminal")
+	case cfg.Execs && len(cfg.Argv) == 0:
+		return fmt.Errorf("a standalone sandbox ends with its main program: none was given")
+	}
+	return nil
+}
+
+// consoleAtStart opens the program's pseudo-terminal now (Config.TtyAtStart)
+// and sends its master in a "console" message, then closes the master: it
+// never stays in the sandbox, and it is gone before "ready" is sent. The
+// returned pty holds only the slave (close-on-exec), for the program.
+// Without TtyAtStart it returns nil.
+func consoleAtStart(c ctl, cfg *Config) (*pty, error) {
+	if !cfg.TtyAtStart {
+		return nil, nil
+	}
+	p, err := openPty(cfg.Tty)
+	if err != nil {
+		return nil, err
+	}
+	err = c.sendFD(Message{Type: "console", Tty: true}, p.master)
+	unix.Close(p.master)
+	p.master = -1
+	if err != nil {
+		unix.Close(p.slave)
+		return nil, fmt.Errorf("send the console: %w", err)
+	}
+	return p, nil
 }

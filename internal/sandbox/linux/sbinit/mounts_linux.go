@@ -39,35 +39,23 @@ func buildRoot(cfg *Config) error {
 		if err := moveTree(cfg.RootfsFD, root); err != nil {
 			return err
 		}
+		if cfg.Image {
+			if err := imageRoot(cfg, root); err != nil {
+				return err
+			}
+		}
 		for _, d := range []string{"proc", "dev", "tmp"} {
 			if fi, err := os.Stat(filepath.Join(root, d)); err != nil || !fi.IsDir() {
 				return fmt.Errorf("the rootfs has no /%s directory", d)
 			}
 		}
-	} else {
-		if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
-			return fmt.Errorf("mount root tmpfs: %w", err)
-		}
-		for _, d := range []string{"proc", "dev", "tmp", "etc", "home"} {
-			if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-				return err
-			}
-		}
-		for name, content := range cfg.EtcFiles {
-			if strings.Contains(name, "/") || strings.HasPrefix(name, ".") {
-				return fmt.Errorf("bad /etc file name %q", name)
-			}
-			if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
-				return err
-			}
-		}
-		for _, l := range cfg.Symlinks {
-			if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
-				return fmt.Errorf("symlink %s: %w", l.Path, err)
-			}
-		}
+	} else if err := synthRoot(cfg, root); err != nil {
+		return err
 	}
 	for _, b := range cfg.Binds {
+		if cfg.Image {
+			break // mounted by imageRoot
+		}
 		dst := filepath.Join(root, b.Target)
 		if b.Tmpfs {
 			if err := mkdirAll(dst, synth); err != nil {
@@ -108,6 +96,14 @@ func buildRoot(cfg *Config) error {
 	if err := unix.Mount("tmpfs", filepath.Join(root, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return fmt.Errorf("mount /tmp: %w", err)
 	}
+	// The trees moved in were cloned from the host's mounts and keep their
+	// propagation: one cloned from a shared mount (an engine's data root,
+	// often shared) is a peer of the host's, so mounts would propagate
+	// between them, and pivot_root refuses a shared new root (EINVAL).
+	// Everything under the new root becomes private first.
+	if err := unix.Mount("", root, "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the new root private: %w", err)
+	}
 	// pivot_root(".", ".") stacks the old root under the new one; detaching
 	// it leaves nothing of the host but the binds above.
 	if err := unix.Chdir(root); err != nil {
@@ -122,10 +118,54 @@ func buildRoot(cfg *Config) error {
 	if err := unix.Chdir("/"); err != nil {
 		return err
 	}
-	if err := remountRO("/"); err != nil {
-		return err
+	if !cfg.RootWritable {
+		if err := remountRO("/"); err != nil {
+			return err
+		}
 	}
 	return remountRO("/dev")
+}
+
+// synthRoot builds the synthesized root: a small tmpfs with the
+// directories the init mounts on, the synthesized /etc and the base
+// layout's symlinks.
+func synthRoot(cfg *Config, root string) error {
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=4096"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	for _, d := range []string{"proc", "dev", "tmp", "etc", "home"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for name, content := range cfg.EtcFiles {
+		if strings.Contains(name, "/") || strings.HasPrefix(name, ".") {
+			return fmt.Errorf("bad /etc file name %q", name)
+		}
+		if err := os.WriteFile(filepath.Join(root, "etc", name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, l := range cfg.Symlinks {
+		if err := os.Symlink(l.Target, filepath.Join(root, l.Path)); err != nil {
+			return fmt.Errorf("symlink %s: %w", l.Path, err)
+		}
+	}
+	return nil
+}
+
+// imageRoot mounts image mode's binds and tmpfs on the root moved to
+// root (see image_linux.go).
+func imageRoot(cfg *Config, root string) error {
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the root: %w", err)
+	}
+	defer unix.Close(rootFD)
+	if err := imageRootDirs(cfg, rootFD); err != nil {
+		return err
+	}
+	return imageBinds(cfg, rootFD)
 }
 
 // mkMountpoint creates the mount point for src at dst: a directory or an
@@ -205,7 +245,9 @@ func remount(p string, flags uintptr) error {
 }
 
 // buildDev makes a minimal /dev: a few host device nodes bound in, a
-// private devpts instance and a private /dev/shm.
+// private devpts instance and a private /dev/shm (its source "shm", as
+// engines and runc name it: an OCI bundle's /dev/shm mount then matches
+// what a program reads in mountinfo).
 func buildDev(dev string, uid, gid int) error {
 	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return fmt.Errorf("mount /dev: %w", err)
@@ -232,7 +274,7 @@ func buildDev(dev string, uid, gid int) error {
 	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max="+strconv.Itoa(MaxPtys)); err != nil {
 		return fmt.Errorf("mount devpts: %w", err)
 	}
-	if err := unix.Mount("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
+	if err := unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
 		return fmt.Errorf("mount /dev/shm: %w", err)
 	}
 	// The Landlock probe: a tiny tmpfs the program's uid could write to but

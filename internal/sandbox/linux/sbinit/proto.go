@@ -71,6 +71,10 @@ type Bind struct {
 	Tmpfs    bool   `json:"tmpfs,omitempty"`
 	Target   string `json:"target"`
 	Writable bool   `json:"writable,omitempty"`
+	// Bytes and Mode, with Tmpfs, are the tmpfs's size (0:
+	// Config.TmpBytes) and mode (0: 0700).
+	Bytes int64  `json:"bytes,omitempty"`
+	Mode  uint32 `json:"mode,omitempty"`
 	// Optional skips a source that does not exist (base layout entries).
 	Optional bool `json:"optional,omitempty"`
 }
@@ -114,7 +118,8 @@ type Config struct {
 	// idle sandbox), the init outlives the main program (it reports its
 	// exit and keeps serving execs) and it serves the exec channel.
 	Daemon bool `json:"daemon,omitempty"`
-	// ExecFD is the listening exec socket (daemon mode only), 0 for none.
+	// ExecFD is the listening exec socket (daemon or Execs mode only), 0
+	// for none.
 	ExecFD int `json:"exec_fd,omitempty"`
 	// LeaseLockFD (daemon mode only) is the trusted side's locked
 	// descriptor of the host-wide lease lock file. The init only keeps it
@@ -122,14 +127,51 @@ type Config struct {
 	// claimed for as long as the sandbox lives, whether or not its
 	// daemon runs.
 	LeaseLockFD int `json:"lease_lock_fd,omitempty"`
+	// Execs (never with Daemon) makes a standalone sandbox's init serve
+	// the exec channel (ExecFD) as a daemon-mode one does, while it keeps
+	// its parent-death signal and holds no lease lock (its spawner holds
+	// the lease, as for any standalone run), and end, like a standalone
+	// init, when the main program ends: every process in it dies with it.
+	Execs bool `json:"execs,omitempty"`
 	// Tty, when set, makes the init run the program on a pseudo-terminal
 	// of the sandbox's own devpts instance (see Tty). Not in daemon mode
 	// (there an exec asks for one: Message.Pty).
 	Tty *Tty `json:"tty,omitempty"`
+	// TtyAtStart (with Tty) makes the init open the program's
+	// pseudo-terminal before it reports ready, after every hardening step
+	// and the in-situ attempts, and send its master at once in a
+	// "console" message (SCM_RIGHTS, exactly one descriptor), closing it
+	// before it sends "ready": the trusted side holds the console before
+	// the program starts, and the master is provably gone from the init
+	// when "ready" arrives. The init keeps only the slave (close-on-exec)
+	// until "go", for the program; "started" then carries no descriptor.
+	TtyAtStart bool `json:"tty_at_start,omitempty"`
+	// Image is image mode (cordon oci, see image_linux.go): the explicit
+	// root is an OCI image's, every mount point in it is resolved without
+	// following a symlink (and created, when missing, only in a writable
+	// root), and RootWritable leaves the root read-write.
+	Image        bool `json:"image,omitempty"`
+	RootWritable bool `json:"root_writable,omitempty"`
+	// MemProbe makes the init leave the /proc/1/mem probe for the trusted
+	// side (memprobe_linux.go): set when the program is the namespace's
+	// root, whose ids the non-dumpable init's /proc files also carry.
+	MemProbe bool `json:"mem_probe,omitempty"`
+	// Groups are the program's supplementary groups inside (empty: none).
+	Groups []int `json:"groups,omitempty"`
+	// Rlimits are applied after the provider's own (NoFile, FSize, core
+	// 0), already clamped by the trusted side: they only lower.
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	// InSitu, when set, makes the init attempt the in-situ set
 	// (insitu_linux.go) after hardening, before it reports ready. Nil
 	// attempts nothing (the trusted side then records no in-situ checks).
 	InSitu *InSitu `json:"in_situ,omitempty"`
+}
+
+// Rlimit is one resource limit the init sets (RLIMIT_* number).
+type Rlimit struct {
+	Type int    `json:"type"`
+	Soft uint64 `json:"soft"`
+	Hard uint64 `json:"hard"`
 }
 
 // InSitu is what the trusted side opened for the in-situ attempts: each
@@ -194,7 +236,7 @@ const (
 
 // Message is one control message; exactly one field group is set.
 type Message struct {
-	Type string `json:"type"` // "ready", "go", "started", "exit", "error", "signal", "exec"
+	Type string `json:"type"` // "console", "ready", "go", "started", "exit", "error", "signal", "exec"
 
 	// ready: hints only; the trusted side verifies everything itself.
 	LandlockABI int `json:"landlock_abi,omitempty"`
@@ -204,7 +246,9 @@ type Message struct {
 
 	// started (0 in daemon mode when there is no main program). With
 	// Config.Tty the message carries the pty master (SCM_RIGHTS) and Tty
-	// is true; no other message carries a descriptor.
+	// is true — unless Config.TtyAtStart, where "console" carried it
+	// before "ready" (Tty true there); no other message carries a
+	// descriptor.
 	Pid int  `json:"pid,omitempty"`
 	Tty bool `json:"tty,omitempty"`
 

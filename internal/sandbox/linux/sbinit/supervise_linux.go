@@ -18,16 +18,13 @@ var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sys
 // user's terminal, so it cannot push keystrokes into it), forwards
 // signals to it, reaps every child, and reports how the program ended.
 // When the program ends the init exits, which ends every other process in
-// the PID namespace.
-func supervise(c ctl, cfg *Config) int {
+// the PID namespace. console is the terminal opened at start
+// (Config.TtyAtStart), or nil.
+func supervise(c ctl, cfg *Config, console *pty) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
 
-	path, err := lookPath(cfg.Argv[0], cfg.Env)
-	if err != nil {
-		return c.fail("exec", err)
-	}
-	pid, err := startMain(c, cfg, path)
+	pid, err := startMain(c, cfg, console)
 	if err != nil {
 		return 125
 	}
@@ -62,33 +59,35 @@ func supervise(c ctl, cfg *Config) int {
 }
 
 // startMain starts the program, on a pseudo-terminal of the sandbox's
-// own when Config.Tty asks for one, and reports "started". On error it has
-// reported the failure (or the channel is gone) and the program is not
-// running.
-func startMain(c ctl, cfg *Config, path string) (int, error) {
-	attr := &syscall.ProcAttr{Dir: cfg.Dir, Env: cfg.Env, Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Setsid: true}}
-	var p *pty
-	if t := cfg.Tty; t != nil {
+// own when Config.Tty asks for one (console, when it was opened at start;
+// else opened now), and reports "started": with the master when it was
+// opened now, with no descriptor otherwise. On error it has reported the
+// failure (or the channel is gone) and the program is not running. Call it
+// only from the init's main thread (startProcess).
+func startMain(c ctl, cfg *Config, console *pty) (int, error) {
+	p := console
+	if t := cfg.Tty; t != nil && p == nil {
 		var err error
 		if p, err = openPty(t); err != nil {
 			c.fail("pty", err)
 			return 0, err
 		}
-		// The master never stays in the sandbox: closed here whatever
-		// happens (after it was sent, the trusted side holds its own).
-		defer p.close()
-		attr.Files = p.files(t)
-		if n := t.ctty(); n >= 0 {
-			attr.Sys.Setctty, attr.Sys.Ctty = true, n
-		}
 	}
-	pid, err := syscall.ForkExec(path, cfg.Argv, attr)
+	files, ctty := []uintptr{0, 1, 2}, -1
+	if p != nil {
+		// The master never stays in the sandbox, nor the slave in the
+		// init: closed here whatever happens (a master sent is the
+		// trusted side's own copy).
+		defer p.close()
+		files, ctty = p.files(cfg.Tty), cfg.Tty.ctty()
+	}
+	pid, err := startProcess(cfg.Argv, cfg.Env, cfg.Dir, files, ctty)
 	if err != nil {
 		c.fail("exec", err)
 		return 0, err
 	}
 	m := Message{Type: "started", Pid: pid}
-	if p != nil {
+	if p != nil && p.master >= 0 {
 		m.Tty = true
 		err = c.sendFD(m, p.master)
 	} else {

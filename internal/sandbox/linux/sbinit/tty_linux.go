@@ -62,9 +62,14 @@ func (t *Tty) ctty() int {
 	return -1
 }
 
+// close closes what is still open of the pair (-1: already closed).
 func (p *pty) close() {
-	unix.Close(p.master)
-	unix.Close(p.slave)
+	for _, fd := range []*int{&p.master, &p.slave} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
 }
 
 // sendFD sends m with exactly one descriptor attached (SCM_RIGHTS).
