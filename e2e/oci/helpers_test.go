@@ -70,6 +70,11 @@ func cordonState(t *testing.T, d *engines.Docker, id string) ociState {
 		t.Fatalf("cordon oci state %s: %v\n%s", id, err, out)
 	}
 	s.Root = root
+	// The state printed is the OCI state: cordon's own ids are its
+	// annotations.
+	if s.SandboxID == "" {
+		s.SandboxID = s.Annotations["dev.cordon.sandbox-id"]
+	}
 	return s
 }
 
