@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"os"
 	"os/exec"
@@ -11,17 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/cordon-project/cordon/internal/testkit"
-)
-
-// debRootCache is where the throwaway Debian root the package is
-// installed into is kept between runs (mmdebstrap takes ~30 s; extracting
-// the cached tarball a few). Delete the file to rebuild it.
-const (
-	debRootCacheDir = "/var/cache/cordon-test"
-	debRootTarball  = debRootCacheDir + "/bookworm-apt-mandb.tar"
+	"github.com/cordon-project/cordon/internal/testkit/engines"
 )
 
 // TestDebPackageInstalls builds the Debian package with
@@ -43,7 +33,7 @@ func TestDebPackageInstalls(t *testing.T) {
 	}
 	start := time.Now()
 	deb := buildDeb(t)
-	tarball := debRoot(t)
+	tarball := engines.DebianRoot(t, "apt", "man-db")
 	root := extractRoot(t, tarball)
 	t.Logf("package %s, root ready in %v", filepath.Base(deb), time.Since(start).Round(time.Second))
 
@@ -150,40 +140,6 @@ func buildDeb(t *testing.T) string {
 	return deb
 }
 
-// debRoot returns the cached tarball of a minimal Debian root with apt
-// and man-db, building it with mmdebstrap (from the Debian mirror this
-// host's apt uses) on first use. Concurrent test runs take turns through
-// a lock; the tarball appears by rename, whole or not at all.
-func debRoot(t *testing.T) string {
-	t.Helper()
-	if err := os.MkdirAll(debRootCacheDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(debRootCacheDir, ".lock"), os.O_CREATE|os.O_RDONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(debRootTarball); err == nil {
-		return debRootTarball
-	}
-	tmp := debRootTarball + ".part.tar"
-	start := time.Now()
-	cmd := exec.Command("mmdebstrap", "--variant=apt", "--include=man-db", "bookworm", tmp)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.Remove(tmp)
-		t.Fatalf("mmdebstrap: %v\n%s", err, out)
-	}
-	if err := os.Rename(tmp, debRootTarball); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("filled %s with mmdebstrap in %v", debRootTarball, time.Since(start).Round(time.Second))
-	return debRootTarball
-}
-
 // extractRoot unpacks tarball into a fresh directory. The directory is
 // removed at the end only when nothing is mounted under it any more: a
 // bind of /dev or /sys left behind must never be deleted through.
@@ -194,7 +150,7 @@ func extractRoot(t *testing.T, tarball string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if m := mountsUnder(root); len(m) > 0 {
+		if m := engines.MountsUnder(root); len(m) > 0 {
 			t.Errorf("still mounted under %s, left in place: %v", root, m)
 			return
 		}
@@ -232,24 +188,6 @@ func mountInRoot(t *testing.T, root, dst string, bind bool, args ...string) {
 			t.Fatalf("mount --make-rslave %s: %v\n%s", at, err, out)
 		}
 	}
-}
-
-// mountsUnder lists the mount points at or below dir.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return []string{"(cannot read mountinfo: " + err.Error() + ")"}
-	}
-	defer f.Close()
-	var m []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			m = append(m, fields[4])
-		}
-	}
-	return m
 }
 
 func copyFile(src, dst string) error {

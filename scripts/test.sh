@@ -26,6 +26,11 @@ command -v runc >/dev/null || need+=(runc)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 # The completion test drives bash with bash-completion in tmux.
 [ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
+# The OCI runtime tests (e2e/oci) drive a private dockerd and containerd
+# with runc as the control (Debian's docker.io 20.10, containerd 1.6, runc).
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
 # The unit file is checked with systemd-analyze (package systemd; PID 1 is not touched).
 command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
