@@ -163,7 +163,7 @@ func writePidFile(path string, pid int) error {
 // waits until it reports the sandbox created and admitted, or fails.
 func (o *ociFlags) spawnKeeper(ctx context.Context, id, bundle, console string) (int, error) {
 	args := append(o.forwardArgs(), "__keeper", "--bundle", bundle, "--console-socket", console, id)
-	cmd, pr, err := statusChild(args)
+	cmd, pr, err := statusChild(args, console == "")
 	if err != nil {
 		return 0, err
 	}
@@ -198,15 +198,21 @@ func (o *ociFlags) forwardArgs() []string {
 	return append(a, testArgs(o.g)...)
 }
 
-// statusChild starts this binary with args in a new session, stdio
-// inherited and a status pipe as its descriptor 3.
-func statusChild(args []string) (*exec.Cmd, *os.File, error) {
+// statusChild starts this binary with args in a new session, a status
+// pipe as its descriptor 3 and, with stdio, this process's stdio (the
+// program's, without a terminal). With a terminal the program's stdio is
+// the terminal and the child gets /dev/null: an engine reads a create's
+// output to its end (containerd's runc client does, with a console
+// socket), and a long-lived child holding it would hang the engine.
+func statusChild(args []string, stdio bool) (*exec.Cmd, *os.File, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, failure.Fail(failure.KindStart, "oci", err)
 	}
 	cmd := exec.Command("/proc/self/exe", args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if stdio {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	}
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -140,7 +140,7 @@ func (o *ociFlags) exec(ctx context.Context, id string, argv []string, f *execFl
 		return &exitError{code: code}
 	}
 	args := append(o.forwardArgs(), "__exec-proxy", "--process", pf.Name(), "--console-socket", f.consoleSocket, id)
-	cmd, pr, err := statusChild(args)
+	cmd, pr, err := statusChild(args, f.consoleSocket == "")
 	if err != nil {
 		return err
 	}
