@@ -414,9 +414,12 @@ func hasOpt(opts, o string) bool { return slices.Contains(strings.Split(opts, ",
 func filesystemChecks(proc string, in Inputs) []Check {
 	var out []Check
 	ms, err := readMountinfo(proc + "/mountinfo")
-	c := Check{Name: "root_read_only", Want: "/ mounted ro", Source: proc + "/mountinfo"}
+	// nosuid and nodev whatever the root: a given root (an image's) holds
+	// files the program did not make, and a device node or a setuid binary
+	// in it is inert only on a nodev, nosuid mount.
+	c := Check{Name: "root_read_only", Want: "/ mounted ro,nosuid,nodev", Source: proc + "/mountinfo"}
 	if in.RootIdmapped {
-		c.Want = "/ mounted ro,idmapped (an image's root)"
+		c.Want = "/ mounted ro,nosuid,nodev,idmapped (an image's root)"
 	}
 	if in.RootWritable {
 		c = Check{Name: "root_writable_idmapped", Want: "/ mounted rw,nosuid,nodev,idmapped (an image's writable root)", Source: proc + "/mountinfo"}
@@ -428,9 +431,10 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	for _, m := range ms {
 		if m.target == "/" {
 			c.Got = m.opts
-			c.OK = hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))
+			inert := hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev")
+			c.OK = inert && hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))
 			if in.RootWritable {
-				c.OK = hasOpt(m.opts, "rw") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev") && hasOpt(m.opts, "idmapped")
+				c.OK = inert && hasOpt(m.opts, "rw") && hasOpt(m.opts, "idmapped")
 			}
 		}
 	}

@@ -434,6 +434,15 @@ func (sb *linuxSandbox) prepareTrees() error {
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "rootfs", err)
 		}
+		if sb.skip("root-nodev") {
+			// Test builds only: the positive control of the root's
+			// nodev,nosuid (the evidence's root check, a device node).
+			attr := unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+			if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+				unix.Close(fd)
+				return failure.Fail(failure.KindProvision, "rootfs", err)
+			}
+		}
 		sb.rootTree = fd
 	}
 	return nil
