@@ -454,8 +454,30 @@ func filesystemChecks(proc string, in Inputs) []Check {
 		Check{Name: "no_undeclared_mounts", Want: "only declared mount points", Got: fmt.Sprintf("%d mounts; undeclared: %v", len(ms), undeclared), OK: len(undeclared) == 0, Source: proc + "/mountinfo"},
 		Check{Name: "writable_mounts_declared", Want: "writable only: " + strings.Join(in.WritableTargets, " "), Got: fmt.Sprintf("unexpectedly writable: %v", rw), OK: len(rw) == 0, Source: proc + "/mountinfo"},
 	)
+	out = append(out, nodevCheck(proc+"/mountinfo", ms))
 	out = append(out, maskChecks(proc+"/mountinfo", ms, in.Masks, sandboxStat(proc))...)
 	return append(out, landlockProbe(proc, in))
+}
+
+// deviceNodes are the host's device nodes a sandbox may have bound in
+// (into /dev, or /dev/null over a masked /proc file), by their path in
+// the host's /dev.
+var deviceNodes = []string{"/null", "/zero", "/full", "/random", "/urandom", "/tty"}
+
+// nodevCheck: every mount is nosuid, and nodev but the sandbox's own
+// devpts and the single allowed device nodes. A bind of a host tree (a
+// volume, an image's root) may hold device nodes and setuid files; only
+// these flags keep them inert.
+func nodevCheck(src string, ms []mountEntry) Check {
+	var bad []string
+	for _, m := range ms {
+		dev := m.fstype == "devpts" || ((m.fstype == "devtmpfs" || m.fstype == "tmpfs") && slices.Contains(deviceNodes, m.root))
+		if !hasOpt(m.opts, "nosuid") || (!dev && !hasOpt(m.opts, "nodev")) {
+			bad = append(bad, m.target+" ("+m.opts+")")
+		}
+	}
+	return Check{Name: "mounts_nodev", Want: "every mount nosuid, and nodev but devpts and the bound device nodes " + strings.Join(deviceNodes, " "),
+		Got: fmt.Sprintf("%d mounts; without them: %v", len(ms), bad), OK: len(bad) == 0, Source: src}
 }
 
 // ptyMaxCheck reads the max= of the sandbox's devpts instance: the

@@ -54,3 +54,52 @@ func TestRootMountNodevNosuid(t *testing.T) {
 		})
 	}
 }
+
+// devCheck runs filesystemChecks over a fake /proc/PID whose mountinfo
+// has a nodev root and the lines given, and returns mounts_nodev.
+func devCheck(t *testing.T, lines string) Check {
+	t.Helper()
+	proc := t.TempDir()
+	b := "100 99 8:1 /img / ro,nosuid,nodev,relatime - ext4 /dev/sda1 rw\n" + lines
+	if err := os.WriteFile(filepath.Join(proc, "mountinfo"), []byte(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range filesystemChecks(proc, Inputs{}) {
+		if c.Name == "mounts_nodev" {
+			return c
+		}
+	}
+	t.Fatal("no mounts_nodev check")
+	return Check{}
+}
+
+// TestMountsNodev: a bind of a host tree (a volume, an engine's bind)
+// may hold device nodes; only its nodev keeps them closed, and nothing
+// read it back (review finding). Every mount must be nodev and nosuid
+// but the sandbox's own devpts and the single host device nodes bound
+// into /dev or over masked /proc files.
+func TestMountsNodev(t *testing.T) {
+	const devs = "101 100 0:5 /null /dev/null rw,nosuid,noexec,relatime - devtmpfs devtmpfs rw\n" +
+		"102 100 0:5 /tty /dev/tty rw,nosuid,noexec,relatime - devtmpfs devtmpfs rw\n" +
+		"103 100 0:60 / /dev/pts rw,nosuid,noexec,relatime - devpts devpts rw\n" +
+		"104 100 0:5 /null /proc/kcore ro,nosuid,noexec,relatime - devtmpfs devtmpfs rw\n"
+	for _, tc := range []struct {
+		name, lines string
+		ok          bool
+	}{
+		{"device nodes and devpts", devs, true},
+		{"bind nodev", devs + "105 100 8:1 /home/u/data /data ro,nosuid,nodev,relatime,idmapped - ext4 /dev/sda1 rw\n", true},
+		{"bind without nodev", devs + "105 100 8:1 /home/u/data /data ro,nosuid,relatime,idmapped - ext4 /dev/sda1 rw\n", false},
+		{"bind without nosuid", devs + "105 100 8:1 /home/u/data /data ro,nodev,relatime - ext4 /dev/sda1 rw\n", false},
+		{"tmpfs without nodev", devs + "105 100 0:61 / /scratch rw,nosuid,relatime - tmpfs tmpfs rw\n", false},
+		{"the host's whole devtmpfs", devs + "105 100 0:5 / /data rw,nosuid,relatime - devtmpfs devtmpfs rw\n", false},
+		{"another host device", devs + "105 100 0:5 /sda /data rw,nosuid,relatime - devtmpfs devtmpfs rw\n", false},
+		{"device node without nosuid", "101 100 0:5 /null /dev/null rw,noexec,relatime - devtmpfs devtmpfs rw\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if c := devCheck(t, tc.lines); c.OK != tc.ok {
+				t.Errorf("mounts_nodev OK=%v (got %q), want OK=%v", c.OK, c.Got, tc.ok)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ package linux
 // testHooks lets test builds leave out a trusted-side layer (Options.TestSkip)
 // for positive controls ("kmem-tcp", "userns-owner"; "gateway-cgroup": the
 // gateway joins the sandbox's cgroups, as before it had its own;
-// "root-nodev": the rootfs tree without nosuid,nodev); the
+// "root-nodev", "bind-nodev": the rootfs's or the binds' trees without
+// nosuid,nodev); the
 // production binary never honours it.
 const testHooks = true

@@ -35,24 +35,46 @@ func imageRootWithNode(t *testing.T) string {
 	return root
 }
 
-// nodeScript opens the image's device node on fd 3 of a sleep (argv
+// nodeScript opens the device node at node on fd 3 of a sleep (argv
 // "sleep 600"); when the open is refused a sleep 601 runs instead.
-const nodeScript = "if /bin/busybox true 3<" + imageNode + "; then exec /bin/busybox sleep 600 3<" + imageNode +
-	"; else exec /bin/busybox sleep 601; fi"
+func nodeScript(node string) string {
+	return "if /bin/busybox true 3<" + node + "; then exec /bin/busybox sleep 600 3<" + node +
+		"; else exec /bin/busybox sleep 601; fi"
+}
+
+// bindWithNode is a host directory holding the 1:3 device node "null"
+// (mode 0666), owned by a user (so idmapped onto the program), bound
+// read-only at /work.
+func bindWithNode(t *testing.T) sandbox.Bind {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mknod(filepath.Join(dir, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "null")} {
+		if err := os.Chown(p, 1500, 1500); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Chmod(filepath.Join(dir, "null"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return sandbox.Bind{Source: dir, Target: "/work"}
+}
 
 // heldNode reads, from the host, whether the program's sleep holds the
 // image's device node open: its argv and its /proc/PID/fd/3. It also
 // checks the control that DAC alone allows the open: the node, seen
 // through the program's root, is the 1:3 device with mode 0666.
-func heldNode(t *testing.T, sb *linuxSandbox) bool {
+func heldNode(t *testing.T, sb *linuxSandbox, node string) bool {
 	t.Helper()
 	pid := programPid(t, sb, "sleep")
 	var st unix.Stat_t
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/root%s", pid, imageNode), &st); err != nil {
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/root%s", pid, node), &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(1, 3) || st.Mode&0o666 != 0o666 {
-		t.Fatalf("inside, %s is mode %o rdev %x; want the 1:3 character device, mode 0666 (the control: DAC allows the open)", imageNode, st.Mode, st.Rdev)
+		t.Fatalf("inside, %s is mode %o rdev %x; want the 1:3 character device, mode 0666 (the control: DAC allows the open)", node, st.Mode, st.Rdev)
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
@@ -79,8 +101,8 @@ func TestImageDeviceNodeInert(t *testing.T) {
 	for _, writable := range []bool{false, true} {
 		t.Run(fmt.Sprint("writable=", writable), func(t *testing.T) {
 			root := imageRootWithNode(t)
-			sb, rec := startImageRecord(t, p, imageSpec(root, sandbox.Image{UID: 1234, GID: 1234, Writable: writable}, nodeScript))
-			if heldNode(t, sb) {
+			sb, rec := startImageRecord(t, p, imageSpec(root, sandbox.Image{UID: 1234, GID: 1234, Writable: writable}, nodeScript(imageNode)))
+			if heldNode(t, sb, imageNode) {
 				t.Errorf("the program holds the image's device node %s open", imageNode)
 			}
 			want := map[bool]string{true: "root_writable_idmapped", false: "root_read_only"}[writable]
@@ -95,4 +117,17 @@ func TestImageDeviceNodeInert(t *testing.T) {
 			}
 		})
 	}
+	// A bind of a host tree holding a device node: the same, and the
+	// mounts_nodev fact holds.
+	t.Run("bind", func(t *testing.T) {
+		spec := imageSpec(imageRoot(t, ""), sandbox.Image{UID: 1234, GID: 1234}, nodeScript("/work/null"))
+		spec.Binds = []sandbox.Bind{bindWithNode(t)}
+		sb, rec := startImageRecord(t, p, spec)
+		if heldNode(t, sb, "/work/null") {
+			t.Errorf("the program holds the bound device node /work/null open")
+		}
+		if !hasFact(rec, evidence.Filesystem, "mounts_nodev") {
+			t.Errorf("no verified mounts_nodev fact: %v", failedFacts(rec))
+		}
+	})
 }
