@@ -414,9 +414,12 @@ func hasOpt(opts, o string) bool { return slices.Contains(strings.Split(opts, ",
 func filesystemChecks(proc string, in Inputs) []Check {
 	var out []Check
 	ms, err := readMountinfo(proc + "/mountinfo")
-	c := Check{Name: "root_read_only", Want: "/ mounted ro", Source: proc + "/mountinfo"}
+	// nosuid and nodev whatever the root: a given root (an image's) holds
+	// files the program did not make, and a device node or a setuid binary
+	// in it is inert only on a nodev, nosuid mount.
+	c := Check{Name: "root_read_only", Want: "/ mounted ro,nosuid,nodev", Source: proc + "/mountinfo"}
 	if in.RootIdmapped {
-		c.Want = "/ mounted ro,idmapped (an image's root)"
+		c.Want = "/ mounted ro,nosuid,nodev,idmapped (an image's root)"
 	}
 	if in.RootWritable {
 		c = Check{Name: "root_writable_idmapped", Want: "/ mounted rw,nosuid,nodev,idmapped (an image's writable root)", Source: proc + "/mountinfo"}
@@ -428,9 +431,10 @@ func filesystemChecks(proc string, in Inputs) []Check {
 	for _, m := range ms {
 		if m.target == "/" {
 			c.Got = m.opts
-			c.OK = hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))
+			inert := hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev")
+			c.OK = inert && hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))
 			if in.RootWritable {
-				c.OK = hasOpt(m.opts, "rw") && hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev") && hasOpt(m.opts, "idmapped")
+				c.OK = inert && hasOpt(m.opts, "rw") && hasOpt(m.opts, "idmapped")
 			}
 		}
 	}
@@ -450,8 +454,30 @@ func filesystemChecks(proc string, in Inputs) []Check {
 		Check{Name: "no_undeclared_mounts", Want: "only declared mount points", Got: fmt.Sprintf("%d mounts; undeclared: %v", len(ms), undeclared), OK: len(undeclared) == 0, Source: proc + "/mountinfo"},
 		Check{Name: "writable_mounts_declared", Want: "writable only: " + strings.Join(in.WritableTargets, " "), Got: fmt.Sprintf("unexpectedly writable: %v", rw), OK: len(rw) == 0, Source: proc + "/mountinfo"},
 	)
+	out = append(out, nodevCheck(proc+"/mountinfo", ms))
 	out = append(out, maskChecks(proc+"/mountinfo", ms, in.Masks, sandboxStat(proc))...)
 	return append(out, landlockProbe(proc, in))
+}
+
+// deviceNodes are the host's device nodes a sandbox may have bound in
+// (into /dev, or /dev/null over a masked /proc file), by their path in
+// the host's /dev.
+var deviceNodes = []string{"/null", "/zero", "/full", "/random", "/urandom", "/tty"}
+
+// nodevCheck: every mount is nosuid, and nodev but the sandbox's own
+// devpts and the single allowed device nodes. A bind of a host tree (a
+// volume, an image's root) may hold device nodes and setuid files; only
+// these flags keep them inert.
+func nodevCheck(src string, ms []mountEntry) Check {
+	var bad []string
+	for _, m := range ms {
+		dev := m.fstype == "devpts" || ((m.fstype == "devtmpfs" || m.fstype == "tmpfs") && slices.Contains(deviceNodes, m.root))
+		if !hasOpt(m.opts, "nosuid") || (!dev && !hasOpt(m.opts, "nodev")) {
+			bad = append(bad, m.target+" ("+m.opts+")")
+		}
+	}
+	return Check{Name: "mounts_nodev", Want: "every mount nosuid, and nodev but devpts and the bound device nodes " + strings.Join(deviceNodes, " "),
+		Got: fmt.Sprintf("%d mounts; without them: %v", len(ms), bad), OK: len(bad) == 0, Source: src}
 }
 
 // ptyMaxCheck reads the max= of the sandbox's devpts instance: the

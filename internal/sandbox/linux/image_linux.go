@@ -266,9 +266,11 @@ func (sb *linuxSandbox) imageConfig(cfg *sbinit.Config, in *evidence.Inputs) err
 	cfg.Rlimits = clampRlimits(img.Rlimits, cfg.NoFile, cfg.FSize)
 	in.UID, in.GID, in.Groups, in.Hostname = cfg.UID, cfg.GID, cfg.Groups, cfg.Hostname
 	in.RootWritable, in.RootIdmapped = img.Writable, true
-	if cfg.UID == 0 && cfg.GID == 0 {
-		// The init's non-dumpable /proc files and the program carry the
-		// same ids: judge the probe instead (sbinit's memprobe_linux.go).
+	if cfg.UID == 0 {
+		// The init's non-dumpable /proc files belong to the namespace's
+		// root, which is the program's uid whatever its gid: the owner
+		// cannot tell, so judge the probe instead (sbinit's
+		// memprobe_linux.go; its children carry the program's ids).
 		cfg.MemProbe, in.MemProbe = true, [2]string{sbinit.MemProbeControl, sbinit.MemProbeAttempt}
 	}
 	in.Rlimits = map[string][2]uint64{}

@@ -413,6 +413,10 @@ func (sb *linuxSandbox) prepareTrees() error {
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "bind "+h.path, err)
 		}
+		if err := sb.testClearNodev(fd, "bind-nodev"); err != nil {
+			unix.Close(fd)
+			return failure.Fail(failure.KindProvision, "bind "+h.path, err)
+		}
 		sb.trees = append(sb.trees, tree{fd: fd, target: h.target, writable: h.writable})
 	}
 	if sb.rootfs != nil {
@@ -434,7 +438,22 @@ func (sb *linuxSandbox) prepareTrees() error {
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "rootfs", err)
 		}
+		if err := sb.testClearNodev(fd, "root-nodev"); err != nil {
+			unix.Close(fd)
+			return failure.Fail(failure.KindProvision, "rootfs", err)
+		}
 		sb.rootTree = fd
 	}
 	return nil
+}
+
+// testClearNodev (test builds only, layer named): clears nosuid and nodev
+// on a prepared tree, the positive control of the evidence's root and
+// mounts_nodev facts and of a device node's denial.
+func (sb *linuxSandbox) testClearNodev(tree int, layer string) error {
+	if !sb.skip(layer) {
+		return nil
+	}
+	attr := unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	return unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr)
 }

@@ -11,7 +11,7 @@ import (
 // The /proc/1/mem probe. A non-dumpable init keeps a same-uid program
 // from opening /proc/1/mem; the trusted side judges that by the owner of
 // the init's /proc/PID/mem (its namespace's root, not the program's uid).
-// When the program IS the namespace's root (an image's uid 0 and gid 0)
+// When the program IS the namespace's root (an image's uid 0, any gid)
 // the owners coincide and cannot tell, so the init makes the attempt the
 // program could make and leaves the kernel's answer for the host to read:
 // after hardening (every layer in place), it forks two children with its

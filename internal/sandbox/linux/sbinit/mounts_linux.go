@@ -119,7 +119,11 @@ func buildRoot(cfg *Config) error {
 		return err
 	}
 	if !cfg.RootWritable {
-		if err := remountRO("/"); err != nil {
+		flags := uintptr(roFlags)
+		if skip(cfg, "root-nodev") {
+			flags = unix.MS_RDONLY // test builds: the root's nodev,nosuid control
+		}
+		if err := remount("/", flags); err != nil {
 			return err
 		}
 	}
