@@ -342,7 +342,7 @@ func (c *ContainerdCRI) Close() error {
 			cri.Close()
 		}
 		cancel()
-		stopPID(c.pid, 15*time.Second)
+		terminate(c.pid, 15*time.Second)
 		c.pid = 0
 	}
 	for _, pid := range c.ShimPIDs() {
@@ -364,20 +364,6 @@ func (c *ContainerdCRI) Close() error {
 	return nil
 }
 
-// stopPID sends SIGTERM to pid (a process this package started), waits
-// up to grace for it to go, then SIGKILLs it.
-func stopPID(pid int, grace time.Duration) {
-	_ = unix.Kill(pid, unix.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if unix.Kill(pid, 0) != nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = unix.Kill(pid, unix.SIGKILL)
-}
-
 // ShimPIDs are the runc v2 shims serving this containerd: the processes
 // whose command line names its socket as their -address (a path under
 // this test's own temporary directory, so never another engine's shim).
@@ -395,21 +381,16 @@ func (c *ContainerdCRI) ShimOf(id string) int {
 
 // shims lists the shims of this containerd's socket, only those started
 // for task id if it is not empty.
-func (c *ContainerdCRI) shims(id string) []int {
+func (c *ContainerdCRI) shims(id string) []int { return shimsOf(c.Socket, id) }
+
+// shimsOf lists the live shims whose command line names socket as their
+// -address and, when id is not empty, id as their -id.
+func shimsOf(socket, id string) []int {
 	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if flagValue(args, "-address") == c.Socket && (id == "" || flagValue(args, "-id") == id) {
-			pids = append(pids, pid)
+	for _, p := range Processes() {
+		args := cmdline(p)
+		if flagValue(args, "-address") == socket && (id == "" || flagValue(args, "-id") == id) && alive(p) {
+			pids = append(pids, p)
 		}
 	}
 	return pids

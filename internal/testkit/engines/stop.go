@@ -35,10 +35,10 @@ func (d *Docker) stop() {
 			}
 			cancel()
 		}
-		terminate(d.PID)
+		terminate(d.PID, 20*time.Second)
 	}
 	if d.ContainerdPID > 0 {
-		terminate(d.ContainerdPID)
+		terminate(d.ContainerdPID, 20*time.Second)
 	}
 	for _, pid := range d.Shims() {
 		_ = unix.Kill(pid, unix.SIGKILL)
@@ -57,11 +57,11 @@ func (d *Docker) stop() {
 	}
 }
 
-// terminate sends SIGTERM to pid and waits up to 20 s for it to go, then
-// SIGKILLs it.
-func terminate(pid int) {
+// terminate sends SIGTERM to pid (a process this package started) and
+// waits up to grace for it to go, then SIGKILLs it.
+func terminate(pid int, grace time.Duration) {
 	_ = unix.Kill(pid, unix.SIGTERM)
-	for deadline := time.Now().Add(20 * time.Second); alive(pid) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(grace); alive(pid) && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if alive(pid) {
@@ -84,30 +84,13 @@ func alive(pid int) bool {
 
 // Shims lists the live containerd shims of this daemon's containerd: the
 // processes whose command line names its socket as -address.
-func (d *Docker) Shims() []int {
-	var pids []int
-	for _, p := range Processes() {
-		args := cmdline(p)
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "-address" && args[i+1] == d.ContainerdSock && alive(p) {
-				pids = append(pids, p)
-				break
-			}
-		}
-	}
-	return pids
-}
+func (d *Docker) Shims() []int { return shimsOf(d.ContainerdSock, "") }
 
 // ShimOf is the pid of the shim serving container id (its command line
 // names this containerd and `-id ID`), or 0.
 func (d *Docker) ShimOf(id string) int {
-	for _, p := range d.Shims() {
-		args := cmdline(p)
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "-id" && args[i+1] == id {
-				return p
-			}
-		}
+	if p := shimsOf(d.ContainerdSock, id); len(p) > 0 {
+		return p[0]
 	}
 	return 0
 }
