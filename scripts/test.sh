@@ -76,3 +76,6 @@ fi
 # package took 768 s here with the engine and runtime-tools tests (20m per
 # package left too little room on a machine up to 3x slower).
 go test -count=1 -p 1 -timeout 30m ./...
+# The provider's positive controls that need a layer left out (the test
+# build's Options.TestSkip): the same package built with cordon_testhooks.
+go test -count=1 -p 1 -timeout 10m -tags cordon_testhooks -run 'Control$' ./internal/sandbox/linux/

@@ -54,6 +54,11 @@ type Inputs struct {
 	// RootIdmapped: the root is an image's, idmapped onto the lease
 	// (image mode, read-only or writable): its mount must say idmapped.
 	RootIdmapped bool
+	// RootOverlay: the image's root is cordon's overlay of an engine's
+	// layers, each idmapped onto the lease. The overlay's own mount is
+	// not idmapped (its layers are): what the host sees through the
+	// sandbox's root must then be owned by the lease's ids.
+	RootOverlay bool
 	// Rlimits are further limits the init applied (an image's, lowered
 	// only), by their /proc/PID/limits name: soft and hard. An entry for
 	// open files or file size replaces NoFile or FSize.
@@ -428,8 +433,11 @@ func filesystemChecks(proc string, in Inputs) []Check {
 		c.Got = fmt.Sprint("unreadable: ", err)
 		return append(out, c)
 	}
+	if in.RootOverlay {
+		c = overlayRootCheck(proc, in, ms)
+	}
 	for _, m := range ms {
-		if m.target == "/" {
+		if m.target == "/" && !in.RootOverlay {
 			c.Got = m.opts
 			inert := hasOpt(m.opts, "nosuid") && hasOpt(m.opts, "nodev")
 			c.OK = inert && hasOpt(m.opts, "ro") && (!in.RootIdmapped || hasOpt(m.opts, "idmapped"))

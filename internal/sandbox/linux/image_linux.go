@@ -266,6 +266,7 @@ func (sb *linuxSandbox) imageConfig(cfg *sbinit.Config, in *evidence.Inputs) err
 	cfg.Rlimits = clampRlimits(img.Rlimits, cfg.NoFile, cfg.FSize)
 	in.UID, in.GID, in.Groups, in.Hostname = cfg.UID, cfg.GID, cfg.Groups, cfg.Hostname
 	in.RootWritable, in.RootIdmapped = img.Writable, true
+	in.RootOverlay = sb.rootOverlay != nil
 	if cfg.UID == 0 {
 		// The init's non-dumpable /proc files belong to the namespace's
 		// root, which is the program's uid whatever its gid: the owner

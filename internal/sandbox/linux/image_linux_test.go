@@ -455,34 +455,6 @@ func TestImageRootfsUnderRun(t *testing.T) {
 	}
 }
 
-// TestImageOverlayRootRefused: an overlayfs root (the engines' default
-// snapshotter) cannot be idmapped on this kernel (mount_setattr EINVAL):
-// image mode refuses it, by name, rather than run the image's files as
-// nobody's.
-func TestImageOverlayRootRefused(t *testing.T) {
-	p := newImageProvider(t)
-	layers := t.TempDir()
-	lower := imageRoot(t, layers)
-	upper, work, mnt := filepath.Join(layers, "upper"), filepath.Join(layers, "work"), filepath.Join(layers, "merged")
-	for _, d := range []string{upper, work, mnt} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unix.Mount("overlay", mnt, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-	sb, err := p.Provision(context.Background(), imageSpec(mnt, sandbox.Image{Writable: true}, "true"))
-	if err == nil {
-		sb.Deprovision(context.Background())
-		t.Skip("this kernel idmaps overlayfs mounts: nothing to refuse")
-	}
-	if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(err.Error(), "idmapped") {
-		t.Fatalf("Provision(overlay root) = %v, want %s naming idmapped mounts", err, failure.KindUnsupported)
-	}
-}
-
 // TestImageRefusals: what image mode refuses before it builds anything.
 func TestImageRefusals(t *testing.T) {
 	p := newImageProvider(t)

@@ -429,10 +429,11 @@ func (sb *linuxSandbox) prepareTrees() error {
 				return failure.Fail(failure.KindProvision, "rootfs idmap", err)
 			}
 		}
-		fd, err := detachedTreeNS(sb.rootfs, ns)
-		if err != nil && failure.KindOf(err) == failure.KindUnsupported {
-			// Say so as it is (an overlayfs root, for one, cannot be
-			// idmapped on this kernel): not a provisioning fault.
+		fd, err := sb.rootTreeFD(ns)
+		if err != nil && slices.Contains([]failure.Kind{failure.KindUnsupported, failure.KindPolicyRejected}, failure.KindOf(err)) {
+			// Say so as it is (a filesystem that cannot be idmapped, an
+			// engine overlay cordon cannot read back): not a
+			// provisioning fault.
 			return err
 		}
 		if err != nil {

@@ -55,6 +55,9 @@ type linuxSandbox struct {
 	idm      *idmapper
 	trees    []tree
 	rootTree int
+	// rootOverlay: the root is cordon's overlay of an engine's layers
+	// (overlay_linux.go), nil otherwise.
+	rootOverlay *overlayOpts
 	cg       *cgroup.Group
 	gwcg     *cgroup.Group // the gateway's group, beside cg (gatewaycg_linux.go)
 	cfg      sbinit.Config

@@ -1,0 +1,256 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/sandbox"
+)
+
+// engineLayers is an engine's overlay as Docker's overlay2 makes one: two
+// lower layers (the image), an upper and a work directory side by side,
+// mounted with the legacy lowerdir list at merged.
+type engineLayers struct {
+	lower, lower2, upper, work, merged string
+}
+
+func (l engineLayers) remount(t *testing.T) {
+	t.Helper()
+	if err := unix.Unmount(l.merged, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s:%s,upperdir=%s,workdir=%s", l.lower2, l.lower, l.upper, l.work)
+	if err := unix.Mount("overlay", l.merged, "overlay", 0, opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newEngineOverlay(t *testing.T, extra string) engineLayers {
+	t.Helper()
+	base := t.TempDir()
+	l := engineLayers{lower: imageRoot(t, base), lower2: filepath.Join(base, "layer2"),
+		upper: filepath.Join(base, "snap", "diff"), work: filepath.Join(base, "snap", "work"), merged: filepath.Join(base, "merged")}
+	for _, d := range []string{filepath.Join(l.lower2, "etc"), l.upper, l.work, l.merged} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, dir := range map[string]string{"base": l.lower, "gone": l.lower, "layer2": l.lower2} {
+		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s:%s,upperdir=%s,workdir=%s%s", l.lower2, l.lower, l.upper, l.work, extra)
+	if err := unix.Mount("overlay", l.merged, "overlay", 0, opts); err != nil {
+		t.Fatalf("mount the engine's overlay (%s): %v", opts, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(l.merged, unix.MNT_DETACH) })
+	return l
+}
+
+// TestImageOverlayRoot: an image whose root is an engine's overlay runs on
+// cordon's own overlay of the same layers, idmapped. Read from the host:
+// the evidence's root fact (an overlay, its entries owned by the lease),
+// and the engine's upper layer on disk — what the program wrote is stored
+// with the image's ids (0, and 1234), a deleted lower file is a whiteout,
+// the lower layers are untouched.
+func TestImageOverlayRoot(t *testing.T) {
+	p := newImageProvider(t)
+	l := newEngineOverlay(t, ",index=off")
+	script := "cat /etc/layer2 /etc/base >/dev/null && echo new > /etc/new && echo more >> /etc/base && rm /etc/gone"
+	sb, rec := startImageRecord(t, p, imageSpec(l.merged, sandbox.Image{Writable: true}, script))
+	if ex, err := sb.Wait(context.Background()); err != nil || ex.Code != 0 {
+		t.Fatalf("program: %+v %v (uid 0 reads both layers, writes /etc)", ex, err)
+	}
+	if !hasFact(rec, evidence.Filesystem, "root_writable_idmapped") {
+		t.Fatalf("root fact not verified: %v", failedFacts(rec))
+	}
+	for _, f := range rec.Boundaries[evidence.Filesystem].Facts {
+		if f.Name == "root_writable_idmapped" && !strings.HasPrefix(f.Got, "overlay ") {
+			t.Errorf("the root fact read %q, want cordon's overlay", f.Got)
+		}
+	}
+	wantOwned(t, filepath.Join(l.upper, "etc", "new"), 0, "new\n")
+	wantOwned(t, filepath.Join(l.upper, "etc", "base"), 0, "base\nmore\n")
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(l.upper, "etc", "gone"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+		t.Errorf("upper etc/gone: %+v %v, want a whiteout (char 0:0)", st, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(l.lower, "etc", "base")); err != nil || string(b) != "base\n" {
+		t.Errorf("lower layer changed: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(l.lower, "etc", "gone")); err != nil {
+		t.Errorf("lower layer lost etc/gone: %v", err)
+	}
+
+	// The image's uid 1234 owns /work in the lower layer: its write is
+	// stored as 1234 in the upper layer. The engine mounts a container's
+	// root afresh for each start; so does this test (a mount left up
+	// keeps its own cached view of what the other overlay changed).
+	l.remount(t)
+	sb2, _ := startImageRecord(t, p, imageSpec(l.merged, sandbox.Image{UID: 1234, GID: 1234, Writable: true}, "echo w > /work/f"))
+	if ex, err := sb2.Wait(context.Background()); err != nil || ex.Code != 0 {
+		t.Fatalf("uid 1234: %+v %v", ex, err)
+	}
+	wantOwned(t, filepath.Join(l.upper, "work", "f"), 1234, "w\n")
+}
+
+func wantOwned(t *testing.T, path string, id uint32, content string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	if st.Uid != id || st.Gid != id {
+		t.Errorf("%s owned by %d:%d on disk, want %d:%d (the image's ids)", path, st.Uid, st.Gid, id, id)
+	}
+	if b, _ := os.ReadFile(path); string(b) != content {
+		t.Errorf("%s holds %q, want %q", path, b, content)
+	}
+}
+
+// TestImageOverlayRootReadOnly: a read-only image root over an engine's
+// overlay: the write is refused and nothing reaches the upper layer.
+func TestImageOverlayRootReadOnly(t *testing.T) {
+	p := newImageProvider(t)
+	l := newEngineOverlay(t, "")
+	sb, rec := startImageRecord(t, p, imageSpec(l.merged, sandbox.Image{}, "cat /etc/layer2 && echo x > /etc/new"))
+	ex, err := sb.Wait(context.Background())
+	if err != nil || ex.Code == 0 {
+		t.Fatalf("program: %+v %v, want the write refused", ex, err)
+	}
+	if _, err := os.Lstat(filepath.Join(l.upper, "etc", "new")); err == nil {
+		t.Errorf("a read-only root's write reached the upper layer")
+	}
+	if !hasFact(rec, evidence.Filesystem, "root_read_only") {
+		t.Errorf("root fact not verified: %v", failedFacts(rec))
+	}
+}
+
+// TestImageOverlayRootRefusals: what cordon cannot read back from an
+// engine's overlay it refuses, by name, before any sandbox exists.
+func TestImageOverlayRootRefusals(t *testing.T) {
+	p := newImageProvider(t)
+	provision := func(root string, img sandbox.Image) error {
+		sb, err := p.Provision(context.Background(), imageSpec(root, img, "true"))
+		if err == nil {
+			sb.Deprovision(context.Background())
+		}
+		return err
+	}
+	t.Run("index=on", func(t *testing.T) {
+		l := newEngineOverlay(t, ",index=on")
+		err := provision(l.merged, sandbox.Image{Writable: true})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "index=on") {
+			t.Fatalf("Provision = %v, want %s naming index=on", err, failure.KindUnsupported)
+		}
+	})
+	t.Run("subdirectory", func(t *testing.T) {
+		l := newEngineOverlay(t, "")
+		err := provision(filepath.Join(l.merged, "etc"), sandbox.Image{})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "not its root") {
+			t.Fatalf("Provision = %v, want %s: a directory inside an overlay", err, failure.KindUnsupported)
+		}
+	})
+	t.Run("new-mount-api", func(t *testing.T) {
+		root := newAPIOverlay(t)
+		err := provision(root, sandbox.Image{})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "lowerdir+") {
+			t.Fatalf("Provision = %v, want %s naming lowerdir+", err, failure.KindUnsupported)
+		}
+	})
+}
+
+// newAPIOverlay mounts a read-only overlay made with the new mount API
+// (layers by descriptor): its mount table line says lowerdir+=/.
+func newAPIOverlay(t *testing.T) string {
+	t.Helper()
+	base := t.TempDir()
+	lower := imageRoot(t, base)
+	merged := filepath.Join(base, "merged")
+	if err := os.Mkdir(merged, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	second := filepath.Join(base, "layer2")
+	if err := os.Mkdir(second, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := overlayOpts{Lower: []string{second, lower}}
+	layers, err := openOverlayLayers(o, "/nonexistent-state", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layers.close()
+	m, err := mountOverlay(o, layers, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(m)
+	if err := unix.MoveMount(m, "", unix.AT_FDCWD, merged, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	return merged
+}
+
+// TestOverlaySameView is sameView's positive control: cordon's overlay of
+// the engine's layers passes; the same overlay over another upper layer
+// (an empty directory: what a misread path could name) or without a
+// lower layer is refused.
+func TestOverlaySameView(t *testing.T) {
+	requireSandboxes(t)
+	l := newEngineOverlay(t, "")
+	if err := os.WriteFile(filepath.Join(l.merged, "etc", "engine-wrote"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := openNoFollow(l.merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &hostPath{fd: fd, path: l.merged}
+	defer engine.close()
+	other := t.TempDir()
+	for _, d := range []string{"diff", "work"} {
+		if err := os.Mkdir(filepath.Join(other, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		o    overlayOpts
+		same bool
+	}{
+		{"the engine's layers", overlayOpts{Lower: []string{l.lower2, l.lower}, Upper: l.upper, Work: l.work}, true},
+		{"another upper", overlayOpts{Lower: []string{l.lower2, l.lower}, Upper: filepath.Join(other, "diff"), Work: filepath.Join(other, "work")}, false},
+		{"a lower missing", overlayOpts{Lower: []string{l.lower}, Upper: l.upper, Work: l.work}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			layers, err := openOverlayLayers(tc.o, "/nonexistent-state", -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer layers.close()
+			m, err := mountOverlay(tc.o, layers, 0, 0, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(m)
+			err = sameView(engine, m)
+			if tc.same && err != nil {
+				t.Fatalf("sameView = %v, want the same tree", err)
+			}
+			if !tc.same && (err == nil || !strings.Contains(err.Error(), "does not show the engine's tree")) {
+				t.Fatalf("sameView = %v, want the difference named", err)
+			}
+		})
+	}
+}
