@@ -58,12 +58,12 @@ type linuxSandbox struct {
 	// rootOverlay: the root is cordon's overlay of an engine's layers
 	// (overlay_linux.go), nil otherwise.
 	rootOverlay *overlayOpts
-	cg       *cgroup.Group
-	gwcg     *cgroup.Group // the gateway's group, beside cg (gatewaycg_linux.go)
-	cfg      sbinit.Config
-	prog     *filter.Program
-	tcpBytes int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
-	tcpOver  bool  // watchTCP ended the sandbox: its socket memory passed the limit
+	cg          *cgroup.Group
+	gwcg        *cgroup.Group // the gateway's group, beside cg (gatewaycg_linux.go)
+	cfg         sbinit.Config
+	prog        *filter.Program
+	tcpBytes    int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
+	tcpOver     bool  // watchTCP ended the sandbox: its socket memory passed the limit
 
 	cmd    *exec.Cmd
 	v1Home []string // the v1 tasks files the spawning thread came from
