@@ -105,8 +105,12 @@ func testCRIPosture(t *testing.T, e *engine) {
 				}
 				if a["dev.cordon.evidence"] == "" {
 					t.Errorf("cordon oci state %s names no evidence record", s)
-				} else if _, err := os.Stat(a["dev.cordon.evidence"]); err != nil {
+				} else if ev, err := os.ReadFile(a["dev.cordon.evidence"]); err != nil {
 					t.Errorf("evidence record of %s: %v", s, err)
+				} else if !strings.Contains(string(ev), `"got": "overlay ro,`) && !strings.Contains(string(ev), `"got": "overlay rw,`) {
+					// The overlayfs snapshotter's root, rebuilt by cordon
+					// from idmapped layers (docs/oci.md "Overlay roots").
+					t.Errorf("evidence record of %s: the root fact does not read cordon's overlay\n%.3000s", s, ev)
 				}
 			}
 		})

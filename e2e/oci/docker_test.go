@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ func TestDocker(t *testing.T) {
 			t.Run("detached exec stop rm", func(t *testing.T) { testDetached(t, d, rt) })
 			t.Run("interactive", func(t *testing.T) { testInteractive(t, d, rt) })
 			t.Run("restart policy", func(t *testing.T) { testRestart(t, d, rt) })
+			t.Run("overlay2 root", func(t *testing.T) { testOverlayRoot(t, d, rt) })
 		})
 	}
 	t.Run("refused", func(t *testing.T) { testRefused(t, d) })
@@ -218,9 +220,44 @@ func testEvidence(t *testing.T, d *engines.Docker) {
 			if err != nil || !strings.Contains(string(ev), "DEDICATED_CONTAINER") || !strings.Contains(string(ev), s.SandboxID) {
 				t.Errorf("evidence record %s: %v; want it to name the sandbox and DEDICATED_CONTAINER\n%.2000s", s.Annotations["dev.cordon.evidence"], err, ev)
 			}
+			// The root is cordon's overlay of overlay2's layers, judged by
+			// the owners the host sees (docs/oci.md "Overlay roots").
+			if !strings.Contains(string(ev), `"got": "overlay rw,`) {
+				t.Errorf("evidence record %s: the root fact does not read cordon's overlay\n%.3000s", s.Annotations["dev.cordon.evidence"], ev)
+			}
 			if len(cgroupDirsOf(s.SandboxID)) == 0 {
 				t.Errorf("no cordon cgroup of sandbox %s while its container runs", s.SandboxID)
 			}
 		}
+	}
+}
+
+// testOverlayRoot: on docker's overlay2 a container writes and deletes in
+// its root; read from the host, overlay2's upper directory holds the new
+// file owned by the image's uid 0 (as under runc, the control) and a
+// whiteout for the deleted one; a second start of the same container
+// (the engine mounts its root afresh) sees both changes.
+func testOverlayRoot(t *testing.T, d *engines.Docker, rt string) {
+	name := "ovl-" + rt + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	script := "if [ -e /etc/written ]; then cat /etc/written; [ -e /etc/debian_version ] || echo gone; else echo w > /etc/written && rm /etc/debian_version; fi"
+	d.Must(t, base(rt, "--name", name, image, "sh", "-c", script)...)
+	t.Cleanup(func() { d.Run(t, "rm", "-f", name) })
+	if drv := inspect(t, d, name, "{{.GraphDriver.Name}}"); drv != "overlay2" {
+		t.Fatalf("graph driver %q, want overlay2", drv)
+	}
+	upper := inspect(t, d, name, "{{.GraphDriver.Data.UpperDir}}")
+	st, err := os.Lstat(filepath.Join(upper, "etc", "written"))
+	if err != nil {
+		t.Fatalf("upper layer %s: %v", upper, err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 0 || sys.Gid != 0 {
+		t.Errorf("%s: the container's uid 0 wrote etc/written, stored as %d:%d; want 0:0", rt, sys.Uid, sys.Gid)
+	}
+	wo, err := os.Lstat(filepath.Join(upper, "etc", "debian_version"))
+	if err != nil || wo.Mode()&os.ModeCharDevice == 0 {
+		t.Errorf("%s: no whiteout for etc/debian_version in the upper layer (%v, %v)", rt, wo, err)
+	}
+	if out := d.Must(t, "start", "-a", name); out != "w\ngone" {
+		t.Errorf("%s: the second start printed %q, want the first one's changes (w, gone)", rt, out)
 	}
 }

@@ -161,13 +161,11 @@ func (c *ContainerdCRI) boot(bin, rootfs string, cmd []string, runtimes []Runtim
 	return nil
 }
 
-// Snapshotter is the containerd snapshotter the CRI tests use: "native"
-// (a plain directory per container), not overlayfs. cordon mounts a
-// container's root through an idmapped mount, and an overlayfs mount
-// refuses to be idmapped on the kernels these tests run on (checked on
-// 6.18: mount_setattr(MOUNT_ATTR_IDMAP) of containerd's overlay rootfs
-// fails with EINVAL, and cordon refuses the container, fail-closed).
-const Snapshotter = "native"
+// Snapshotter is the containerd snapshotter the CRI tests use:
+// overlayfs, containerd's default. cordon runs each container on an
+// overlay of its own over idmapped clones of the snapshot's layers
+// (internal/sandbox/linux overlay_linux.go).
+const Snapshotter = "overlayfs"
 
 // CNIBinDir is where Debian's containernetworking-plugins puts the CNI
 // plugins.

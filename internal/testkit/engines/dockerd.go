@@ -52,12 +52,12 @@ type Containerd struct {
 // Namespace is the containerd namespace dockerd keeps its containers in.
 const Namespace = "moby"
 
-// StorageDriver is the dockerd storage driver: vfs, plain directories on
-// the host's ext4, because cordon idmaps a container's root and this
-// kernel (6.18) cannot idmap an overlayfs mount (overlay2, docker's
-// default, is refused by cordon as unsupported; docs/oci.md). runc runs
-// on it as well, so the two runtimes are compared on the same storage.
-const StorageDriver = "vfs"
+// StorageDriver is the dockerd storage driver: overlay2, docker's
+// default. The kernel cannot idmap an overlay mount; cordon makes an
+// overlay of its own over idmapped clones of the engine's layers
+// (internal/sandbox/linux overlay_linux.go). runc runs on it as well, so
+// the two runtimes are compared on the same storage.
+const StorageDriver = "overlay2"
 
 // Dockerd starts a private dockerd with the runtimes given (name → path
 // of a program taking the runc command line; `runc` is always there) and
