@@ -22,7 +22,7 @@ import (
 func TestDocker(t *testing.T) {
 	testkit.RequireRoot(t)
 	testkit.RequireStaticBuild(t)
-	d := engines.Dockerd(t, map[string]string{"cordon": cordonOCI})
+	d := engines.DockerdWith(t, map[string]engines.DockerRuntime{"cordon": {Path: cordonOCI, VolumeRoot: true}})
 	d.Import(t, engines.Image(t), image)
 	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) {
@@ -31,6 +31,7 @@ func TestDocker(t *testing.T) {
 			t.Run("interactive", func(t *testing.T) { testInteractive(t, d, rt) })
 			t.Run("restart policy", func(t *testing.T) { testRestart(t, d, rt) })
 			t.Run("overlay2 root", func(t *testing.T) { testOverlayRoot(t, d, rt) })
+			t.Run("named volume", func(t *testing.T) { testNamedVolume(t, d, rt) })
 		})
 	}
 	t.Run("refused", func(t *testing.T) { testRefused(t, d) })
@@ -260,4 +261,31 @@ func testOverlayRoot(t *testing.T, d *engines.Docker, rt string) {
 	if out := d.Must(t, "start", "-a", name); out != "w\ngone" {
 		t.Errorf("%s: the second start printed %q, want the first one's changes (w, gone)", rt, out)
 	}
+}
+
+// testNamedVolume: a docker named volume (under DATA-ROOT/volumes, which
+// the harness registers as cordon's --volume-root, as an operator does)
+// is written by the container's uid 0 and read by a second container;
+// on the host the file is owned by 0, as under runc (the control).
+func testNamedVolume(t *testing.T, d *engines.Docker, rt string) {
+	vol := "vol-" + rt + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	d.Must(t, "volume", "create", vol)
+	t.Cleanup(func() { d.Run(t, "volume", "rm", "-f", vol) })
+	d.Must(t, base(rt, "--rm", "-v", vol+":/data", image, "sh", "-c", "echo v > /data/f")...)
+	if out := d.Must(t, base(rt, "--rm", "-v", vol+":/data", image, "cat", "/data/f")...); out != "v" {
+		t.Errorf("%s: the second container read %q from the volume, want v", rt, out)
+	}
+	mp := inspectVolume(t, d, vol)
+	st, err := os.Lstat(filepath.Join(mp, "f"))
+	if err != nil {
+		t.Fatalf("%s: the volume's file on the host: %v", rt, err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 0 || sys.Gid != 0 {
+		t.Errorf("%s: the container's uid 0 wrote the volume's f, stored as %d:%d; want 0:0", rt, sys.Uid, sys.Gid)
+	}
+}
+
+func inspectVolume(t *testing.T, d *engines.Docker, vol string) string {
+	t.Helper()
+	return d.Must(t, "volume", "inspect", "-f", "{{.Mountpoint}}", vol)
 }

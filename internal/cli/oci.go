@@ -35,6 +35,7 @@ type ociFlags struct {
 	criu          string
 	level         string
 	configDir     string
+	volumeRoots   []string
 }
 
 func ociCmd(g *globals) *cobra.Command {
@@ -70,6 +71,7 @@ See docs/oci.md.`,
 	pf.StringVar(&o.rootless, "rootless", "auto", "accepted for engines; cordon runs as root")
 	pf.StringVar(&o.criu, "criu", "", "accepted for engines; checkpointing is not supported")
 	pf.StringVar(&o.level, "level", sandbox.DedicatedContainer.String(), "HOST OPERATOR: isolation level every container must evidence (set in the engine's runtime arguments)")
+	pf.StringArrayVar(&o.volumeRoots, "volume-root", nil, "HOST OPERATOR: a directory where the engine keeps its volumes (Docker: DATA-ROOT/volumes; kubelet: /var/lib/kubelet/pods), repeatable; a bind from below it holds the image's ids and is mapped as the image's root (writable whatever its owner); root's, writable by no one else")
 	pf.StringVar(&o.configDir, "config-dir", "/etc/cordon/oci", "HOST OPERATOR: directory of the gateway configurations a container may name (annotation dev.cordon.config=NAME → DIR/NAME.yaml)")
 	_ = pf.MarkHidden("criu")
 	// The OCI runtime command line: an unknown command exits non-zero
@@ -133,7 +135,26 @@ func (o *ociFlags) options() (oci.Options, error) {
 	if !filepath.IsAbs(o.configDir) {
 		return oci.Options{}, failure.Failf(failure.KindUsage, "oci", "--config-dir %q is not an absolute path", o.configDir)
 	}
-	return oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper}, nil
+	var roots []string
+	for _, r := range o.volumeRoots {
+		if !filepath.IsAbs(r) || filepath.Clean(r) == "/" {
+			return oci.Options{}, failure.Failf(failure.KindUsage, "oci", "--volume-root %q: an absolute directory below /", r)
+		}
+		roots = append(roots, filepath.Clean(r))
+	}
+	return oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper, VolumeRoots: roots}, nil
+}
+
+// checkVolumeRoots: each volume root is root's and writable by no one
+// else, as is every directory above it — no other user can put a
+// directory of theirs where a volume is looked for.
+func checkVolumeRoots(roots []string) error {
+	for _, r := range roots {
+		if err := oci.CheckOperatorDir(r); err != nil {
+			return failure.Failf(failure.KindPolicyRejected, "oci", "--volume-root %s: %v", r, err)
+		}
+	}
+	return nil
 }
 
 // isKeeper reports whether pid is a live keeper of a container under

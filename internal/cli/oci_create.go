@@ -84,6 +84,9 @@ func (o *ociFlags) create(ctx context.Context, id string, f *ociCreateFlags) err
 	if err != nil {
 		return err
 	}
+	if err := checkVolumeRoots(opts.VolumeRoots); err != nil {
+		return err
+	}
 	// Checked here first so that a refusal names its field at once; the
 	// keeper maps the same bytes again.
 	s, raw, err := oci.Load(bundle)
@@ -186,6 +189,9 @@ func (o *ociFlags) spawnKeeper(ctx context.Context, id, bundle, console string) 
 // forwardArgs are the global flags a child of `cordon oci` gets.
 func (o *ociFlags) forwardArgs() []string {
 	a := []string{"--state-dir", o.g.stateDir, "--provider", o.g.provider, "oci", "--root", o.root, "--level", o.level, "--config-dir", o.configDir}
+	for _, r := range o.volumeRoots {
+		a = append(a, "--volume-root", r)
+	}
 	if o.logPath != "" {
 		a = append(a, "--log", o.logPath)
 	}

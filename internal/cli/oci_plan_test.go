@@ -56,3 +56,28 @@ func TestOCIPlanRefusesUnsafeConfigDir(t *testing.T) {
 		t.Errorf("refusal of kind %s, want %s: %v", failure.KindOf(err), failure.KindPolicyRejected, err)
 	}
 }
+
+// TestOCIVolumeRoots: --volume-root must be an absolute directory below /
+// that is root's and writable by no one else; the control: the same
+// directory at 0755 is accepted.
+func TestOCIVolumeRoots(t *testing.T) {
+	for _, bad := range []string{"/", "relative/vols", ""} {
+		o := &ociFlags{g: &globals{}, level: "DEDICATED_CONTAINER", configDir: "/etc/cordon/oci", volumeRoots: []string{bad}}
+		if _, err := o.options(); err == nil {
+			t.Errorf("--volume-root %q accepted", bad)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "volumes")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkVolumeRoots([]string{dir}); err != nil {
+		t.Fatalf("control: a root-owned 0755 volume root refused: %v", err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkVolumeRoots([]string{dir}); failure.KindOf(err) != failure.KindPolicyRejected {
+		t.Errorf("a world-writable volume root: %v, want %s", err, failure.KindPolicyRejected)
+	}
+}

@@ -35,7 +35,7 @@ var engineFiles = []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf"}
 // /dev, which is cordon's own).
 var skipped = []string{"/dev/termination-log"}
 
-func mapMounts(ms []specs.Mount, m *Mapped) error {
+func mapMounts(ms []specs.Mount, m *Mapped, volumeRoots []string) error {
 	for i, mt := range ms {
 		field := fmt.Sprintf("mounts[%d] (%s)", i, clip(mt.Destination))
 		dst := filepath.Clean(mt.Destination)
@@ -60,7 +60,7 @@ func mapMounts(ms []specs.Mount, m *Mapped) error {
 		case slices.Contains(skipped, dst):
 			m.NotHonoured = append(m.NotHonoured, field+": not mounted")
 		case bind:
-			if err := mapBind(mt, dst, ro, field, m); err != nil {
+			if err := mapBind(mt, dst, ro, field, m, volumeRoots); err != nil {
 				return err
 			}
 		case mt.Type == "tmpfs":
@@ -89,7 +89,7 @@ func readOnly(opts []string) bool {
 	return slices.Contains(opts, "ro") || slices.Contains(opts, "rro")
 }
 
-func mapBind(mt specs.Mount, dst string, ro bool, field string, m *Mapped) error {
+func mapBind(mt specs.Mount, dst string, ro bool, field string, m *Mapped, volumeRoots []string) error {
 	if !filepath.IsAbs(mt.Source) {
 		return malformed(field, "bind source %q is not an absolute path", clip(mt.Source))
 	}
@@ -111,7 +111,13 @@ func mapBind(mt specs.Mount, dst string, ro bool, field string, m *Mapped) error
 			m.NotHonoured = append(m.NotHonoured, field+": propagation "+o+" not applied (cordon's binds are private)")
 		}
 	}
-	m.Spec.Binds = append(m.Spec.Binds, sandbox.Bind{Source: filepath.Clean(mt.Source), Target: dst, Writable: !ro})
+	src := filepath.Clean(mt.Source)
+	// An engine's volume (under a root the host operator declared) holds
+	// the image's ids: the provider maps it as the image's root. The
+	// provider opens the path without following a symlink, so what is
+	// bound is below the root as written.
+	imageIDs := slices.ContainsFunc(volumeRoots, func(r string) bool { return strings.HasPrefix(src, r+"/") })
+	m.Spec.Binds = append(m.Spec.Binds, sandbox.Bind{Source: src, Target: dst, Writable: !ro, ImageIDs: imageIDs})
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cordon-project/cordon/internal/sandbox"
 )
 
 // TestMapBindReadOnlyOptions: a bind asked read-only stays read-only
@@ -136,6 +138,42 @@ func TestMapDropsCordonAnnotations(t *testing.T) {
 	for _, k := range []string{AnnotationConfig, "io.kubernetes.cri.sandbox"} {
 		if m.Annotations[k] != s.Annotations[k] {
 			t.Errorf("control: %s lost (%q)", k, m.Annotations[k])
+		}
+	}
+}
+
+// TestMapVolumeRoots: a bind strictly below a volume root the operator
+// declared holds the image's ids (Bind.ImageIDs); the root itself, a
+// sibling with the root's name as a prefix, a path that climbs out with
+// "..", and any bind without declared roots do not.
+func TestMapVolumeRoots(t *testing.T) {
+	roots := []string{"/var/lib/docker/volumes"}
+	for _, c := range []struct {
+		src   string
+		roots []string
+		want  bool
+	}{
+		{"/var/lib/docker/volumes/v1/_data", roots, true},
+		{"/var/lib/docker/volumes/v1/_data", nil, false}, // control: none declared
+		{"/var/lib/docker/volumes", roots, false},
+		{"/var/lib/docker/volumes-other/v1", roots, false},
+		{"/var/lib/docker/volumes/../../../etc", roots, false},
+		{"/srv/data", roots, false},
+	} {
+		s, raw := load(t, "docker-config.json")
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: c.src, Options: []string{"rbind"}})
+		o := opts
+		o.VolumeRoots = c.roots
+		m, err := Map(s, raw, "/bundle", o)
+		if err != nil {
+			t.Fatalf("%s: Map: %v", c.src, err)
+		}
+		i := slices.IndexFunc(m.Spec.Binds, func(b sandbox.Bind) bool { return b.Target == "/data" })
+		if i < 0 {
+			t.Fatalf("%s: no bind of /data", c.src)
+		}
+		if got := m.Spec.Binds[i].ImageIDs; got != c.want {
+			t.Errorf("bind of %s with roots %v: ImageIDs %v, want %v", c.src, c.roots, got, c.want)
 		}
 	}
 }

@@ -56,6 +56,12 @@ type Options struct {
 	// host's namespaces, so the path is not a request for the host's:
 	// it is not joined, and recorded. nil: no pid is a keeper.
 	IsKeeper func(pid int) bool
+	// VolumeRoots are the directories under which an engine keeps its
+	// volumes (Docker's DATA-ROOT/volumes, kubelet's pods directory):
+	// a bind whose source is strictly below one holds the image's ids
+	// and is bound as the image's root is (sandbox.Bind.ImageIDs).
+	// Absolute and clean; none by default.
+	VolumeRoots []string
 }
 
 // Mapped is a bundle mapped onto the provider seam.
@@ -113,7 +119,7 @@ func Map(s *specs.Spec, raw []byte, bundle string, o Options) (*Mapped, error) {
 	if err := mapLinux(s.Linux, o, m); err != nil {
 		return nil, err
 	}
-	if err := mapMounts(s.Mounts, m); err != nil {
+	if err := mapMounts(s.Mounts, m, o.VolumeRoots); err != nil {
 		return nil, err
 	}
 	if err := mapHooks(s.Hooks, m); err != nil {

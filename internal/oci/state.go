@@ -106,6 +106,16 @@ func CheckAncestors(dir string) error {
 	}
 }
 
+// CheckOperatorDir: dir is a host operator's directory — a real
+// directory owned by root and writable by no one else, under directories
+// that are root's and writable by no one else (or sticky).
+func CheckOperatorDir(dir string) error {
+	if err := checkOwnDir(dir); err != nil {
+		return err
+	}
+	return CheckAncestors(dir)
+}
+
 // checkOwnDir: a real directory (not a symlink), owned by root, not
 // writable by group or others.
 func checkOwnDir(dir string) error {

@@ -40,6 +40,13 @@ type Bind struct {
 	// descriptor, never by a path. The provider checks what it is as for
 	// a path; the caller keeps and closes File.
 	File *os.File `json:"-"`
+	// ImageIDs: the source holds files with an image's ids (an engine's
+	// volume, which the engine filled from the image): idmapped as an
+	// image's root is — host id k is the sandbox's id k — and writable
+	// whatever its owner. Image mode only; `cordon oci` sets it for
+	// sources under a directory the host operator declared
+	// (--volume-root), never from a bundle.
+	ImageIDs bool `json:"image_ids,omitempty"`
 }
 
 // Limits bound the sandbox's resources. Zero means the provider default.

@@ -318,6 +318,9 @@ func (sb *linuxSandbox) openBinds() error {
 		}
 	}
 	for _, b := range spec.Binds {
+		if b.ImageIDs && spec.Image == nil {
+			return failure.Failf(failure.KindUsage, "bind", "%s: image ids (an engine's volume) need image mode", b.Source)
+		}
 		if slices.ContainsFunc(sb.binds, func(h *hostPath) bool { return h.target == filepath.Clean(b.Target) }) {
 			return failure.Failf(failure.KindUsage, "bind", "target %s is bound twice", b.Target)
 		}
@@ -409,7 +412,19 @@ func (sb *linuxSandbox) prepareTrees() error {
 		// --unsafe-root-workspace). A read-only bind of a root or system
 		// owned tree keeps its permissions: the program is "other" there.
 		idmap := h.writable || (h.st.Uid >= minUserUID && h.st.Gid >= minUserUID)
-		fd, err := detachedTree(h, sb.idm, idmap)
+		var fd int
+		var err error
+		if h.imageIDs {
+			// An engine's volume: the image's ids, as the root's.
+			l := sb.rec.Lease
+			ns, nerr := imageUserns(sb.idm, l.UID, l.GID, l.Size)
+			if nerr != nil {
+				return failure.Fail(failure.KindProvision, "bind idmap", nerr)
+			}
+			fd, err = detachedTreeNS(h, ns)
+		} else {
+			fd, err = detachedTree(h, sb.idm, idmap)
+		}
 		if err != nil {
 			return failure.Fail(failure.KindProvision, "bind "+h.path, err)
 		}

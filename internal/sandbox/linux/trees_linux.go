@@ -58,6 +58,7 @@ type hostPath struct {
 	st       unix.Stat_t
 	writable bool
 	target   string
+	imageIDs bool // idmapped onto the lease's range (Bind.ImageIDs)
 }
 
 func (h *hostPath) close() {
@@ -114,7 +115,7 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 			return nil, failure.Fail(failure.KindUsage, "bind", err)
 		}
 	}
-	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst}
+	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst, imageIDs: b.ImageIDs}
 	if err := unix.Fstat(fd, &h.st); err != nil {
 		h.close()
 		return nil, failure.Fail(failure.KindUsage, "bind", err)
@@ -128,7 +129,10 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 	// a system group (e.g. a "chown alice" directory left as alice:root)
 	// would hand the program that group's files and let it create files in
 	// it on the host.
-	if b.Writable && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
+	// An engine's volume (ImageIDs) holds the image's ids and is mapped
+	// as the image's root is: what the sandbox's uid k writes is the
+	// image's uid k's, as in the image's own layer.
+	if b.Writable && !b.ImageIDs && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
 		h.close()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, h.st.Uid, h.st.Gid, minUserUID, src)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,6 +66,25 @@ const StorageDriver = "overlay2"
 // under the daemon's own directories and removes them. A missing dockerd,
 // containerd or docker CLI is Unavailable (a failure under CI=true).
 func Dockerd(t testing.TB, runtimes map[string]string) *Docker {
+	t.Helper()
+	rts := make(map[string]DockerRuntime, len(runtimes))
+	for n, p := range runtimes {
+		rts[n] = DockerRuntime{Path: p}
+	}
+	return DockerdWith(t, rts)
+}
+
+// DockerRuntime is a runtime registered with dockerd.
+type DockerRuntime struct {
+	Path string
+	// VolumeRoot: the runtime is cordon's and gets, as its runtimeArgs,
+	// `--volume-root DATA-ROOT/volumes` — what the host operator sets so
+	// that docker's named volumes hold the image's ids (docs/oci.md).
+	VolumeRoot bool
+}
+
+// DockerdWith is Dockerd with runtimes that take arguments.
+func DockerdWith(t testing.TB, runtimes map[string]DockerRuntime) *Docker {
 	t.Helper()
 	testkit.RequireRoot(t)
 	why := "the Docker tests need Debian's docker.io and containerd (scripts/test.sh installs them)"
@@ -151,10 +170,26 @@ func (d *Docker) startContainerd(bin string) int {
 
 // startDockerd starts dockerd on the private containerd and waits until
 // its API answers /_ping.
-func (d *Docker) startDockerd(bin string, runtimes map[string]string) int {
+func (d *Docker) startDockerd(bin string, runtimes map[string]DockerRuntime) int {
 	d.t.Helper()
+	type entry struct {
+		Path        string   `json:"path"`
+		RuntimeArgs []string `json:"runtimeArgs,omitempty"`
+	}
+	rts := map[string]entry{}
+	for n, r := range runtimes {
+		e := entry{Path: r.Path}
+		if r.VolumeRoot {
+			e.RuntimeArgs = []string{"--volume-root", filepath.Join(d.DataRoot, "volumes")}
+		}
+		rts[n] = e
+	}
+	b, err := json.Marshal(map[string]any{"runtimes": rts})
+	if err != nil {
+		d.t.Fatal(err)
+	}
 	conf := filepath.Join(d.Dir, "daemon.json")
-	if err := os.WriteFile(conf, []byte("{}\n"), 0o600); err != nil {
+	if err := os.WriteFile(conf, b, 0o600); err != nil {
 		d.t.Fatal(err)
 	}
 	args := []string{
@@ -165,14 +200,6 @@ func (d *Docker) startDockerd(bin string, runtimes map[string]string) int {
 		"--containerd-plugins-namespace", Namespace + "-plugins",
 		"--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
 		"--storage-driver", StorageDriver,
-	}
-	names := make([]string, 0, len(runtimes))
-	for n := range runtimes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		args = append(args, "--add-runtime", n+"="+runtimes[n])
 	}
 	pid := d.spawn("dockerd", bin, args...)
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
