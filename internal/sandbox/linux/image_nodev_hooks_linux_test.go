@@ -16,12 +16,7 @@ import (
 // "root-nodev"), the same program holds the image's device node open, and
 // the evidence's root fact fails, so the sandbox is not admitted verified.
 func TestImageDeviceNodeControl(t *testing.T) {
-	requireSandboxes(t)
-	dir, st := newStateDir(t)
-	p, err := New(Options{StateDir: dir, Store: st, TestSkip: []string{"root-nodev"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := skipProvider(t, "root-nodev")
 	for _, writable := range []bool{false, true} {
 		t.Run(fmt.Sprint("writable=", writable), func(t *testing.T) {
 			ctx := context.Background()
@@ -58,12 +53,7 @@ func TestImageDeviceNodeControl(t *testing.T) {
 // build, layer "bind-nodev"), the bound device node opens and the
 // mounts_nodev fact fails: the fact and the denial are the binds' nodev.
 func TestBindDeviceNodeControl(t *testing.T) {
-	requireSandboxes(t)
-	dir, st := newStateDir(t)
-	p, err := New(Options{StateDir: dir, Store: st, TestSkip: []string{"bind-nodev"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := skipProvider(t, "bind-nodev")
 	ctx := context.Background()
 	spec := imageSpec(imageRoot(t, ""), sandbox.Image{UID: 1234, GID: 1234}, nodeScript("/work/null"))
 	spec.Binds = []sandbox.Bind{bindWithNode(t)}
@@ -85,4 +75,17 @@ func TestBindDeviceNodeControl(t *testing.T) {
 	if !heldNode(t, s.(*linuxSandbox), "/work/null") {
 		t.Errorf("without the binds' nodev the program could not open the bound device node: nodev is not what denies it")
 	}
+}
+
+// skipProvider is a provider of the test build that leaves out layer
+// (Options.TestSkip): the positive controls' provider.
+func skipProvider(t *testing.T, layer string) *Provider {
+	t.Helper()
+	requireSandboxes(t)
+	dir, st := newStateDir(t)
+	p, err := New(Options{StateDir: dir, Store: st, TestSkip: []string{layer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -17,12 +17,7 @@ import (
 // the host, the fact fails naming the owner, and the sandbox is not
 // admitted verified.
 func TestImageOverlayIdmapControl(t *testing.T) {
-	requireSandboxes(t)
-	dir, st := newStateDir(t)
-	p, err := New(Options{StateDir: dir, Store: st, TestSkip: []string{"root-overlay-idmap"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := skipProvider(t, "root-overlay-idmap")
 	l := newEngineOverlay(t, "")
 	ctx := context.Background()
 	s, err := p.Provision(ctx, imageSpec(l.merged, sandbox.Image{Writable: true}, "true"))
