@@ -31,6 +31,7 @@ func (sb *linuxSandbox) evidence(in evidence.Inputs) *evidence.Record {
 		TCB:           evidence.TCB, Assumptions: evidence.Assumptions, NonClaims: evidence.NonClaims,
 		CreatedAt: sb.created.UTC(), CollectedAt: time.Now().UTC(),
 	}
+	sb.engineNetNonClaim(rec)
 	return rec
 }
 

@@ -218,6 +218,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		}
 	}
 	sb.cgroupPaths(in.CgroupPaths)
+	sb.engineNetConfig(&cfg, &in)
 	return cfg, in, nil
 }
 
@@ -361,6 +362,7 @@ func (sb *linuxSandbox) spawn() error {
 		return err
 	}
 	attr := sb.initAttr()
+	sb.netAttr(attr)
 	if daemon {
 		// The sandbox outlives this process by design; the init arms none
 		// either (sbinit.Config.Daemon).
@@ -499,6 +501,9 @@ func (sb *linuxSandbox) runInit(started chan<- error) {
 func (sb *linuxSandbox) startInit() error {
 	lease := sb.rec.Lease
 	t0 := time.Now()
+	if err := sb.joinEngineNet(); err != nil {
+		return err
+	}
 	back, err := sb.joinV1()
 	if err != nil {
 		return err

@@ -1,0 +1,89 @@
+package linux
+
+import (
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cordon-project/cordon/internal/evidence"
+	"github.com/cordon-project/cordon/internal/failure"
+	"github.com/cordon-project/cordon/internal/sandbox"
+	"github.com/cordon-project/cordon/internal/sandbox/linux/sbinit"
+	"github.com/cordon-project/cordon/internal/setns"
+)
+
+// An engine's network namespace (sandbox.Spec.EngineNet): the sandbox's
+// init is spawned into it instead of a new one of its own.
+//
+// The spawning thread joins it (setns) before the clone: the init's
+// other namespaces are created by the clone inside a new user namespace,
+// and a process there could not join a network namespace the host's user
+// namespace owns. The thread is locked to the init's spawning goroutine
+// and never unlocked (runInit; daemon mode, which frees the thread, is
+// refused), so it ends with the init and nothing else ever runs in the
+// engine's namespace. The init holds no capability over that namespace
+// and leaves its interfaces alone (sbinit.Config.EngineNet).
+
+// checkEngineNet refuses an EngineNet the provider cannot join safely:
+// in daemon mode, without a descriptor, or one setns.CheckEngineNet
+// refuses (not a network namespace, the host's, another user namespace's).
+func (p *Provider) checkEngineNet(spec sandbox.Spec) error {
+	en := spec.EngineNet
+	if en == nil {
+		return nil
+	}
+	if p.opts.Daemon {
+		return failure.Failf(failure.KindUnsupported, "provision", "an engine's network namespace is not joined by a resident sandbox")
+	}
+	if en.File == nil {
+		return failure.Failf(failure.KindUsage, "provision", "engine network namespace %s: no descriptor", en.Path)
+	}
+	if err := setns.CheckEngineNet(en.File); err != nil {
+		return failure.Failf(failure.KindPolicyRejected, "provision", "engine network namespace %s: %v", en.Path, err)
+	}
+	return nil
+}
+
+// engineNetConfig tells the init and the evidence that the sandbox runs
+// in an engine's network namespace.
+func (sb *linuxSandbox) engineNetConfig(cfg *sbinit.Config, in *evidence.Inputs) {
+	if en := sb.spec.EngineNet; en != nil {
+		cfg.EngineNet = true
+		in.EngineNet = &evidence.EngineNet{Path: en.Path, Reason: en.Reason}
+	}
+}
+
+// netAttr leaves CLONE_NEWNET out of the init's clone when it is spawned
+// into an engine's namespace.
+func (sb *linuxSandbox) netAttr(attr *syscall.SysProcAttr) {
+	if sb.spec.EngineNet != nil {
+		attr.Cloneflags &^= syscall.CLONE_NEWNET
+	}
+}
+
+// joinEngineNet moves the calling (locked spawning) thread into the
+// engine's network namespace; it checks the descriptor again first.
+func (sb *linuxSandbox) joinEngineNet() error {
+	en := sb.spec.EngineNet
+	if en == nil {
+		return nil
+	}
+	if err := setns.CheckEngineNet(en.File); err != nil {
+		return failure.Failf(failure.KindPolicyRejected, "spawn", "engine network namespace %s: %v", en.Path, err)
+	}
+	if err := unix.Setns(int(en.File.Fd()), unix.CLONE_NEWNET); err != nil {
+		return failure.Failf(failure.KindStart, "spawn", "join engine network namespace %s: %v", en.Path, err)
+	}
+	return nil
+}
+
+// engineNetNonClaim adds the record's non-claim for a sandbox in an
+// engine's network namespace.
+func (sb *linuxSandbox) engineNetNonClaim(rec *evidence.Record) {
+	en := sb.spec.EngineNet
+	if en == nil {
+		return
+	}
+	rec.NonClaims = append(slices.Clone(rec.NonClaims), evidence.EngineNetNonClaim(&evidence.EngineNet{Path: en.Path, Reason: en.Reason}, rec.Boundaries[evidence.Network]))
+}
