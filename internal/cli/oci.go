@@ -35,6 +35,7 @@ type ociFlags struct {
 	criu          string
 	level         string
 	configDir     string
+	engineNetwork string
 }
 
 func ociCmd(g *globals) *cobra.Command {
@@ -57,6 +58,13 @@ what cordon cannot make safe (privileged, host namespaces, devices, writable sys
 unmasked kernel paths, seccomp disabled) is refused with an error naming the field.
 The annotation dev.cordon.config=NAME gives the container the gateway configured
 in --config-dir/NAME.yaml (the host operator's file; never the image's).
+
+--engine-network=accept (with --level DEDICATED_RUNTIME or lower, which it
+requires) lets a container join the network namespace its engine names in
+config.json (a Kubernetes pod's, with the pod IP and its routes) instead of
+cordon's own: a lower claim, recorded in dev.cordon.network and the evidence (the
+network boundary is not verified). Docker names no namespace to join (its
+networking is a hook, which cordon does not run): there accept changes nothing.
 See docs/oci.md.`,
 		Example: `  dockerd --add-runtime cordon=/usr/local/bin/cordon-oci
   docker run --rm --runtime cordon debian:local /bin/echo hello
@@ -71,6 +79,7 @@ See docs/oci.md.`,
 	pf.StringVar(&o.criu, "criu", "", "accepted for engines; checkpointing is not supported")
 	pf.StringVar(&o.level, "level", sandbox.DedicatedContainer.String(), "HOST OPERATOR: isolation level every container must evidence (set in the engine's runtime arguments)")
 	pf.StringVar(&o.configDir, "config-dir", "/etc/cordon/oci", "HOST OPERATOR: directory of the gateway configurations a container may name (annotation dev.cordon.config=NAME → DIR/NAME.yaml)")
+	pf.StringVar(&o.engineNetwork, "engine-network", oci.EngineNetworkOwn, "HOST OPERATOR: own (cordon's own network namespace, loopback only) or accept (join the engine's network namespace config.json names, e.g. a pod's: the network boundary is then not verified; needs --level "+sandbox.DedicatedRuntime.String()+" or lower)")
 	_ = pf.MarkHidden("criu")
 	// The OCI runtime command line: an unknown command exits non-zero
 	// (a command group's default would print help and exit 0), and
@@ -133,7 +142,11 @@ func (o *ociFlags) options() (oci.Options, error) {
 	if !filepath.IsAbs(o.configDir) {
 		return oci.Options{}, failure.Failf(failure.KindUsage, "oci", "--config-dir %q is not an absolute path", o.configDir)
 	}
-	return oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper}, nil
+	opts := oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper, EngineNetwork: o.engineNetwork}
+	if err := opts.Validate(); err != nil {
+		return oci.Options{}, err
+	}
+	return opts, nil
 }
 
 // isKeeper reports whether pid is a live keeper of a container under
