@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"os"
 	"slices"
 	"syscall"
 
@@ -72,10 +73,35 @@ func (sb *linuxSandbox) joinEngineNet() error {
 	if err := setns.CheckEngineNet(en.File); err != nil {
 		return failure.Failf(failure.KindPolicyRejected, "spawn", "engine network namespace %s: %v", en.Path, err)
 	}
+	home, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return failure.Fail(failure.KindStart, "spawn: the spawning thread's network namespace", err)
+	}
 	if err := unix.Setns(int(en.File.Fd()), unix.CLONE_NEWNET); err != nil {
+		home.Close()
 		return failure.Failf(failure.KindStart, "spawn", "join engine network namespace %s: %v", en.Path, err)
 	}
+	sb.netHome = home
 	return nil
+}
+
+// leaveEngineNet runs on the spawning thread once the init is gone. Go
+// ends a locked thread when its goroutine returns, except the main
+// thread, which it parks for good instead: that one goes back to its own
+// network namespace (as it leaves its cgroups), so that no thread of this
+// process stays in, and keeps alive, the engine's namespace. If it cannot,
+// the thread stays parked there and never runs anything again.
+func (sb *linuxSandbox) leaveEngineNet(mainThread bool) {
+	if sb.netHome == nil {
+		return
+	}
+	if mainThread {
+		if err := unix.Setns(int(sb.netHome.Fd()), unix.CLONE_NEWNET); err != nil {
+			sb.p.opts.Logger.Warn("return main thread to its network namespace", "err", err)
+		}
+	}
+	sb.netHome.Close()
+	sb.netHome = nil
 }
 
 // engineNetNonClaim adds the record's non-claim for a sandbox in an
