@@ -142,7 +142,8 @@ func (o *ociFlags) options() (oci.Options, error) {
 	if !filepath.IsAbs(o.configDir) {
 		return oci.Options{}, failure.Failf(failure.KindUsage, "oci", "--config-dir %q is not an absolute path", o.configDir)
 	}
-	opts := oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper, EngineNetwork: o.engineNetwork}
+	opts := oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper, EngineNetwork: o.engineNetwork,
+		KeeperEngineNet: o.keeperEngineNet}
 	if err := opts.Validate(); err != nil {
 		return oci.Options{}, err
 	}
@@ -151,18 +152,31 @@ func (o *ociFlags) options() (oci.Options, error) {
 
 // isKeeper reports whether pid is a live keeper of a container under
 // this root.
-func (o *ociFlags) isKeeper(pid int) bool {
+func (o *ociFlags) isKeeper(pid int) bool { return o.keeperState(pid) != nil }
+
+// keeperEngineNet is the engine's network namespace the container of
+// live keeper pid joined ("" for none).
+func (o *ociFlags) keeperEngineNet(pid int) string {
+	if s := o.keeperState(pid); s != nil {
+		return s.EngineNet
+	}
+	return ""
+}
+
+// keeperState is the state of the live container under this root whose
+// keeper is pid, or nil.
+func (o *ociFlags) keeperState(pid int) *oci.State {
 	r, err := oci.Open(o.root)
 	if err != nil {
-		return false
+		return nil
 	}
 	ids, _ := r.List()
 	for _, id := range ids {
 		if s, err := r.Load(id); err == nil && s.Keeper.PID == pid && s.Live() != specs.StateStopped {
-			return true
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 func (o *ociFlags) openRoot() (oci.Root, error) {

@@ -280,6 +280,7 @@ func (k *keeper) saveCreated(bundle, receipt string) error {
 		SandboxID: k.l.Sandbox().ID(),
 		StateDir:  k.o.g.stateDir,
 		Created:   time.Now().UTC(),
+		EngineNet: k.m.EngineNetPath,
 	}
 	return k.save()
 }

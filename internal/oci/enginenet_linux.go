@@ -1,6 +1,8 @@
 package oci
 
 import (
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 	"github.com/cordon-project/cordon/internal/setns"
@@ -55,6 +57,27 @@ func mapEngineNet(field, path string, m *Mapped) error {
 	m.EngineNetPath = path
 	m.Network = "engine network namespace " + clip(path) + " joined (" + engineNetReason + "; network boundary not verified)"
 	return nil
+}
+
+// keeperEngineNet: with accept, a network namespace path that is another
+// cordon container's keeper's (/proc/PID/ns/net: the host's namespace, where
+// keepers run) stands for the namespace that container joined — a CRI
+// pod's, which its sandbox container joined — and is mapped to that one,
+// checked again. joined is false when there is none (the container has
+// cordon's own): the path is then recorded and not joined.
+func keeperEngineNet(field string, n specs.LinuxNamespace, pid int, o Options, m *Mapped) (joined bool, err error) {
+	if n.Type != specs.NetworkNamespace || o.EngineNetwork != EngineNetworkAccept || o.KeeperEngineNet == nil {
+		return false, nil
+	}
+	path := o.KeeperEngineNet(pid)
+	if path == "" {
+		return false, nil
+	}
+	if err := mapEngineNet(field, path, m); err != nil {
+		return false, err
+	}
+	m.Network += " — the namespace of the cordon container whose keeper " + clip(n.Path) + " names"
+	return true, nil
 }
 
 // OpenEngineNet opens the engine's network namespace the bundle named

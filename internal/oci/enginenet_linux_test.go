@@ -114,6 +114,26 @@ func TestEngineNetworkJoin(t *testing.T) {
 		t.Errorf("own: OpenEngineNet = %+v, %v; want nothing", en, err)
 	}
 
+	// A CRI pod's other containers name the pod sandbox container's task
+	// (a cordon keeper, in the host's namespace): with accept they join
+	// the namespace that container joined.
+	ks, kraw := withNetPath(t, "/proc/4242/ns/net")
+	ko := acceptOpts
+	ko.IsKeeper = func(pid int) bool { return pid == 4242 }
+	ko.KeeperEngineNet = func(pid int) string {
+		if pid == 4242 {
+			return podNet
+		}
+		return ""
+	}
+	if m, err := Map(ks, kraw, "/bundle", ko); err != nil || m.EngineNetPath != podNet || !strings.Contains(m.Network, "whose keeper /proc/4242/ns/net names") {
+		t.Errorf("a pod keeper's path with accept: %v, EngineNetPath %q Network %q; want %s joined", err, m.EngineNetPath, m.Network, podNet)
+	}
+	ko.EngineNetwork, ko.Level = EngineNetworkOwn, sandbox.DedicatedContainer
+	if m, err := Map(ks, kraw, "/bundle", ko); err != nil || m.EngineNetPath != "" {
+		t.Errorf("a pod keeper's path without accept: %v, EngineNetPath %q; want not joined", err, m.EngineNetPath)
+	}
+
 	// With a gateway configuration, the record says it is not the only way out.
 	s.Annotations = map[string]string{AnnotationConfig: "agent"}
 	m, err = Map(s, raw, "/bundle", acceptOpts)
@@ -169,10 +189,12 @@ func TestEngineNetworkNoPath(t *testing.T) {
 		t.Errorf("not-honoured lacks the engine network note: %q", m.NotHonoured)
 	}
 	// A keeper's /proc/PID/ns/net (another cordon container's, which is
-	// the host's namespace) is never joined, even with accept.
+	// the host's namespace) is never joined, even with accept, when that
+	// container has cordon's own namespace.
 	s, raw = withNetPath(t, "/proc/4242/ns/net")
 	o := acceptOpts
 	o.IsKeeper = func(pid int) bool { return pid == 4242 }
+	o.KeeperEngineNet = func(int) string { return "" }
 	if m, err = Map(s, raw, "/bundle", o); err != nil || m.EngineNetPath != "" {
 		t.Errorf("keeper path with accept: %v, EngineNetPath %q", err, m.EngineNetPath)
 	}

@@ -58,7 +58,13 @@ type Options struct {
 	IsKeeper func(pid int) bool
 	// EngineNetwork is EngineNetworkOwn ("" too) or EngineNetworkAccept:
 	// whether a network namespace path in config.json is joined.
-	EngineNetwork string
+	// KeeperEngineNet returns the engine's network namespace the
+	// container of keeper pid joined ("" for cordon's own, or no such
+	// keeper): with accept, a container naming that keeper's
+	// /proc/PID/ns/net (a CRI pod's containers name the pod sandbox
+	// container's task) joins that namespace. nil: none.
+	EngineNetwork   string
+	KeeperEngineNet func(pid int) string
 }
 
 // Mapped is a bundle mapped onto the provider seam.
@@ -376,6 +382,9 @@ func mapNamespaces(ns []specs.LinuxNamespace, o Options, m *Mapped) error {
 			host = isHostNamespace
 		}
 		if pid, ok := procNSPid(n.Path); ok && o.IsKeeper != nil && o.IsKeeper(pid) {
+			if joined, err := keeperEngineNet(field, n, pid, o, m); joined || err != nil {
+				return err
+			}
 			m.NotHonoured = append(m.NotHonoured, fmt.Sprintf("linux.namespaces %s path %s (another cordon container's): not joined; the container has its own", n.Type, clip(n.Path)))
 			continue
 		}
