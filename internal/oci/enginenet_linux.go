@@ -100,7 +100,8 @@ func noteNetwork(o Options, m *Mapped) {
 	switch {
 	case m.EngineNetPath != "":
 		if m.Config != "" {
-			m.Network += "; egress is not only through the gateway (" + AnnotationConfig + "): the engine's namespace routes as the engine set it up"
+			m.Network += "; egress is not only through the gateway (" + AnnotationConfig + "): the engine's namespace routes as the engine set it up," +
+				" and the gateway's listeners (127.0.0.1 in that namespace) are reachable from every process that shares it (a pod's other containers)"
 		}
 	case o.EngineNetwork == EngineNetworkAccept:
 		m.Network = "cordon's own network namespace (loopback only): --engine-network=accept, but config.json names no network namespace to join (the engine makes it at create and configures it in a hook, which cordon does not run — Docker's case)"
