@@ -58,9 +58,6 @@ type Inputs struct {
 	// only), by their /proc/PID/limits name: soft and hard. An entry for
 	// open files or file size replaces NoFile or FSize.
 	Rlimits map[string][2]uint64
-	// EngineNet, when set, names an engine's network namespace the
-	// sandbox was spawned into (enginenet_linux.go): never verified.
-	EngineNet *EngineNet
 }
 
 var nsNames = []string{"pid", "mnt", "net", "ipc", "uts", "user", "cgroup"}
@@ -77,7 +74,7 @@ func Collect(in Inputs) map[string]Boundary {
 		Credential: func() []Check { return append(pick(ns, "user"), credentialChecks(proc, t, in)...) },
 		Filesystem: func() []Check { return append(pick(ns, "mnt"), filesystemChecks(proc, in)...) },
 		IPC:        func() []Check { return append(pick(ns, "ipc", "uts"), ipcChecks(proc, in)...) },
-		Network:    func() []Check { return withEngineNet(in.EngineNet, append(pick(ns, "net"), networkChecks(proc)...)) },
+		Network:    func() []Check { return append(pick(ns, "net"), networkChecks(proc)...) },
 		Resource: func() []Check {
 			cs := append(append(pick(ns, "cgroup"), cgroupMembership(proc, in)...), append(in.Resource, rlimitChecks(proc, in)...)...)
 			return append(cs, userLimitsCheck(in.Pid, in.UserLimits), ptyMaxCheck(proc, in.PtyMax))

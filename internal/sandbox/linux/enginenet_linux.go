@@ -2,7 +2,6 @@ package linux
 
 import (
 	"os"
-	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -46,13 +45,10 @@ func (p *Provider) checkEngineNet(spec sandbox.Spec) error {
 	return nil
 }
 
-// engineNetConfig tells the init and the evidence that the sandbox runs
-// in an engine's network namespace.
-func (sb *linuxSandbox) engineNetConfig(cfg *sbinit.Config, in *evidence.Inputs) {
-	if en := sb.spec.EngineNet; en != nil {
-		cfg.EngineNet = true
-		in.EngineNet = &evidence.EngineNet{Path: en.Path, Reason: en.Reason}
-	}
+// engineNetConfig tells the init that it runs in an engine's network
+// namespace.
+func (sb *linuxSandbox) engineNetConfig(cfg *sbinit.Config) {
+	cfg.EngineNet = sb.spec.EngineNet != nil
 }
 
 // netAttr leaves CLONE_NEWNET out of the init's clone when it is spawned
@@ -104,12 +100,16 @@ func (sb *linuxSandbox) leaveEngineNet(mainThread bool) {
 	sb.netHome = nil
 }
 
-// engineNetNonClaim adds the record's non-claim for a sandbox in an
-// engine's network namespace.
-func (sb *linuxSandbox) engineNetNonClaim(rec *evidence.Record) {
+// engineNetEvidence, for a sandbox in an engine's network namespace,
+// keeps its network boundary unverified with the fact that says why
+// (evidence.WithEngineNet) and adds the record's non-claim. Call it on the
+// boundaries as read, before the level is admitted.
+func (sb *linuxSandbox) engineNetEvidence(b map[string]evidence.Boundary) (nonClaim string) {
 	en := sb.spec.EngineNet
 	if en == nil {
-		return
+		return ""
 	}
-	rec.NonClaims = append(slices.Clone(rec.NonClaims), evidence.EngineNetNonClaim(&evidence.EngineNet{Path: en.Path, Reason: en.Reason}, rec.Boundaries[evidence.Network]))
+	e := &evidence.EngineNet{Path: en.Path, Reason: en.Reason}
+	evidence.WithEngineNet(b, e)
+	return evidence.EngineNetNonClaim(e, b[evidence.Network])
 }

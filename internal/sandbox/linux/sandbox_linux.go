@@ -219,7 +219,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		}
 	}
 	sb.cgroupPaths(in.CgroupPaths)
-	sb.engineNetConfig(&cfg, &in)
+	sb.engineNetConfig(&cfg)
 	return cfg, in, nil
 }
 

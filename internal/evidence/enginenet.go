@@ -12,19 +12,20 @@ type EngineNet struct {
 	Path, Reason string
 }
 
-// withEngineNet adds, for a sandbox in an engine's network namespace, the
-// fact that keeps its network boundary unverified, whatever the other
-// checks read: cordon did not build that namespace, the engine (and
-// anyone it lets) may change its interfaces and routes at any time, and
-// other containers may share it. The namespace and interface checks stay
-// as read (not the host's; what it holds now), and this fact repeats
-// them in its reason.
-func withEngineNet(en *EngineNet, cs []Check) []Check {
+// WithEngineNet adds to b, the boundaries read from a sandbox in an
+// engine's network namespace (en; nil: none), the fact that keeps its
+// network boundary unverified whatever the other checks read: cordon did
+// not build that namespace, the engine (and anyone it lets) may change
+// its interfaces and routes at any time, and other containers may share
+// it. The namespace and interface checks stay as read (not the host's;
+// what it holds now), and this fact repeats them in its reason.
+func WithEngineNet(b map[string]Boundary, en *EngineNet) {
 	if en == nil {
-		return cs
+		return
 	}
+	nb := b[Network]
 	ifs, routes := "unread", "unread"
-	for _, c := range cs {
+	for _, c := range nb.Facts {
 		switch c.Name {
 		case "interfaces":
 			ifs = c.Got
@@ -33,10 +34,12 @@ func withEngineNet(en *EngineNet, cs []Check) []Check {
 		}
 	}
 	got := fmt.Sprintf("the engine's network namespace %s (%s): interfaces %s; %s", en.Path, en.Reason, ifs, routes)
-	if routes != "unread" && !strings.HasPrefix(routes, "0 ") {
+	if strings.HasSuffix(routes, " routes") && !strings.HasPrefix(routes, "0 ") {
 		got += " (routes out exist)"
 	}
-	return append(cs, Check{Name: "own_network_namespace", Want: "a network namespace of cordon's own (nothing to route to)", Got: got, Source: "the trusted side's spawn (sandbox.Spec.EngineNet)"})
+	nb.Facts = append(nb.Facts, Check{Name: "own_network_namespace", Want: "a network namespace of cordon's own (nothing to route to)", Got: got, Source: "the trusted side's spawn (sandbox.Spec.EngineNet)"})
+	nb.Verified = false
+	b[Network] = nb
 }
 
 // EngineNetNonClaim is the record's non-claim for a sandbox in an
