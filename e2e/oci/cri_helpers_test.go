@@ -35,14 +35,16 @@ type engine struct {
 }
 
 // startEngine starts a private containerd for t whose CRI runtime
-// handlers are runc (Debian's) and cordon (this build's cordon-oci), and
-// a client of it; t's cleanup stops both.
+// handlers are runc (Debian's), cordon (this build's cordon-oci) and
+// cordon-enet (the same with --engine-network accept, enetRuntime), and a
+// client of it; t's cleanup stops both.
 func startEngine(t testing.TB) *engine {
 	t.Helper()
 	runc := testkit.RequireCommand(t, "runc is the CRI tests' positive control (package runc)", "runc")
 	c := engines.StartContainerd(t,
 		engines.Runtime{Name: "runc", Binary: runc},
-		engines.Runtime{Name: engines.CordonHandler, Binary: cordonOCI})
+		engines.Runtime{Name: engines.CordonHandler, Binary: cordonOCI},
+		enetRuntime(t, t.TempDir()))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	client, err := engines.DialCRI(ctx, c.Socket)

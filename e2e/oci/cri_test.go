@@ -34,6 +34,7 @@ func TestCRI(t *testing.T) {
 		{"EscapeMount", testCRIEscapeMount},
 		{"EscapeLandlock", testCRIEscapeLandlock},
 		{"ShimKilledResidue", testCRIShimKilledResidue},
+		{"EngineNetwork", testCRIEngineNetwork},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, e) })
 	}

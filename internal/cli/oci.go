@@ -36,6 +36,7 @@ type ociFlags struct {
 	level         string
 	configDir     string
 	volumeRoots   []string
+	engineNetwork string
 }
 
 func ociCmd(g *globals) *cobra.Command {
@@ -58,6 +59,13 @@ what cordon cannot make safe (privileged, host namespaces, devices, writable sys
 unmasked kernel paths, seccomp disabled) is refused with an error naming the field.
 The annotation dev.cordon.config=NAME gives the container the gateway configured
 in --config-dir/NAME.yaml (the host operator's file; never the image's).
+
+--engine-network=accept (with --level DEDICATED_RUNTIME or lower, which it
+requires) lets a container join the network namespace its engine names in
+config.json (a Kubernetes pod's, with the pod IP and its routes) instead of
+cordon's own: a lower claim, recorded in dev.cordon.network and the evidence (the
+network boundary is not verified). Docker names no namespace to join (its
+networking is a hook, which cordon does not run): there accept changes nothing.
 See docs/oci.md.`,
 		Example: `  dockerd --add-runtime cordon=/usr/local/bin/cordon-oci
   docker run --rm --runtime cordon debian:local /bin/echo hello
@@ -73,6 +81,7 @@ See docs/oci.md.`,
 	pf.StringVar(&o.level, "level", sandbox.DedicatedContainer.String(), "HOST OPERATOR: isolation level every container must evidence (set in the engine's runtime arguments)")
 	pf.StringArrayVar(&o.volumeRoots, "volume-root", nil, "HOST OPERATOR: a directory where the engine keeps its volumes (Docker: DATA-ROOT/volumes; kubelet: /var/lib/kubelet/pods), repeatable; a bind from below it holds the image's ids and is mapped as the image's root (writable whatever its owner); root's, writable by no one else")
 	pf.StringVar(&o.configDir, "config-dir", "/etc/cordon/oci", "HOST OPERATOR: directory of the gateway configurations a container may name (annotation dev.cordon.config=NAME → DIR/NAME.yaml)")
+	pf.StringVar(&o.engineNetwork, "engine-network", oci.EngineNetworkOwn, "HOST OPERATOR: own (cordon's own network namespace, loopback only) or accept (join the engine's network namespace config.json names, e.g. a pod's: the network boundary is then not verified; needs --level "+sandbox.DedicatedRuntime.String()+" or lower)")
 	_ = pf.MarkHidden("criu")
 	// The OCI runtime command line: an unknown command exits non-zero
 	// (a command group's default would print help and exit 0), and
@@ -142,7 +151,12 @@ func (o *ociFlags) options() (oci.Options, error) {
 		}
 		roots = append(roots, filepath.Clean(r))
 	}
-	return oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper, VolumeRoots: roots}, nil
+	opts := oci.Options{Level: lvl, ConfigDir: filepath.Clean(o.configDir), IsKeeper: o.isKeeper, EngineNetwork: o.engineNetwork,
+		KeeperEngineNet: o.keeperEngineNet, VolumeRoots: roots}
+	if err := opts.Validate(); err != nil {
+		return oci.Options{}, err
+	}
+	return opts, nil
 }
 
 // checkVolumeRoots: each volume root is root's and writable by no one
@@ -159,18 +173,31 @@ func checkVolumeRoots(roots []string) error {
 
 // isKeeper reports whether pid is a live keeper of a container under
 // this root.
-func (o *ociFlags) isKeeper(pid int) bool {
+func (o *ociFlags) isKeeper(pid int) bool { return o.keeperState(pid) != nil }
+
+// keeperEngineNet is the engine's network namespace the container of
+// live keeper pid joined ("" for none).
+func (o *ociFlags) keeperEngineNet(pid int) string {
+	if s := o.keeperState(pid); s != nil {
+		return s.EngineNet
+	}
+	return ""
+}
+
+// keeperState is the state of the live container under this root whose
+// keeper is pid, or nil.
+func (o *ociFlags) keeperState(pid int) *oci.State {
 	r, err := oci.Open(o.root)
 	if err != nil {
-		return false
+		return nil
 	}
 	ids, _ := r.List()
 	for _, id := range ids {
 		if s, err := r.Load(id); err == nil && s.Keeper.PID == pid && s.Live() != specs.StateStopped {
-			return true
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 func (o *ociFlags) openRoot() (oci.Root, error) {

@@ -86,3 +86,32 @@ func TestListenFDs(t *testing.T) {
 		}
 	}
 }
+
+// TestOCIEngineNetworkNeedsLevel: --engine-network=accept with the
+// default level fails at create, before any bundle is read, with an error
+// naming both flags; with --level DEDICATED_RUNTIME (the control) create
+// gets as far as the bundle. The flag reaches the keeper, and --help
+// documents it.
+func TestOCIEngineNetworkNeedsLevel(t *testing.T) {
+	dir := t.TempDir()
+	_, err := runOCI(t, "oci", "--root", dir, "--engine-network", "accept", "create", "--bundle", dir, "c1")
+	if err == nil || !strings.Contains(err.Error(), "--engine-network=accept") || !strings.Contains(err.Error(), "--level DEDICATED_RUNTIME or lower") {
+		t.Errorf("accept at the default level: err = %v, want one naming --engine-network=accept and --level", err)
+	}
+	_, err = runOCI(t, "oci", "--root", dir, "--engine-network", "accept", "--level", "DEDICATED_RUNTIME", "create", "--bundle", dir, "c1")
+	if err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("accept at DEDICATED_RUNTIME: err = %v, want one about the (absent) config.json", err)
+	}
+	_, err = runOCI(t, "oci", "--root", dir, "--engine-network", "bridge", "--level", "DEDICATED_RUNTIME", "create", "--bundle", dir, "c1")
+	if err == nil || !strings.Contains(err.Error(), `--engine-network "bridge"`) {
+		t.Errorf("--engine-network bridge: err = %v, want it refused", err)
+	}
+	o := &ociFlags{g: &globals{}, engineNetwork: "accept"}
+	if a := strings.Join(o.forwardArgs(), " "); !strings.Contains(a, "--engine-network accept") {
+		t.Errorf("the keeper's arguments lack --engine-network accept: %s", a)
+	}
+	out, _ := runOCI(t, "oci", "--help")
+	if !strings.Contains(out, "--engine-network") || !strings.Contains(out, "DEDICATED_RUNTIME") {
+		t.Errorf("cordon oci --help does not document --engine-network:\n%s", out)
+	}
+}

@@ -188,7 +188,7 @@ func (o *ociFlags) spawnKeeper(ctx context.Context, id, bundle, console string) 
 
 // forwardArgs are the global flags a child of `cordon oci` gets.
 func (o *ociFlags) forwardArgs() []string {
-	a := []string{"--state-dir", o.g.stateDir, "--provider", o.g.provider, "oci", "--root", o.root, "--level", o.level, "--config-dir", o.configDir}
+	a := []string{"--state-dir", o.g.stateDir, "--provider", o.g.provider, "oci", "--root", o.root, "--level", o.level, "--config-dir", o.configDir, "--engine-network", o.engineNetwork}
 	for _, r := range o.volumeRoots {
 		a = append(a, "--volume-root", r)
 	}

@@ -162,6 +162,13 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 	}
 	spec := k.m.Spec
 	spec.Workload, spec.Execs = k.m.Workload, true
+	if spec.EngineNet, err = k.m.OpenEngineNet(); err != nil {
+		return err
+	}
+	if spec.EngineNet != nil {
+		// Joined by the provider in Start; nothing needs it after.
+		defer spec.EngineNet.File.Close()
+	}
 	if spec.Terminal == nil {
 		spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 	}
@@ -266,12 +273,14 @@ func (k *keeper) saveCreated(bundle, receipt string) error {
 	ann[oci.AnnotationReceiptDigest] = receipt
 	ann[oci.AnnotationNotGranted] = joinNotes(k.m.NotGranted)
 	ann[oci.AnnotationNotHonoured] = joinNotes(k.m.NotHonoured)
+	ann[oci.AnnotationNetwork] = k.m.Network
 	k.state = &oci.State{
 		State:     specs.State{Version: specs.Version, ID: k.id, Status: specs.StateCreated, Pid: os.Getpid(), Bundle: bundle, Annotations: ann},
 		Keeper:    self,
 		SandboxID: k.l.Sandbox().ID(),
 		StateDir:  k.o.g.stateDir,
 		Created:   time.Now().UTC(),
+		EngineNet: k.m.EngineNetPath,
 	}
 	return k.save()
 }

@@ -30,7 +30,7 @@ func Features(version string) features.Features {
 		Annotations: map[string]string{
 			"dev.cordon.version":   version,
 			"dev.cordon.seccomp":   "cordon's own filter replaces the bundle's profile",
-			"dev.cordon.network":   "cordon's own network namespace; engine networking not joined",
+			"dev.cordon.network":   "cordon's own network namespace; an engine's namespace path is joined only with the operator's --engine-network=accept (recorded, network boundary not verified)",
 			"dev.cordon.isolation": "one sandbox per container, admitted from evidence",
 		},
 		PotentiallyUnsafeConfigAnnotations: []string{AnnotationConfig},

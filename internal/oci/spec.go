@@ -62,6 +62,15 @@ type Options struct {
 	// and is bound as the image's root is (sandbox.Bind.ImageIDs).
 	// Absolute and clean; none by default.
 	VolumeRoots []string
+	// EngineNetwork is EngineNetworkOwn ("" too) or EngineNetworkAccept:
+	// whether a network namespace path in config.json is joined.
+	// KeeperEngineNet returns the engine's network namespace the
+	// container of keeper pid joined ("" for cordon's own, or no such
+	// keeper): with accept, a container naming that keeper's
+	// /proc/PID/ns/net (a CRI pod's containers name the pod sandbox
+	// container's task) joins that namespace. nil: none.
+	EngineNetwork   string
+	KeeperEngineNet func(pid int) string
 }
 
 // Mapped is a bundle mapped onto the provider seam.
@@ -83,6 +92,11 @@ type Mapped struct {
 	Annotations map[string]string
 	// OCIVersion is the bundle's.
 	OCIVersion string
+	// EngineNetPath is the engine's network namespace the container joins
+	// (Options.EngineNetwork accept and a path in config.json), "" for
+	// cordon's own; Network says which, for the state (AnnotationNetwork).
+	EngineNetPath string
+	Network       string
 }
 
 // Load reads bundle/config.json (not through a symlink, bounded).
@@ -105,6 +119,9 @@ func Load(bundle string) (*specs.Spec, []byte, error) {
 // field, everything it cannot make safe, and records everything else it
 // does not apply.
 func Map(s *specs.Spec, raw []byte, bundle string, o Options) (*Mapped, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256(raw)
 	m := &Mapped{Digest: "sha256:" + hex.EncodeToString(sum[:]), OCIVersion: s.Version}
 	m.Annotations = ownAnnotations(s.Annotations, m)
@@ -131,6 +148,7 @@ func Map(s *specs.Spec, raw []byte, bundle string, o Options) (*Mapped, error) {
 	if s.Domainname != "" {
 		m.NotHonoured = append(m.NotHonoured, "domainname: not set")
 	}
+	noteNetwork(o, m)
 	sort.Strings(m.NotGranted)
 	return m, nil
 }
@@ -370,6 +388,9 @@ func mapNamespaces(ns []specs.LinuxNamespace, o Options, m *Mapped) error {
 			host = isHostNamespace
 		}
 		if pid, ok := procNSPid(n.Path); ok && o.IsKeeper != nil && o.IsKeeper(pid) {
+			if joined, err := keeperEngineNet(field, n, pid, o, m); joined || err != nil {
+				return err
+			}
 			m.NotHonoured = append(m.NotHonoured, fmt.Sprintf("linux.namespaces %s path %s (another cordon container's): not joined; the container has its own", n.Type, clip(n.Path)))
 			continue
 		}
@@ -379,6 +400,12 @@ func mapNamespaces(ns []specs.LinuxNamespace, o Options, m *Mapped) error {
 		}
 		if is {
 			return refuse(field, "path %s is the host's own %s namespace", clip(n.Path), n.Type)
+		}
+		if n.Type == specs.NetworkNamespace && o.EngineNetwork == EngineNetworkAccept {
+			if err := mapEngineNet(field, n.Path, m); err != nil {
+				return err
+			}
+			continue
 		}
 		if n.Type == specs.NetworkNamespace {
 			m.NotHonoured = append(m.NotHonoured, "linux.namespaces network path "+clip(n.Path)+": not joined; the container has cordon's own network namespace (engine networking not accepted)")
@@ -391,7 +418,7 @@ func mapNamespaces(ns []specs.LinuxNamespace, o Options, m *Mapped) error {
 			return refuse("linux.namespaces", "no %q namespace: the container would share the host's (e.g. --network host, --pid host); cordon gives every container its own", t)
 		}
 	}
-	if have[specs.NetworkNamespace] {
+	if have[specs.NetworkNamespace] && m.EngineNetPath == "" {
 		m.NotHonoured = append(m.NotHonoured, "network: cordon's own network namespace (loopback only; the gateway, when configured, is the only way out)")
 	}
 	return nil

@@ -54,6 +54,10 @@ type State struct {
 	Created  time.Time `json:"created"`
 	// Exit is the program's exit status once stopped (128+n: signal n).
 	Exit *int `json:"exit,omitempty"`
+	// EngineNet is the engine's network namespace the container joined
+	// (--engine-network=accept), "" for cordon's own: a pod's other
+	// containers, which name this keeper's /proc/PID/ns/net, join it too.
+	EngineNet string `json:"engine_net,omitempty"`
 }
 
 // Root is an engine's runtime root (--root): one directory per container.

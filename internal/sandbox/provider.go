@@ -99,6 +99,27 @@ type Spec struct {
 	// standalone run's (reclaimed once the spawner is provably gone), and
 	// it ends when its main program ends: every process in it is killed.
 	Execs bool
+	// EngineNet, when set, is a network namespace an engine made for this
+	// sandbox (a CRI pod's), which the host operator accepted in place of
+	// the sandbox's own (cordon oci --engine-network=accept). The sandbox
+	// joins it; its network boundary is then not verified (the evidence
+	// names the namespace and what it holds), so the level admitted is at
+	// most DEDICATED_RUNTIME. Only a launcher whose operator asked for it
+	// sets it (cordon oci); cordon run never does. Refused in daemon mode.
+	EngineNet *EngineNet
+}
+
+// EngineNet is an engine's network namespace a sandbox joins (Spec.EngineNet).
+type EngineNet struct {
+	// File is the namespace file, opened and checked by the launcher
+	// (setns.OpenEngineNet); the provider checks it again and joins this
+	// descriptor, never a path. The caller keeps and closes it.
+	File *os.File
+	// Path is where the engine named it (for the record).
+	Path string
+	// Reason is who accepted it and how, for the record (e.g. "the host
+	// operator's --engine-network=accept").
+	Reason string
 }
 
 // Image is what an OCI bundle's config.json asks of the program's

@@ -64,6 +64,9 @@ func (p *Provider) Probe(context.Context) (sandbox.Capability, error) {
 
 // Provision records spec; nothing runs until Exec.
 func (p *Provider) Provision(_ context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if spec.EngineNet != nil {
+		return nil, failure.Failf(failure.KindUnsupported, "provision", "%s cannot join an engine's network namespace", Name)
+	}
 	if spec.ID == "" {
 		spec.ID = p.NewID()
 	}

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 func (sb *linuxSandbox) evidence(in evidence.Inputs) *evidence.Record {
 	in.Resource = sb.limitChecks()
 	b := evidence.Collect(in)
+	engineNet := sb.engineNetEvidence(b)
 	level, mode := evidence.Admit(b)
 	rec := &evidence.Record{
 		Schema: evidence.Schema, SandboxID: sb.spec.ID, Workload: sb.spec.Workload,
@@ -30,6 +32,9 @@ func (sb *linuxSandbox) evidence(in evidence.Inputs) *evidence.Record {
 		Lease:         evidence.LeaseFacts{UID: sb.rec.Lease.UID, GID: sb.rec.Lease.GID, Size: sb.rec.Lease.Size},
 		TCB:           evidence.TCB, Assumptions: evidence.Assumptions, NonClaims: evidence.NonClaims,
 		CreatedAt: sb.created.UTC(), CollectedAt: time.Now().UTC(),
+	}
+	if engineNet != "" {
+		rec.NonClaims = append(slices.Clone(rec.NonClaims), engineNet)
 	}
 	return rec
 }

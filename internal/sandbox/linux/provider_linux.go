@@ -258,6 +258,9 @@ func (p *Provider) checkSpec(spec sandbox.Spec) error {
 	if err := p.checkExecsConsole(spec); err != nil {
 		return err
 	}
+	if err := p.checkEngineNet(spec); err != nil {
+		return err
+	}
 	if spec.Image != nil {
 		if err := validateImage(spec); err != nil {
 			return err

@@ -65,12 +65,13 @@ type linuxSandbox struct {
 	tcpBytes    int64 // the v1 TCP socket-buffer limit (cgroup.Limits.TCPBytes)
 	tcpOver     bool  // watchTCP ended the sandbox: its socket memory passed the limit
 
-	cmd    *exec.Cmd
-	v1Home []string // the v1 tasks files the spawning thread came from
-	ctl    *os.File
-	events chan event
-	done   chan struct{} // closed when the init has exited
-	state  *os.ProcessState
+	cmd     *exec.Cmd
+	v1Home  []string // the v1 tasks files the spawning thread came from
+	netHome *os.File // the spawning thread's own network namespace, with Spec.EngineNet
+	ctl     *os.File
+	events  chan event
+	done    chan struct{} // closed when the init has exited
+	state   *os.ProcessState
 
 	// Daemon mode (see daemon_linux.go).
 	mainDone  chan struct{} // closed when the init reported the main program's exit
@@ -221,6 +222,7 @@ func (sb *linuxSandbox) buildConfig() (sbinit.Config, evidence.Inputs, error) {
 		}
 	}
 	sb.cgroupPaths(in.CgroupPaths)
+	sb.engineNetConfig(&cfg)
 	return cfg, in, nil
 }
 
@@ -364,6 +366,7 @@ func (sb *linuxSandbox) spawn() error {
 		return err
 	}
 	attr := sb.initAttr()
+	sb.netAttr(attr)
 	if daemon {
 		// The sandbox outlives this process by design; the init arms none
 		// either (sbinit.Config.Daemon).
@@ -502,6 +505,9 @@ func (sb *linuxSandbox) runInit(started chan<- error) {
 func (sb *linuxSandbox) startInit() error {
 	lease := sb.rec.Lease
 	t0 := time.Now()
+	if err := sb.joinEngineNet(); err != nil {
+		return err
+	}
 	back, err := sb.joinV1()
 	if err != nil {
 		return err
@@ -565,6 +571,7 @@ func (sb *linuxSandbox) joinV1() ([]string, error) {
 // groups, it would keep them from ever being removed (Deprovision fails
 // with EBUSY and the record stays behind as residue).
 func (sb *linuxSandbox) leaveIfMainThread() {
+	sb.leaveEngineNet(unix.Gettid() == unix.Getpid())
 	if unix.Gettid() == unix.Getpid() {
 		if err := rejoin(sb.v1Home); err != nil {
 			sb.p.opts.Logger.Warn("return main thread to its cgroups", "err", err)

@@ -56,6 +56,9 @@ func configureNamespaces(cfg *Config) error {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
+	if cfg.EngineNet {
+		return nil // the engine's namespace: its interfaces are the engine's
+	}
 	return loopbackUp()
 }
 

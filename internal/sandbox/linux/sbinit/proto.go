@@ -165,6 +165,11 @@ type Config struct {
 	// (insitu_linux.go) after hardening, before it reports ready. Nil
 	// attempts nothing (the trusted side then records no in-situ checks).
 	InSitu *InSitu `json:"in_situ,omitempty"`
+	// EngineNet: the init was spawned into a network namespace an engine
+	// made (sandbox.Spec.EngineNet), owned by the host's user namespace:
+	// it holds no capability there and leaves the interfaces as the
+	// engine configured them (no loopback change).
+	EngineNet bool `json:"engine_net,omitempty"`
 }
 
 // Rlimit is one resource limit the init sets (RLIMIT_* number).
