@@ -94,14 +94,18 @@ func (m *Mapped) OpenEngineNet() (*sandbox.EngineNet, error) {
 }
 
 // noteNetwork finishes the network's record once the whole bundle is
-// mapped: which namespace, and (with a gateway) that the gateway is not
-// the only way out of an engine's namespace.
-func noteNetwork(o Options, m *Mapped) {
+// mapped: which namespace. A gateway in an engine's namespace is
+// refused: its listeners (127.0.0.1 there) would serve every process
+// sharing the namespace — a pod's other containers, runc's included —
+// with what it brokers (the model's key, the tools, the secrets), and it
+// would not be the way out anyway.
+func noteNetwork(o Options, m *Mapped) error {
 	switch {
 	case m.EngineNetPath != "":
 		if m.Config != "" {
-			m.Network += "; egress is not only through the gateway (" + AnnotationConfig + "): the engine's namespace routes as the engine set it up," +
-				" and the gateway's listeners (127.0.0.1 in that namespace) are reachable from every process that shares it (a pod's other containers)"
+			return refuse("annotations."+AnnotationConfig, "a gateway in the engine's network namespace (--engine-network=accept joins %s): "+
+				"its listeners on 127.0.0.1 would serve every process sharing that namespace (a pod's other containers) with what it brokers, "+
+				"and egress would not be only through it; use cordon's own network namespace (--engine-network=own) for a container with a gateway", clip(m.EngineNetPath))
 		}
 	case o.EngineNetwork == EngineNetworkAccept:
 		m.Network = "cordon's own network namespace (loopback only): --engine-network=accept, but config.json names no network namespace to join (the engine makes it at create and configures it in a hook, which cordon does not run — Docker's case)"
@@ -109,4 +113,5 @@ func noteNetwork(o Options, m *Mapped) {
 	default:
 		m.Network = "cordon's own network namespace (loopback only; the gateway, when configured, is the only way out)"
 	}
+	return nil
 }

@@ -134,11 +134,17 @@ func TestEngineNetworkJoin(t *testing.T) {
 		t.Errorf("a pod keeper's path without accept: %v, EngineNetPath %q; want not joined", err, m.EngineNetPath)
 	}
 
-	// With a gateway configuration, the record says it is not the only way out.
+	// With a gateway configuration the join is refused: the gateway's
+	// listeners would serve the whole pod. The control: the same
+	// gateway with cordon's own namespace maps.
 	s.Annotations = map[string]string{AnnotationConfig: "agent"}
-	m, err = Map(s, raw, "/bundle", acceptOpts)
-	if err != nil || !strings.Contains(m.Network, "not only through the gateway") {
-		t.Errorf("accept with a gateway: %v, Network %q", err, m.Network)
+	_, err = Map(s, raw, "/bundle", acceptOpts)
+	var fe *FieldError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "annotations."+AnnotationConfig) || !strings.Contains(err.Error(), "every process sharing") {
+		t.Errorf("accept with a gateway: %v, want a refusal naming the annotation", err)
+	}
+	if m, err := Map(s, raw, "/bundle", own); err != nil || m.Config == "" {
+		t.Errorf("control: a gateway with cordon's own namespace: %v", err)
 	}
 }
 

@@ -148,7 +148,9 @@ func Map(s *specs.Spec, raw []byte, bundle string, o Options) (*Mapped, error) {
 	if s.Domainname != "" {
 		m.NotHonoured = append(m.NotHonoured, "domainname: not set")
 	}
-	noteNetwork(o, m)
+	if err := noteNetwork(o, m); err != nil {
+		return nil, err
+	}
 	sort.Strings(m.NotGranted)
 	return m, nil
 }
