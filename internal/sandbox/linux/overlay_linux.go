@@ -48,9 +48,15 @@ func engineOverlay(h *hostPath) (overlayOpts, error) {
 	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		return overlayOpts{}, overlayRefusal("%s is a directory inside an overlayfs mount, not its root", h.path)
 	}
-	fstype, super, err := mountinfoLine("/proc/self/mountinfo", stx.Mnt_id)
+	root, fstype, super, err := mountinfoLine("/proc/self/mountinfo", stx.Mnt_id)
 	if err != nil {
 		return overlayOpts{}, err
+	}
+	if root != "/" {
+		// A bind mount of a directory inside an overlay: the root of a
+		// mount of its own, on the same superblock, whose line lists the
+		// whole overlay's layers.
+		return overlayOpts{}, overlayRefusal("%s is a directory inside an overlayfs mount (a bind of its %s), not its root", h.path, root)
 	}
 	if fstype != "overlay" {
 		return overlayOpts{}, overlayRefusal("%s: mount %d is %q, not overlay", h.path, stx.Mnt_id, fstype)
@@ -58,12 +64,13 @@ func engineOverlay(h *hostPath) (overlayOpts, error) {
 	return parseOverlayOptions(super)
 }
 
-// mountinfoLine returns the filesystem type and the raw super options of
-// the mount with this id.
-func mountinfoLine(path string, id uint64) (fstype, super string, err error) {
+// mountinfoLine returns the root (the directory of its filesystem the
+// mount shows, still escaped), the filesystem type and the raw super
+// options of the mount with this id.
+func mountinfoLine(path string, id uint64) (root, fstype, super string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -71,20 +78,22 @@ func mountinfoLine(path string, id uint64) (fstype, super string, err error) {
 	want := strconv.FormatUint(id, 10)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || fields[0] != want {
+		if len(fields) < 5 || fields[0] != want {
 			continue
 		}
-		for i, fl := range fields {
-			if fl == "-" && i+3 < len(fields) {
-				return fields[i+1], fields[i+3], nil
+		// Fields 3 and 4 (root, mount point) are escaped paths; the
+		// optional fields end at the first "-".
+		for i := 5; i < len(fields); i++ {
+			if fields[i] == "-" && i+3 < len(fields) {
+				return fields[3], fields[i+1], fields[i+3], nil
 			}
 		}
-		return "", "", fmt.Errorf("%s: malformed line for mount %d", path, id)
+		return "", "", "", fmt.Errorf("%s: malformed line for mount %d", path, id)
 	}
 	if err := sc.Err(); err != nil {
-		return "", "", fmt.Errorf("%s: %w", path, err)
+		return "", "", "", fmt.Errorf("%s: %w", path, err)
 	}
-	return "", "", fmt.Errorf("%s: no mount %d", path, id)
+	return "", "", "", fmt.Errorf("%s: no mount %d", path, id)
 }
 
 // openLayer opens a layer directory named by the engine's mount. Symlinks

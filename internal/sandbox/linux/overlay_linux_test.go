@@ -161,6 +161,25 @@ func TestImageOverlayRootRefusals(t *testing.T) {
 			t.Fatalf("Provision = %v, want %s: a directory inside an overlay", err, failure.KindUnsupported)
 		}
 	})
+	// A bind mount of a directory inside the engine's overlay is the root
+	// of a mount of its own (statx says so) on the same superblock: its
+	// mount table line lists the whole overlay's layers. Refused as a
+	// directory inside an overlay, not rebuilt as the whole overlay.
+	t.Run("bind-of-subdirectory", func(t *testing.T) {
+		l := newEngineOverlay(t, "")
+		bound := filepath.Join(t.TempDir(), "etc")
+		if err := os.Mkdir(bound, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(filepath.Join(l.merged, "etc"), bound, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(bound, unix.MNT_DETACH) })
+		err := provision(bound, sandbox.Image{})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "not its root") {
+			t.Fatalf("Provision = %v, want %s: a bind of a directory inside an overlay", err, failure.KindUnsupported)
+		}
+	})
 	t.Run("new-mount-api", func(t *testing.T) {
 		root := newAPIOverlay(t)
 		err := provision(root, sandbox.Image{})
