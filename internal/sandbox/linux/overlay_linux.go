@@ -336,43 +336,83 @@ func mountOverlay(o overlayOpts, l *overlayLayers, creatorUID, creatorGID uint32
 // every permitted capability. overlayfs keeps its creator's credentials
 // for its own work in the layers (the work directory, copy-up); through
 // the idmapped upper layer host uid 0 maps to nothing, and the lease's
-// first ids are the image's 0. A locked thread, never unlocked: it ends
-// with its goroutine, and its credentials with it.
+// first ids are the image's 0. It runs on a locked thread whose own
+// credentials are given back before it reports: a goroutine that exits
+// locked does not end the process's main thread (Go parks it for good),
+// which would keep the lease's ids. If they cannot be given back the
+// thread stays locked (it never runs another goroutine) and the creation
+// fails.
 func createAs(fs int, uid, gid uint32) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := unix.Setfsuid(int(uid)); err != nil {
-			done <- fmt.Errorf("setfsuid: %w", err)
-			return
+		err := createLocked(fs, uid, gid)
+		if !errors.Is(err, errThreadTainted) {
+			runtime.UnlockOSThread()
 		}
-		if err := unix.Setfsgid(int(gid)); err != nil {
-			done <- fmt.Errorf("setfsgid: %w", err)
-			return
-		}
-		// setfsuid says nothing when it did not change the id: read back.
-		u, _ := unix.SetfsuidRetUid(-1)
-		g, _ := unix.SetfsgidRetGid(-1)
-		if u != int(uid) || g != int(gid) {
-			done <- fmt.Errorf("filesystem ids %d:%d, want %d:%d", u, g, uid, gid)
-			return
-		}
-		// A fsuid other than 0 cleared the filesystem capabilities from
-		// the effective set; raise what is permitted again.
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			done <- fmt.Errorf("capget: %w", err)
-			return
-		}
-		data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			done <- fmt.Errorf("capset: %w", err)
-			return
-		}
-		done <- unix.FsconfigCreate(fs)
+		done <- err
 	}()
 	return <-done
+}
+
+// threadCreds are the calling thread's filesystem ids and capabilities.
+type threadCreds struct {
+	fsuid, fsgid int
+	caps         [2]unix.CapUserData
+}
+
+func readThreadCreds() (threadCreds, error) {
+	var c threadCreds
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capget(&hdr, &c.caps[0]); err != nil {
+		return c, fmt.Errorf("capget: %w", err)
+	}
+	// setfsuid(-1) changes nothing and says what the id is.
+	c.fsuid, _ = unix.SetfsuidRetUid(-1)
+	c.fsgid, _ = unix.SetfsgidRetGid(-1)
+	return c, nil
+}
+
+// setThreadCreds sets the calling thread's filesystem ids and then its
+// capabilities, and reads both back: setfsuid says nothing when it did
+// not change the id, and a change of fsuid moves the filesystem
+// capabilities in and out of the effective set.
+func setThreadCreds(want threadCreds) error {
+	_ = unix.Setfsgid(want.fsgid)
+	_ = unix.Setfsuid(want.fsuid)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capset(&hdr, &want.caps[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	got, err := readThreadCreds()
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("thread credentials %d:%d %+v, want %d:%d %+v", got.fsuid, got.fsgid, got.caps, want.fsuid, want.fsgid, want.caps)
+	}
+	return nil
+}
+
+// createLocked is createAs on its locked thread.
+func createLocked(fs int, uid, gid uint32) error {
+	own, err := readThreadCreds()
+	if err != nil {
+		return err
+	}
+	creator := own
+	creator.fsuid, creator.fsgid = int(uid), int(gid)
+	// A fsuid other than 0 clears the filesystem capabilities from the
+	// effective set; raise what is permitted again.
+	creator.caps[0].Effective, creator.caps[1].Effective = own.caps[0].Permitted, own.caps[1].Permitted
+	err = setThreadCreds(creator)
+	if err == nil {
+		err = unix.FsconfigCreate(fs)
+	}
+	if rerr := setThreadCreds(own); rerr != nil {
+		return fmt.Errorf("%w: %w (creating the overlay: %v)", errThreadTainted, rerr, err)
+	}
+	return err
 }
 
 // rootTreeFD is the detached mount of the sandbox's root: the root

@@ -273,3 +273,57 @@ func TestOverlaySameView(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlayCreatorCredsRestored: the overlay is created with the
+// lease's filesystem ids and raised capabilities on a locked thread; no
+// thread of the process keeps them afterwards. A locked goroutine that
+// exits on the main thread does not end it (Go parks the main thread for
+// good), so "the thread ends with its goroutine" alone would leave the
+// process's main thread with the lease's ids: the thread's own
+// credentials must be given back before the goroutine reports.
+func TestOverlayCreatorCredsRestored(t *testing.T) {
+	requireSandboxes(t)
+	base := t.TempDir()
+	for _, d := range []string{"lower/etc", "snap/diff", "snap/work"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := overlayOpts{Lower: []string{filepath.Join(base, "lower")}, Upper: filepath.Join(base, "snap", "diff"), Work: filepath.Join(base, "snap", "work")}
+	const creator = 1234567
+	// Many creations: each may land on any thread, the main one included.
+	for range 64 {
+		l, err := openOverlayLayers(o, "/nonexistent-state", -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mountOverlay(o, l, creator, creator, true)
+		l.close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(m)
+	}
+	// The positive control: the overlay was created as the creator (its
+	// work directory is the creator's), so the ids were set.
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(o.Work, "work"), &st); err != nil || st.Uid != creator || st.Gid != creator {
+		t.Fatalf("work/work: %+v %v, want it made by %d:%d", st, err, creator, creator)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "status"))
+		if err != nil {
+			continue // the thread has exited
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") && f[4] != "0" {
+				t.Errorf("thread %s (process %d) kept filesystem id %s: %q", task.Name(), os.Getpid(), f[4], line)
+			}
+		}
+	}
+}
