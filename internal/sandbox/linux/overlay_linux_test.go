@@ -180,6 +180,34 @@ func TestImageOverlayRootRefusals(t *testing.T) {
 			t.Fatalf("Provision = %v, want %s: a bind of a directory inside an overlay", err, failure.KindUnsupported)
 		}
 	})
+	// overlayfs unescapes upperdir as it does lowerdir: "u\b" names the
+	// directory ub; the mount table shows u\134b. Read literally it names
+	// a decoy directory "u\b" beside it.
+	t.Run("escaped-upperdir", func(t *testing.T) {
+		base := t.TempDir()
+		lower := imageRoot(t, base)
+		for _, d := range []string{"ub", `u\b`, "work", "merged"} {
+			if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		merged := filepath.Join(base, "merged")
+		opts := fmt.Sprintf(`lowerdir=%s,upperdir=%s/u\b,workdir=%s/work`, lower, base, base)
+		if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+		if err := os.WriteFile(filepath.Join(merged, "etc", "x"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(base, "ub", "etc", "x")); err != nil {
+			t.Fatalf("the kernel's upper layer is not ub: %v", err)
+		}
+		err := provision(merged, sandbox.Image{Writable: true})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "escaped characters") {
+			t.Fatalf("Provision = %v, want %s naming the escaped upperdir", err, failure.KindUnsupported)
+		}
+	})
 	t.Run("new-mount-api", func(t *testing.T) {
 		root := newAPIOverlay(t)
 		err := provision(root, sandbox.Image{})
