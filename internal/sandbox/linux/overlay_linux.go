@@ -415,6 +415,27 @@ func createLocked(fs int, uid, gid uint32) error {
 	return err
 }
 
+// engineUpper checks, before any overlay is made over it, that the upper
+// layer cordon opened is the engine's: the root of an overlay with an
+// upper layer has the upper directory's inode number (when its layers
+// share one filesystem; otherwise overlayfs numbers directories itself,
+// and sameView would refuse the root anyway). Making a writable overlay
+// writes in its layers — overlayfs empties its work directory's work/ —
+// so a path that names another directory by now must be refused first.
+func engineUpper(engine *hostPath, l *overlayLayers, o overlayOpts) error {
+	if l.up < 0 {
+		return nil
+	}
+	var e, u unix.Stat_t
+	if err := errors.Join(unix.Fstat(engine.fd, &e), unix.Fstat(l.up, &u)); err != nil {
+		return fmt.Errorf("stat the upper layers: %w", err)
+	}
+	if e.Ino != u.Ino {
+		return overlayRefusal("upperdir %s is not the engine's upper layer: inode %d, the engine's root %d (a path on the way names another directory now, or the layers are on more than one filesystem)", o.Upper, u.Ino, e.Ino)
+	}
+	return nil
+}
+
 // rootTreeFD is the detached mount of the sandbox's root: the root
 // cloned (idmapped through ns in image mode), or, for an image whose root
 // is an engine's overlayfs mount, cordon's own overlay of its layers.
@@ -444,6 +465,9 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 		return -1, err
 	}
 	defer l.close()
+	if err := engineUpper(sb.rootfs, l, o); err != nil {
+		return -1, err
+	}
 	lease := sb.rec.Lease
 	m, err := mountOverlay(o, l, lease.UID, lease.GID, sb.rootfs.writable)
 	if err != nil {

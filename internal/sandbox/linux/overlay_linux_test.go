@@ -2,6 +2,7 @@ package linux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -206,6 +207,38 @@ func TestImageOverlayRootRefusals(t *testing.T) {
 		err := provision(merged, sandbox.Image{Writable: true})
 		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "escaped characters") {
 			t.Fatalf("Provision = %v, want %s naming the escaped upperdir", err, failure.KindUnsupported)
+		}
+	})
+	// The upper layer's path names another directory by the time cordon
+	// reads it (a link on the way retargeted): cordon must not mount a
+	// writable overlay there — overlayfs empties its work directory's
+	// work/ at mount — before it sees the tree differs.
+	t.Run("upper-renamed", func(t *testing.T) {
+		base := t.TempDir()
+		lower := imageRoot(t, base)
+		for _, d := range []string{"snapA/diff", "snapA/work", "snapB/diff", "snapB/work/work/keep", "merged"} {
+			if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		link, merged := filepath.Join(base, "snap"), filepath.Join(base, "merged")
+		if err := os.Symlink("snapA", link); err != nil {
+			t.Fatal(err)
+		}
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/diff,workdir=%s/work", lower, link, link)
+		if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+		if err := errors.Join(os.Remove(link), os.Symlink("snapB", link)); err != nil {
+			t.Fatal(err)
+		}
+		err := provision(merged, sandbox.Image{Writable: true})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "is not the engine's upper layer") {
+			t.Errorf("Provision = %v, want %s: another upper layer", err, failure.KindUnsupported)
+		}
+		if _, err := os.Stat(filepath.Join(base, "snapB/work/work/keep")); err != nil {
+			t.Errorf("a work directory the engine never named was changed: %v", err)
 		}
 	})
 	t.Run("new-mount-api", func(t *testing.T) {
