@@ -388,3 +388,63 @@ func TestOverlayCreatorCredsRestored(t *testing.T) {
 		}
 	}
 }
+
+// TestOverlaySameViewLargeDirectory: what a container wrote may make a
+// top-level directory of its root larger than sameView reads; the next
+// start of the same container (the same layers) must still pass, and
+// another upper layer is still refused.
+func TestOverlaySameViewLargeDirectory(t *testing.T) {
+	requireSandboxes(t)
+	l := newEngineOverlay(t, "")
+	data := filepath.Join(l.upper, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range viewBudget*4 + 10 {
+		f, err := os.Create(filepath.Join(data, fmt.Sprintf("f%05d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	l.remount(t)
+	fd, err := openNoFollow(l.merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &hostPath{fd: fd, path: l.merged}
+	defer engine.close()
+	other := t.TempDir()
+	for _, d := range []string{"diff/data", "work"} {
+		if err := os.MkdirAll(filepath.Join(other, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		upper string
+		same  bool
+	}{
+		{"the engine's layers", l.upper, true},
+		{"another upper", filepath.Join(other, "diff"), false},
+	} {
+		o := overlayOpts{Lower: []string{l.lower2, l.lower}, Upper: tc.upper, Work: filepath.Join(filepath.Dir(tc.upper), "work")}
+		layers, err := openOverlayLayers(o, "/nonexistent-state", -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mountOverlay(o, layers, 0, 0, false)
+		layers.close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = sameView(engine, m)
+		unix.Close(m)
+		if tc.same && err != nil {
+			t.Errorf("%s: sameView = %v, want the same tree", tc.name, err)
+		}
+		if !tc.same && (err == nil || !strings.Contains(err.Error(), "does not show the engine's tree")) {
+			t.Errorf("%s: sameView = %v, want the difference named", tc.name, err)
+		}
+	}
+}
