@@ -181,66 +181,8 @@ func TestImageOverlayRootRefusals(t *testing.T) {
 			t.Fatalf("Provision = %v, want %s: a bind of a directory inside an overlay", err, failure.KindUnsupported)
 		}
 	})
-	// overlayfs unescapes upperdir as it does lowerdir: "u\b" names the
-	// directory ub; the mount table shows u\134b. Read literally it names
-	// a decoy directory "u\b" beside it.
-	t.Run("escaped-upperdir", func(t *testing.T) {
-		base := t.TempDir()
-		lower := imageRoot(t, base)
-		for _, d := range []string{"ub", `u\b`, "work", "merged"} {
-			if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		merged := filepath.Join(base, "merged")
-		opts := fmt.Sprintf(`lowerdir=%s,upperdir=%s/u\b,workdir=%s/work`, lower, base, base)
-		if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
-		if err := os.WriteFile(filepath.Join(merged, "etc", "x"), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Stat(filepath.Join(base, "ub", "etc", "x")); err != nil {
-			t.Fatalf("the kernel's upper layer is not ub: %v", err)
-		}
-		err := provision(merged, sandbox.Image{Writable: true})
-		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "escaped characters") {
-			t.Fatalf("Provision = %v, want %s naming the escaped upperdir", err, failure.KindUnsupported)
-		}
-	})
-	// The upper layer's path names another directory by the time cordon
-	// reads it (a link on the way retargeted): cordon must not mount a
-	// writable overlay there — overlayfs empties its work directory's
-	// work/ at mount — before it sees the tree differs.
-	t.Run("upper-renamed", func(t *testing.T) {
-		base := t.TempDir()
-		lower := imageRoot(t, base)
-		for _, d := range []string{"snapA/diff", "snapA/work", "snapB/diff", "snapB/work/work/keep", "merged"} {
-			if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		link, merged := filepath.Join(base, "snap"), filepath.Join(base, "merged")
-		if err := os.Symlink("snapA", link); err != nil {
-			t.Fatal(err)
-		}
-		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/diff,workdir=%s/work", lower, link, link)
-		if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
-		if err := errors.Join(os.Remove(link), os.Symlink("snapB", link)); err != nil {
-			t.Fatal(err)
-		}
-		err := provision(merged, sandbox.Image{Writable: true})
-		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "is not the engine's upper layer") {
-			t.Errorf("Provision = %v, want %s: another upper layer", err, failure.KindUnsupported)
-		}
-		if _, err := os.Stat(filepath.Join(base, "snapB/work/work/keep")); err != nil {
-			t.Errorf("a work directory the engine never named was changed: %v", err)
-		}
-	})
+	t.Run("escaped-upperdir", func(t *testing.T) { overlayEscapedUpperdir(t, provision) })
+	t.Run("upper-renamed", func(t *testing.T) { overlayUpperRenamed(t, provision) })
 	t.Run("new-mount-api", func(t *testing.T) {
 		root := newAPIOverlay(t)
 		err := provision(root, sandbox.Image{})
@@ -446,5 +388,67 @@ func TestOverlaySameViewLargeDirectory(t *testing.T) {
 		if !tc.same && (err == nil || !strings.Contains(err.Error(), "does not show the engine's tree")) {
 			t.Errorf("%s: sameView = %v, want the difference named", tc.name, err)
 		}
+	}
+}
+
+// overlayEscapedUpperdir: overlayfs unescapes upperdir as it does
+// lowerdir — "u\b" names the directory ub — and the mount table shows
+// u\134b. Read literally it names a decoy directory "u\b" beside it.
+func overlayEscapedUpperdir(t *testing.T, provision func(string, sandbox.Image) error) {
+	base := t.TempDir()
+	lower := imageRoot(t, base)
+	for _, d := range []string{"ub", `u\b`, "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merged := filepath.Join(base, "merged")
+	opts := fmt.Sprintf(`lowerdir=%s,upperdir=%s/u\b,workdir=%s/work`, lower, base, base)
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(merged, "etc", "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "ub", "etc", "x")); err != nil {
+		t.Fatalf("the kernel's upper layer is not ub: %v", err)
+	}
+	err := provision(merged, sandbox.Image{Writable: true})
+	if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "escaped characters") {
+		t.Fatalf("Provision = %v, want %s naming the escaped upperdir", err, failure.KindUnsupported)
+	}
+}
+
+// overlayUpperRenamed: the upper layer's path names another directory
+// by the time cordon reads it (a link on the way retargeted): cordon
+// must not mount a writable overlay there — overlayfs empties its work
+// directory's work/ at mount — before it sees the tree differs.
+func overlayUpperRenamed(t *testing.T, provision func(string, sandbox.Image) error) {
+	base := t.TempDir()
+	lower := imageRoot(t, base)
+	for _, d := range []string{"snapA/diff", "snapA/work", "snapB/diff", "snapB/work/work/keep", "merged"} {
+		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link, merged := filepath.Join(base, "snap"), filepath.Join(base, "merged")
+	if err := os.Symlink("snapA", link); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/diff,workdir=%s/work", lower, link, link)
+	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	if err := errors.Join(os.Remove(link), os.Symlink("snapB", link)); err != nil {
+		t.Fatal(err)
+	}
+	err := provision(merged, sandbox.Image{Writable: true})
+	if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "is not the engine's upper layer") {
+		t.Errorf("Provision = %v, want %s: another upper layer", err, failure.KindUnsupported)
+	}
+	if _, err := os.Stat(filepath.Join(base, "snapB/work/work/keep")); err != nil {
+		t.Errorf("a work directory the engine never named was changed: %v", err)
 	}
 }
