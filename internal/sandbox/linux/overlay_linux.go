@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -394,11 +395,17 @@ func setThreadCreds(want threadCreds) error {
 	return nil
 }
 
-// createLocked is createAs on its locked thread.
+// createLocked is createAs on its locked thread. The kernel clears a
+// thread's parent-death signal whenever its filesystem ids change; on the
+// main thread it is the one cordon's own parent armed, set again after.
 func createLocked(fs int, uid, gid uint32) error {
 	own, err := readThreadCreds()
 	if err != nil {
 		return err
+	}
+	var pdeath int32
+	if err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0, 0, 0); err != nil {
+		return fmt.Errorf("read parent-death signal: %w", err)
 	}
 	creator := own
 	creator.fsuid, creator.fsgid = int(uid), int(gid)
@@ -409,7 +416,11 @@ func createLocked(fs int, uid, gid uint32) error {
 	if err == nil {
 		err = unix.FsconfigCreate(fs)
 	}
-	if rerr := setThreadCreds(own); rerr != nil {
+	rerr := setThreadCreds(own)
+	if rerr == nil && pdeath != 0 {
+		rerr = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(pdeath), 0, 0, 0)
+	}
+	if rerr != nil {
 		return fmt.Errorf("%w: %w (creating the overlay: %v)", errThreadTainted, rerr, err)
 	}
 	return err

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -451,4 +453,45 @@ func overlayUpperRenamed(t *testing.T, provision func(string, sandbox.Image) err
 	if _, err := os.Stat(filepath.Join(base, "snapB/work/work/keep")); err != nil {
 		t.Errorf("a work directory the engine never named was changed: %v", err)
 	}
+}
+
+// TestOverlayCreatorKeepsParentDeathSignal: the kernel clears a thread's
+// parent-death signal whenever its filesystem ids change, and the
+// overlay's creation changes them twice. On the main thread that signal
+// is the one cordon's own parent armed: it must survive. (The creation
+// here has no layers, so the kernel refuses it; the ids change around it
+// all the same.)
+func TestOverlayCreatorKeepsParentDeathSignal(t *testing.T) {
+	requireSandboxes(t)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread's signal is the test's
+		done <- creatorKeepsPdeathsig()
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func creatorKeepsPdeathsig() error {
+	get := func() int {
+		var sig int32
+		_ = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0)
+		return int(sig)
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGURG), 0, 0, 0); err != nil || get() != int(unix.SIGURG) {
+		return fmt.Errorf("arm the parent-death signal: %v (%d)", err, get())
+	}
+	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fs)
+	if err := createLocked(fs, 1234567, 1234567); err == nil || errors.Is(err, errThreadTainted) {
+		return fmt.Errorf("createLocked = %v, want the kernel's refusal of an overlay without layers", err)
+	}
+	if sig := get(); sig != int(unix.SIGURG) {
+		return fmt.Errorf("parent-death signal %d after the overlay's creation, want %d", sig, unix.SIGURG)
+	}
+	return nil
 }
