@@ -426,6 +426,25 @@ func createLocked(fs int, uid, gid uint32) error {
 	return err
 }
 
+// engineWritable refuses a writable root over an engine overlay that is
+// read-only, by its mount or its superblock: a plain root's clone keeps
+// its mount's read-only flag, but cordon's own overlay is a new mount of
+// a new superblock, and would write in an upper layer the engine mounted
+// read-only.
+func engineWritable(engine *hostPath, o overlayOpts) error {
+	if !engine.writable {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(engine.fd, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", engine.path, err)
+	}
+	if o.ReadOnly || st.Flags&unix.ST_RDONLY != 0 {
+		return overlayRefusal("%s: the engine's overlay is mounted read-only, and the root is to be writable", engine.path)
+	}
+	return nil
+}
+
 // engineUpper checks, before any overlay is made over it, that the upper
 // layer cordon opened is the engine's: the root of an overlay with an
 // upper layer has the upper directory's inode number (when its layers
@@ -467,6 +486,9 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 	}
 	if o.Upper == "" && sb.rootfs.writable {
 		return -1, overlayRefusal("%s: the engine's overlay has no upper layer, and the root is to be writable", sb.rootfs.path)
+	}
+	if err := engineWritable(sb.rootfs, o); err != nil {
+		return -1, err
 	}
 	if sb.skip("root-overlay-idmap") {
 		ns = -1 // test builds: the layers as they are, the control of root_owner_leased

@@ -183,6 +183,7 @@ func TestImageOverlayRootRefusals(t *testing.T) {
 			t.Fatalf("Provision = %v, want %s: a bind of a directory inside an overlay", err, failure.KindUnsupported)
 		}
 	})
+	t.Run("read-only-engine-mount", func(t *testing.T) { overlayReadOnlyEngine(t, provision) })
 	t.Run("escaped-upperdir", func(t *testing.T) { overlayEscapedUpperdir(t, provision) })
 	t.Run("upper-renamed", func(t *testing.T) { overlayUpperRenamed(t, provision) })
 	t.Run("new-mount-api", func(t *testing.T) {
@@ -494,4 +495,31 @@ func creatorKeepsPdeathsig() error {
 		return fmt.Errorf("parent-death signal %d after the overlay's creation, want %d", sig, unix.SIGURG)
 	}
 	return nil
+}
+
+// overlayReadOnlyEngine: the engine's overlay is read-only — its mount
+// (a read-only bind remount) or its superblock (mounted ro) — and the
+// root is asked writable. A plain root's clone keeps its mount's
+// read-only flag; cordon's own overlay would not, and would write in an
+// upper layer the engine mounted read-only: refused.
+func overlayReadOnlyEngine(t *testing.T, provision func(string, sandbox.Image) error) {
+	for _, how := range []string{"mount", "superblock"} {
+		l := newEngineOverlay(t, "")
+		var err error
+		if how == "mount" {
+			err = unix.Mount("", l.merged, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, "")
+		} else {
+			err = unix.Mount("", l.merged, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
+		}
+		if err != nil {
+			t.Fatalf("%s: make the engine's overlay read-only: %v", how, err)
+		}
+		err = provision(l.merged, sandbox.Image{Writable: true})
+		if failure.KindOf(err) != failure.KindUnsupported || !strings.Contains(fmt.Sprint(err), "mounted read-only") {
+			t.Errorf("%s read-only: Provision = %v, want %s naming the read-only engine overlay", how, err, failure.KindUnsupported)
+		}
+		if err := provision(l.merged, sandbox.Image{}); err != nil {
+			t.Errorf("%s read-only, root read-only: Provision = %v, want it to work", how, err)
+		}
+	}
 }
