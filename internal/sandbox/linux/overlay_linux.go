@@ -445,6 +445,23 @@ func engineWritable(engine *hostPath, o overlayOpts) error {
 	return nil
 }
 
+// engineNoexec makes cordon's overlay noexec when the engine's mount is,
+// as a plain root's clone keeps its mount's flags.
+func engineNoexec(engine *hostPath, m int) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(engine.fd, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", engine.path, err)
+	}
+	if st.Flags&unix.ST_NOEXEC == 0 {
+		return nil
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(m, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("make cordon's overlay noexec as %s is: %w", engine.path, err)
+	}
+	return nil
+}
+
 // engineUpper checks, before any overlay is made over it, that the upper
 // layer cordon opened is the engine's: the root of an overlay with an
 // upper layer has the upper directory's inode number (when its layers
@@ -507,6 +524,10 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 		return -1, err
 	}
 	if err := sameView(sb.rootfs, m); err != nil {
+		unix.Close(m)
+		return -1, err
+	}
+	if err := engineNoexec(sb.rootfs, m); err != nil {
 		unix.Close(m)
 		return -1, err
 	}

@@ -523,3 +523,33 @@ func overlayReadOnlyEngine(t *testing.T, provision func(string, sandbox.Image) e
 		}
 	}
 }
+
+// TestImageOverlayRootNoexec: an engine overlay mounted noexec stays so in
+// cordon's overlay (a plain root's clone keeps its mount's flags): the
+// image's program cannot be executed from it. The control: the same
+// overlay without noexec runs it.
+func TestImageOverlayRootNoexec(t *testing.T) {
+	p := newImageProvider(t)
+	ctx := context.Background()
+	for _, noexec := range []bool{true, false} {
+		l := newEngineOverlay(t, "")
+		if noexec {
+			if err := unix.Mount("", l.merged, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOEXEC, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := p.Provision(ctx, imageSpec(l.merged, sandbox.Image{Writable: true}, "true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		if _, err := s.Start(ctx); err == nil && s.Exec(ctx) == nil {
+			ex, err := s.Wait(ctx)
+			ran = err == nil && ex.Code == 0
+		}
+		s.Deprovision(ctx)
+		if ran == noexec {
+			t.Errorf("engine overlay noexec %v: the program ran %v", noexec, ran)
+		}
+	}
+}
