@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -48,9 +49,15 @@ func engineOverlay(h *hostPath) (overlayOpts, error) {
 	if stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		return overlayOpts{}, overlayRefusal("%s is a directory inside an overlayfs mount, not its root", h.path)
 	}
-	fstype, super, err := mountinfoLine("/proc/self/mountinfo", stx.Mnt_id)
+	root, fstype, super, err := mountinfoLine("/proc/self/mountinfo", stx.Mnt_id)
 	if err != nil {
 		return overlayOpts{}, err
+	}
+	if root != "/" {
+		// A bind mount of a directory inside an overlay: the root of a
+		// mount of its own, on the same superblock, whose line lists the
+		// whole overlay's layers.
+		return overlayOpts{}, overlayRefusal("%s is a directory inside an overlayfs mount (a bind of its %s), not its root", h.path, root)
 	}
 	if fstype != "overlay" {
 		return overlayOpts{}, overlayRefusal("%s: mount %d is %q, not overlay", h.path, stx.Mnt_id, fstype)
@@ -58,12 +65,13 @@ func engineOverlay(h *hostPath) (overlayOpts, error) {
 	return parseOverlayOptions(super)
 }
 
-// mountinfoLine returns the filesystem type and the raw super options of
-// the mount with this id.
-func mountinfoLine(path string, id uint64) (fstype, super string, err error) {
+// mountinfoLine returns the root (the directory of its filesystem the
+// mount shows, still escaped), the filesystem type and the raw super
+// options of the mount with this id.
+func mountinfoLine(path string, id uint64) (root, fstype, super string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -71,20 +79,22 @@ func mountinfoLine(path string, id uint64) (fstype, super string, err error) {
 	want := strconv.FormatUint(id, 10)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || fields[0] != want {
+		if len(fields) < 5 || fields[0] != want {
 			continue
 		}
-		for i, fl := range fields {
-			if fl == "-" && i+3 < len(fields) {
-				return fields[i+1], fields[i+3], nil
+		// Fields 3 and 4 (root, mount point) are escaped paths; the
+		// optional fields end at the first "-".
+		for i := 5; i < len(fields); i++ {
+			if fields[i] == "-" && i+3 < len(fields) {
+				return fields[3], fields[i+1], fields[i+3], nil
 			}
 		}
-		return "", "", fmt.Errorf("%s: malformed line for mount %d", path, id)
+		return "", "", "", fmt.Errorf("%s: malformed line for mount %d", path, id)
 	}
 	if err := sc.Err(); err != nil {
-		return "", "", fmt.Errorf("%s: %w", path, err)
+		return "", "", "", fmt.Errorf("%s: %w", path, err)
 	}
-	return "", "", fmt.Errorf("%s: no mount %d", path, id)
+	return "", "", "", fmt.Errorf("%s: no mount %d", path, id)
 }
 
 // openLayer opens a layer directory named by the engine's mount. Symlinks
@@ -327,43 +337,150 @@ func mountOverlay(o overlayOpts, l *overlayLayers, creatorUID, creatorGID uint32
 // every permitted capability. overlayfs keeps its creator's credentials
 // for its own work in the layers (the work directory, copy-up); through
 // the idmapped upper layer host uid 0 maps to nothing, and the lease's
-// first ids are the image's 0. A locked thread, never unlocked: it ends
-// with its goroutine, and its credentials with it.
+// first ids are the image's 0. It runs on a locked thread whose own
+// credentials are given back before it reports: a goroutine that exits
+// locked does not end the process's main thread (Go parks it for good),
+// which would keep the lease's ids. If they cannot be given back the
+// thread stays locked (it never runs another goroutine) and the creation
+// fails.
 func createAs(fs int, uid, gid uint32) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := unix.Setfsuid(int(uid)); err != nil {
-			done <- fmt.Errorf("setfsuid: %w", err)
-			return
+		err := createLocked(fs, uid, gid)
+		if !errors.Is(err, errThreadTainted) {
+			runtime.UnlockOSThread()
 		}
-		if err := unix.Setfsgid(int(gid)); err != nil {
-			done <- fmt.Errorf("setfsgid: %w", err)
-			return
-		}
-		// setfsuid says nothing when it did not change the id: read back.
-		u, _ := unix.SetfsuidRetUid(-1)
-		g, _ := unix.SetfsgidRetGid(-1)
-		if u != int(uid) || g != int(gid) {
-			done <- fmt.Errorf("filesystem ids %d:%d, want %d:%d", u, g, uid, gid)
-			return
-		}
-		// A fsuid other than 0 cleared the filesystem capabilities from
-		// the effective set; raise what is permitted again.
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			done <- fmt.Errorf("capget: %w", err)
-			return
-		}
-		data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			done <- fmt.Errorf("capset: %w", err)
-			return
-		}
-		done <- unix.FsconfigCreate(fs)
+		done <- err
 	}()
 	return <-done
+}
+
+// threadCreds are the calling thread's filesystem ids and capabilities.
+type threadCreds struct {
+	fsuid, fsgid int
+	caps         [2]unix.CapUserData
+}
+
+func readThreadCreds() (threadCreds, error) {
+	var c threadCreds
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capget(&hdr, &c.caps[0]); err != nil {
+		return c, fmt.Errorf("capget: %w", err)
+	}
+	// setfsuid(-1) changes nothing and says what the id is.
+	c.fsuid, _ = unix.SetfsuidRetUid(-1)
+	c.fsgid, _ = unix.SetfsgidRetGid(-1)
+	return c, nil
+}
+
+// setThreadCreds sets the calling thread's filesystem ids and then its
+// capabilities, and reads both back: setfsuid says nothing when it did
+// not change the id, and a change of fsuid moves the filesystem
+// capabilities in and out of the effective set.
+func setThreadCreds(want threadCreds) error {
+	_ = unix.Setfsgid(want.fsgid)
+	_ = unix.Setfsuid(want.fsuid)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capset(&hdr, &want.caps[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	got, err := readThreadCreds()
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("thread credentials %d:%d %+v, want %d:%d %+v", got.fsuid, got.fsgid, got.caps, want.fsuid, want.fsgid, want.caps)
+	}
+	return nil
+}
+
+// createLocked is createAs on its locked thread. The kernel clears a
+// thread's parent-death signal whenever its filesystem ids change; on the
+// main thread it is the one cordon's own parent armed, set again after.
+func createLocked(fs int, uid, gid uint32) error {
+	own, err := readThreadCreds()
+	if err != nil {
+		return err
+	}
+	var pdeath int32
+	if err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0, 0, 0); err != nil {
+		return fmt.Errorf("read parent-death signal: %w", err)
+	}
+	creator := own
+	creator.fsuid, creator.fsgid = int(uid), int(gid)
+	// A fsuid other than 0 clears the filesystem capabilities from the
+	// effective set; raise what is permitted again.
+	creator.caps[0].Effective, creator.caps[1].Effective = own.caps[0].Permitted, own.caps[1].Permitted
+	err = setThreadCreds(creator)
+	if err == nil {
+		err = unix.FsconfigCreate(fs)
+	}
+	rerr := setThreadCreds(own)
+	if rerr == nil && pdeath != 0 {
+		rerr = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(pdeath), 0, 0, 0)
+	}
+	if rerr != nil {
+		return fmt.Errorf("%w: %w (creating the overlay: %v)", errThreadTainted, rerr, err)
+	}
+	return err
+}
+
+// engineWritable refuses a writable root over an engine overlay that is
+// read-only, by its mount or its superblock: a plain root's clone keeps
+// its mount's read-only flag, but cordon's own overlay is a new mount of
+// a new superblock, and would write in an upper layer the engine mounted
+// read-only.
+func engineWritable(engine *hostPath, o overlayOpts) error {
+	if !engine.writable {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(engine.fd, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", engine.path, err)
+	}
+	if o.ReadOnly || st.Flags&unix.ST_RDONLY != 0 {
+		return overlayRefusal("%s: the engine's overlay is mounted read-only, and the root is to be writable", engine.path)
+	}
+	return nil
+}
+
+// engineNoexec makes cordon's overlay noexec when the engine's mount is,
+// as a plain root's clone keeps its mount's flags.
+func engineNoexec(engine *hostPath, m int) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(engine.fd, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", engine.path, err)
+	}
+	if st.Flags&unix.ST_NOEXEC == 0 {
+		return nil
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(m, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("make cordon's overlay noexec as %s is: %w", engine.path, err)
+	}
+	return nil
+}
+
+// engineUpper checks, before any overlay is made over it, that the upper
+// layer cordon opened is the engine's: the root of an overlay with an
+// upper layer has the upper directory's inode number (when its layers
+// share one filesystem; otherwise overlayfs numbers directories itself,
+// and sameView would refuse the root anyway). Making a writable overlay
+// writes in its layers — overlayfs empties its work directory's work/ —
+// so a path that names another directory by now must be refused first.
+func engineUpper(engine *hostPath, l *overlayLayers, o overlayOpts) error {
+	if l.up < 0 {
+		return nil
+	}
+	var e, u unix.Stat_t
+	if err := errors.Join(unix.Fstat(engine.fd, &e), unix.Fstat(l.up, &u)); err != nil {
+		return fmt.Errorf("stat the upper layers: %w", err)
+	}
+	if e.Ino != u.Ino {
+		return overlayRefusal("upperdir %s is not the engine's upper layer: inode %d, the engine's root %d (a path on the way names another directory now, or the layers are on more than one filesystem)", o.Upper, u.Ino, e.Ino)
+	}
+	return nil
 }
 
 // rootTreeFD is the detached mount of the sandbox's root: the root
@@ -387,6 +504,9 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 	if o.Upper == "" && sb.rootfs.writable {
 		return -1, overlayRefusal("%s: the engine's overlay has no upper layer, and the root is to be writable", sb.rootfs.path)
 	}
+	if err := engineWritable(sb.rootfs, o); err != nil {
+		return -1, err
+	}
 	if sb.skip("root-overlay-idmap") {
 		ns = -1 // test builds: the layers as they are, the control of root_owner_leased
 	}
@@ -395,12 +515,19 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 		return -1, err
 	}
 	defer l.close()
+	if err := engineUpper(sb.rootfs, l, o); err != nil {
+		return -1, err
+	}
 	lease := sb.rec.Lease
 	m, err := mountOverlay(o, l, lease.UID, lease.GID, sb.rootfs.writable)
 	if err != nil {
 		return -1, err
 	}
 	if err := sameView(sb.rootfs, m); err != nil {
+		unix.Close(m)
+		return -1, err
+	}
+	if err := engineNoexec(sb.rootfs, m); err != nil {
 		unix.Close(m)
 		return -1, err
 	}

@@ -142,11 +142,16 @@ func splitLowerdir(v string) ([]string, error) {
 	return parts, nil
 }
 
-// layerPath: absolute and clean. Docker's overlay2 mounts an image of
-// very many layers with paths relative to its data root (the mount
-// options would not fit a page otherwise); the mount table does not say
-// relative to what.
+// layerPath: absolute, clean, no backslash. Docker's overlay2 mounts an
+// image of very many layers with paths relative to its data root (the
+// mount options would not fit a page otherwise); the mount table does not
+// say relative to what. overlayfs unescapes every layer path it is given
+// (upperdir "u\b" is the directory ub) while the mount table shows the
+// mounter's text: read literally, a backslash names another directory.
 func layerPath(p string) error {
+	if strings.Contains(p, `\`) {
+		return overlayRefusal("layer %q: escaped characters in layer paths are not supported", p)
+	}
 	if !filepath.IsAbs(p) {
 		return overlayRefusal("layer %q is relative (an engine mounted it from its own working directory, which the mount table does not record)", p)
 	}

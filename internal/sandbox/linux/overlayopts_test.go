@@ -39,6 +39,10 @@ func TestParseOverlayOptions(t *testing.T) {
 		{`rw,lowerdir=/`, "clean"},
 		{`rw,lowerdir=/a\134:b`, "escaped"},
 		{`rw,lowerdir=/a::/b`, "data-only"},
+		// overlayfs unescapes upperdir and workdir too ("u\b" is "ub"),
+		// and the mount table shows what the mounter wrote.
+		{`rw,lowerdir=/a,upperdir=/x/u\134b,workdir=/x/w`, "escaped characters"},
+		{`rw,lowerdir=/a,upperdir=/x/u,workdir=/x/w\134\054k`, "escaped characters"},
 		{`rw,lowerdir+=/,lowerdir+=/`, "new mount API"},
 		{`rw,lowerdir=/a,datadir+=/d`, "new mount API"},
 		{`rw,lowerdir=/a,index=on`, "index=on"},
@@ -82,6 +86,11 @@ func FuzzParseOverlayOptions(f *testing.F) {
 		for _, p := range o.Lower {
 			if strings.ContainsAny(p, `\:`) {
 				t.Fatalf("accepted lower layer %q from %q", p, in)
+			}
+		}
+		for _, p := range []string{o.Upper, o.Work} {
+			if strings.Contains(p, `\`) {
+				t.Fatalf("accepted upper or work layer %q from %q", p, in)
 			}
 		}
 		for _, p := range append(slices.Clone(o.Lower), o.Upper, o.Work) {
