@@ -534,3 +534,60 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 	sb.rootOverlay = &o
 	return m, nil
 }
+
+// upperSockets tells the sockets an engine overlay's upper layer holds:
+// the container's own, left by an earlier run of it (a database's, after
+// an unclean stop). No process binds them any more — the sandbox that did
+// is gone with its processes, and the layer's directories are the
+// engine's, under its data root, which only root can reach — so they are
+// inert files, and a restart must not be refused for them. Sockets from
+// anywhere else in the root still refuse it.
+type upperSockets struct{ fd int }
+
+// engineUpperSockets opens the upper layer of the engine overlay whose
+// root is h; for anything else (not an overlay, no upper layer, options
+// cordon cannot read — refused later, by rootTreeFD) it skips nothing.
+func engineUpperSockets(h *hostPath) *upperSockets {
+	u := &upperSockets{fd: -1}
+	if overlay, err := isOverlay(h.fd); err != nil || !overlay {
+		return u
+	}
+	o, err := engineOverlay(h)
+	if err != nil || o.Upper == "" {
+		return u
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, o.Upper, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err == nil {
+		u.fd = fd
+	}
+	return u
+}
+
+// own reports whether the socket at rel (relative to the merged root,
+// "./a/b") is the upper layer's own socket: resolved beneath the upper
+// layer, never through a symlink the container made.
+func (u *upperSockets) own(rel string) bool {
+	if u.fd < 0 {
+		return false
+	}
+	fd, err := unix.Openat2(u.fd, strings.TrimPrefix(rel, "./"), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK
+}
+
+func (u *upperSockets) close() {
+	if u.fd >= 0 {
+		unix.Close(u.fd)
+		u.fd = -1
+	}
+}

@@ -553,3 +553,49 @@ func TestImageOverlayRootNoexec(t *testing.T) {
 		}
 	}
 }
+
+// TestImageOverlayRootOwnSockets: a socket an earlier run of the
+// container left in its upper layer (a database's after an unclean stop)
+// does not refuse the next start; the control: the same socket in a
+// lower layer does, naming it.
+func TestImageOverlayRootOwnSockets(t *testing.T) {
+	p := newImageProvider(t)
+	for _, inUpper := range []bool{true, false} {
+		t.Run(fmt.Sprint("upper=", inUpper), func(t *testing.T) {
+			l := newEngineOverlay(t, "")
+			dir := filepath.Join(l.lower, "etc")
+			if inUpper {
+				dir = filepath.Join(l.upper, "etc")
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			leaveSocket(t, filepath.Join(dir, "db.sock"))
+			l.remount(t) // the engine's mount at the next start
+			sb, err := p.Provision(context.Background(), imageSpec(l.merged, sandbox.Image{Writable: true}, "true"))
+			if err == nil {
+				sb.Deprovision(context.Background())
+			}
+			if inUpper && err != nil {
+				t.Fatalf("a socket the container left in its upper layer refused the start: %v", err)
+			}
+			if !inUpper && (failure.KindOf(err) != failure.KindPolicyRejected || !strings.Contains(fmt.Sprint(err), "db.sock")) {
+				t.Fatalf("control: a socket in a lower layer: %v, want a refusal naming it", err)
+			}
+		})
+	}
+}
+
+// leaveSocket binds a Unix socket at path and closes it: the file stays,
+// nothing listens.
+func leaveSocket(t *testing.T, path string) {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -392,7 +392,13 @@ func checkRootfsTree(h *hostPath, image bool) error {
 			return failure.Failf(failure.KindPolicyRejected, "rootfs", "%s may not be a sandbox root (it is under %s)", h.path, r)
 		}
 	}
-	sock, err := findSocketFD(h.fd, 200000)
+	var skip func(string) bool
+	if image {
+		upper := engineUpperSockets(h)
+		defer upper.close()
+		skip = upper.own
+	}
+	sock, err := findSocketSkip(h.fd, 200000, skip)
 	if err != nil {
 		return failure.Fail(failure.KindPolicyRejected, "rootfs", err)
 	}

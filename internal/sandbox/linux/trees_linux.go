@@ -156,12 +156,23 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 // subtree cordon cannot read as root is not known to be free of sockets.
 // It returns the socket's path relative to the root, or "".
 func findSocketFD(fd int, limit int) (string, error) {
+	return findSocketSkip(fd, limit, nil)
+}
+
+// findSocketSkip is findSocketFD passing over the sockets skip accepts
+// (their path relative to the root, "./a/b"); nil skips none.
+func findSocketSkip(fd int, limit int, skip func(rel string) bool) (string, error) {
 	dir, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open for the socket check: %w", err)
 	}
-	n := 0
-	return walkSockets(dir, ".", &n, limit, 0)
+	w := socketWalk{limit: limit, skip: skip}
+	return w.walk(dir, ".", 0)
+}
+
+type socketWalk struct {
+	n, limit int
+	skip     func(rel string) bool
 }
 
 // maxSocketWalkDepth bounds the directory nesting the socket check
@@ -170,7 +181,7 @@ func findSocketFD(fd int, limit int) (string, error) {
 // quadratic in its depth. Deeper trees are refused.
 const maxSocketWalkDepth = 256
 
-func walkSockets(dir int, rel string, n *int, limit, depth int) (string, error) {
+func (w *socketWalk) walk(dir int, rel string, depth int) (string, error) {
 	f := os.NewFile(uintptr(dir), rel)
 	defer f.Close()
 	for {
@@ -178,9 +189,9 @@ func walkSockets(dir int, rel string, n *int, limit, depth int) (string, error) 
 		// directory fd, never from a path.
 		names, err := f.Readdirnames(512)
 		for _, name := range names {
-			*n++
-			if *n > limit {
-				return "", fmt.Errorf("more than %d entries; too large to check for Unix sockets", limit)
+			w.n++
+			if w.n > w.limit {
+				return "", fmt.Errorf("more than %d entries; too large to check for Unix sockets", w.limit)
 			}
 			var st unix.Stat_t
 			if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -188,7 +199,9 @@ func walkSockets(dir int, rel string, n *int, limit, depth int) (string, error) 
 			}
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFSOCK:
-				return rel + "/" + name, nil
+				if w.skip == nil || !w.skip(rel+"/"+name) {
+					return rel + "/" + name, nil
+				}
 			case unix.S_IFDIR:
 				if depth+1 > maxSocketWalkDepth {
 					return "", fmt.Errorf("directories nested more than %d deep; too deep to check for Unix sockets", maxSocketWalkDepth)
@@ -197,7 +210,7 @@ func walkSockets(dir int, rel string, n *int, limit, depth int) (string, error) 
 				if err != nil {
 					return "", fmt.Errorf("open %s/%s: %w", rel, name, err)
 				}
-				if found, err := walkSockets(sub, rel+"/"+name, n, limit, depth+1); found != "" || err != nil {
+				if found, err := w.walk(sub, rel+"/"+name, depth+1); found != "" || err != nil {
 					return found, err
 				}
 			}
