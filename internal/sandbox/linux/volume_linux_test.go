@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cordon-project/cordon/internal/failure"
 	"github.com/cordon-project/cordon/internal/sandbox"
 )
@@ -32,7 +34,7 @@ func TestImageVolumeBind(t *testing.T) {
 	}
 	spec := func(uid uint32, script string, imageIDs bool) sandbox.Spec {
 		s := imageSpec(imageRoot(t, ""), sandbox.Image{UID: uid, GID: uid, Writable: true}, script)
-		s.Binds = []sandbox.Bind{{Source: vol, Target: "/data", Writable: true, ImageIDs: imageIDs}}
+		s.Binds = []sandbox.Bind{{Source: vol, Target: "/data", Writable: true, ImageIDs: imageIDs, VolumeRoot: filepath.Dir(vol)}}
 		return s
 	}
 	ctx := context.Background()
@@ -67,5 +69,71 @@ func TestImageVolumeBind(t *testing.T) {
 		t.Fatal("ImageIDs outside image mode was accepted")
 	} else if failure.KindOf(err) != failure.KindUsage {
 		t.Fatalf("Provision(ImageIDs, no image) = %v, want %s", err, failure.KindUsage)
+	}
+}
+
+// TestImageVolumeOtherMount: a source below the volume root that is a
+// mount of something else — a local volume driver's bind of a host
+// directory (`docker volume create -o type=none -o o=bind -o
+// device=/etc`), mounted at DATA-ROOT/volumes/NAME/_data by the engine —
+// is not the engine's volume: its files are the host's, not the image's.
+// The attack: the image's uid 0 writes into it. Observed from the host,
+// the root-owned directory behind the mount gets no file of root's: the
+// bind is refused as any writable bind of a root-owned directory is. The
+// control: the same bind of a volume on the root's own mount is bound
+// with the image's ids, and the write lands, owned by 0.
+func TestImageVolumeOtherMount(t *testing.T) {
+	p := newImageProvider(t)
+	root := t.TempDir()    // the operator's --volume-root
+	hostDir := t.TempDir() // root's, standing for /etc
+	vol := filepath.Join(root, "evil", "_data")
+	plain := filepath.Join(root, "plain", "_data")
+	for _, d := range []string{vol, plain} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount(hostDir, vol, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s at %s: %v", hostDir, vol, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(vol, unix.MNT_DETACH) })
+	spec := func(src string) sandbox.Spec {
+		s := imageSpec(imageRoot(t, ""), sandbox.Image{Writable: true}, "echo r > /data/f0")
+		s.Binds = []sandbox.Bind{{Source: src, Target: "/data", Writable: true, ImageIDs: true, VolumeRoot: root}}
+		return s
+	}
+	ctx := context.Background()
+	// Control: the volume on the root's own mount.
+	sb, _ := startImageRecord(t, p, spec(plain))
+	if ex, err := sb.Wait(ctx); err != nil || ex.Code != 0 {
+		t.Fatalf("control: %+v %v", ex, err)
+	}
+	wantOwned(t, filepath.Join(plain, "f0"), 0, "r\n")
+	// The attack: a mount of a host directory below the root.
+	s, err := p.Provision(ctx, spec(vol))
+	if err == nil {
+		t.Cleanup(func() { s.Deprovision(ctx) })
+		if _, serr := s.Start(ctx); serr == nil {
+			_ = s.Exec(ctx)
+			_, _ = s.Wait(ctx)
+		}
+	}
+	if _, serr := os.Lstat(filepath.Join(hostDir, "f0")); serr == nil {
+		t.Fatalf("the image's uid 0 wrote a root-owned file into the host directory mounted below the volume root (Provision = %v)", err)
+	}
+	if failure.KindOf(err) != failure.KindPolicyRejected || !strings.Contains(err.Error(), "owned by 0:0") || !strings.Contains(err.Error(), "mount") {
+		t.Fatalf("Provision(a mount below the volume root) = %v, want the root-owned refusal naming the mount", err)
+	}
+	// Image ids without a volume root, or with the source not strictly
+	// below it, are refused: nothing to resolve the source beneath.
+	for _, r := range []string{"", "/", plain, hostDir} {
+		s := spec(plain)
+		s.Binds[0].VolumeRoot = r
+		if sb, err := p.Provision(ctx, s); err == nil {
+			sb.Deprovision(ctx)
+			t.Errorf("ImageIDs with volume root %q for %s was accepted", r, plain)
+		} else if failure.KindOf(err) != failure.KindUsage {
+			t.Errorf("ImageIDs with volume root %q: %v, want %s", r, err, failure.KindUsage)
+		}
 	}
 }
