@@ -171,6 +171,13 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 		h.close()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is neither a directory nor a regular file", src)
 	}
+	// An engine keeps its volumes as directories; a regular file below
+	// the volume root is the engine's own (Docker's volumes/metadata.db,
+	// kubelet's vol_data.json): bound as any other file.
+	engineFile := h.imageIDs && mode != unix.S_IFDIR
+	if engineFile {
+		h.imageIDs = false
+	}
 	// A writable bind maps the directory's owner AND group to the program:
 	// a system group (e.g. a "chown alice" directory left as alice:root)
 	// would hand the program that group's files and let it create files in
@@ -180,10 +187,7 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 	// image's uid k's, as in the image's own layer.
 	if b.Writable && !h.imageIDs && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
 		h.close()
-		if ownMount {
-			return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d and is on a mount of its own below the volume root %s (e.g. a volume driver's bind of a host directory): not known to hold the image's ids, so bound as any other bind, and a writable bind of a root-owned directory is refused", src, h.st.Uid, h.st.Gid, b.VolumeRoot)
-		}
-		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, h.st.Uid, h.st.Gid, minUserUID, src)
+		return nil, rootOwnedRefusal(b, src, h.st, engineFile, ownMount)
 	}
 	if mode == unix.S_IFDIR {
 		if sock, err := findSocketFD(h.fd, 200000); err != nil {
@@ -195,6 +199,20 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 		}
 	}
 	return h, nil
+}
+
+// rootOwnedRefusal is the refusal of a writable bind of a directory or
+// file a system account owns; below a volume root it says why the bind
+// got no image ids (engineFile: a file, not a volume directory; ownMount:
+// on a mount of its own).
+func rootOwnedRefusal(b sandbox.Bind, src string, st unix.Stat_t, engineFile, ownMount bool) error {
+	switch {
+	case engineFile:
+		return failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d and is a file below the volume root %s, not a volume directory (the engine's own file): bound as any other bind, and a writable bind of a root-owned file is refused", src, st.Uid, st.Gid, b.VolumeRoot)
+	case ownMount:
+		return failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d and is on a mount of its own below the volume root %s (e.g. a volume driver's bind of a host directory): not known to hold the image's ids, so bound as any other bind, and a writable bind of a root-owned directory is refused", src, st.Uid, st.Gid, b.VolumeRoot)
+	}
+	return failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, st.Uid, st.Gid, minUserUID, src)
 }
 
 // findSocketFD walks the directory open at fd — the very tree that will

@@ -137,3 +137,51 @@ func TestImageVolumeOtherMount(t *testing.T) {
 		}
 	}
 }
+
+// TestImageVolumeFile: below a volume root an engine keeps its volumes as
+// directories; a regular file there is the engine's own (Docker's
+// volumes/metadata.db, which names what each volume mounts; kubelet's
+// vol_data.json), not a volume the image filled. The attack: a bind of
+// such a root-owned file writable, with image ids, and the image's uid 0
+// rewrites it. Read from the host, the file is unchanged: the bind is
+// refused as any writable bind of a root-owned file is. The control: a
+// volume directory next to it is bound with image ids and written.
+func TestImageVolumeFile(t *testing.T) {
+	p := newImageProvider(t)
+	root := t.TempDir()
+	meta := filepath.Join(root, "metadata.db")
+	dir := filepath.Join(root, "v", "_data")
+	if err := os.WriteFile(meta, []byte("engine\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(src, target, script string) sandbox.Spec {
+		s := imageSpec(imageRoot(t, ""), sandbox.Image{Writable: true}, script)
+		s.Binds = []sandbox.Bind{{Source: src, Target: target, Writable: true, ImageIDs: true, VolumeRoot: root}}
+		return s
+	}
+	ctx := context.Background()
+	sb, _ := startImageRecord(t, p, spec(dir, "/data", "echo r > /data/f0"))
+	if ex, err := sb.Wait(ctx); err != nil || ex.Code != 0 {
+		t.Fatalf("control: %+v %v", ex, err)
+	}
+	wantOwned(t, filepath.Join(dir, "f0"), 0, "r\n")
+	s, err := p.Provision(ctx, spec(meta, "/meta", "echo tenant > /meta"))
+	if err == nil {
+		t.Cleanup(func() { s.Deprovision(ctx) })
+		_, serr := s.Start(ctx)
+		if serr == nil {
+			serr = s.Exec(ctx)
+		}
+		ex, werr := s.Wait(ctx)
+		t.Logf("attack: start/exec %v, wait %+v %v", serr, ex, werr)
+	}
+	if b, rerr := os.ReadFile(meta); rerr != nil || string(b) != "engine\n" {
+		t.Fatalf("the engine's root-owned file below the volume root reads %q, %v after the image's uid 0 wrote it (Provision = %v)", b, rerr, err)
+	}
+	if failure.KindOf(err) != failure.KindPolicyRejected || !strings.Contains(err.Error(), "owned by 0:0") {
+		t.Fatalf("Provision(a root-owned file below the volume root) = %v, want the root-owned refusal", err)
+	}
+}
