@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -105,6 +106,67 @@ func TestOpenEngineNetIndirections(t *testing.T) {
 		}
 		if !errors.Is(err, tc.want) && (tc.want != nil || err != nil) {
 			t.Errorf("OpenEngineNet(%s) = %v, want %v", tc.path, err, tc.want)
+		}
+	}
+}
+
+// TestOpenEngineNetFromOtherNetns: the runtime itself may run in a
+// network namespace that is not the host's (an engine started in one,
+// as the e2e harness's containerd is), and PID 1's namespace may be out
+// of reach (on this machine /proc/1/ns/net cannot be read). The host's
+// namespace is still refused: the attack names it (through kthreadd's
+// /proc/2/ns/net and a process of the host's) from a thread in a fresh
+// namespace. The control: another fresh namespace is accepted from the
+// same thread.
+func TestOpenEngineNetFromOtherNetns(t *testing.T) {
+	testkit.RequireRoot(t)
+	c := exec.Command("sleep", "60")
+	c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	other := "/proc/" + strconv.Itoa(c.Process.Pid) + "/ns/net"
+	// A process of the host's, started before any thread of this one
+	// moves (this process's own /proc/PID names its main thread, which
+	// the goroutine below may be running on).
+	h := exec.Command("sleep", "60")
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Process.Kill(); _ = h.Wait() })
+	hostProc := "/proc/" + strconv.Itoa(h.Process.Pid) + "/ns/net"
+	type result struct {
+		path string
+		err  error
+	}
+	done := make(chan []result)
+	go func() {
+		// This thread moves to a fresh namespace and is never unlocked:
+		// it ends with the goroutine (the main thread, if it is the one,
+		// stays parked).
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- []result{{"unshare", err}}
+			return
+		}
+		var out []result
+		for _, p := range []string{"/proc/2/ns/net", hostProc, other} {
+			f, err := OpenEngineNet(p)
+			if f != nil {
+				f.Close()
+			}
+			out = append(out, result{p, err})
+		}
+		done <- out
+	}()
+	for _, r := range <-done {
+		want := ErrHostNetNS
+		if r.path == other {
+			want = nil
+		}
+		if r.path == "unshare" || (!errors.Is(r.err, want) && (want != nil || r.err != nil)) {
+			t.Errorf("from a thread in a fresh network namespace, OpenEngineNet(%s) = %v, want %v", r.path, r.err, want)
 		}
 	}
 }
