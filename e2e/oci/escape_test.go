@@ -44,6 +44,41 @@ func testEscapes(t *testing.T, d *engines.Docker) {
 	t.Run("host process", func(t *testing.T) { escapeHostProcess(t, d) })
 	t.Run("mount", func(t *testing.T) { escapeMount(t, d) })
 	t.Run("write through a read-only bind", func(t *testing.T) { escapeReadOnlyBind(t, d) })
+	t.Run("volume driver bind of a root-owned directory", func(t *testing.T) { escapeVolumeDriverBind(t, d) })
+}
+
+// escapeVolumeDriverBind: a local volume whose driver binds a host
+// directory (`docker volume create -o type=none -o o=bind -o device=DIR`)
+// is mounted by the engine below the volume root (volumes/NAME/_data),
+// but holds the host's files, not the image's. The attack: the
+// container's uid 0 writes into it, which with the volume's image ids
+// would be a file of host root's in a root-owned host directory (standing
+// for /etc). Read from the host: under cordon nothing lands and the run
+// is refused naming the mount; under runc (the control that the volume
+// reaches DIR) the write lands, as host root's.
+func escapeVolumeDriverBind(t *testing.T, d *engines.Docker) {
+	dir := t.TempDir() // root's, 0700
+	for _, rt := range runtimes {
+		vol := "drvbind-" + rt + "-" + randHex(4)
+		d.Must(t, "volume", "create", "--driver", "local", "-o", "type=none", "-o", "o=bind", "-o", "device="+dir, vol)
+		t.Cleanup(func() { d.Run(t, "volume", "rm", "-f", vol) })
+		name := "f-" + rt
+		r := d.Run(t, base(rt, "--rm", "-v", vol+":/data", image, "sh", "-c", "echo x > /data/"+name)...)
+		_, err := os.Lstat(filepath.Join(dir, name))
+		switch rt {
+		case "cordon":
+			if err == nil {
+				t.Errorf("cordon: the container's uid 0 wrote %s into a root-owned host directory through a volume driver's bind", name)
+			}
+			if r.Code == 0 || !strings.Contains(r.Stderr, "mount of its own") {
+				t.Errorf("cordon: docker run = %d, want the refusal naming the mount\nstderr: %s", r.Code, r.Stderr)
+			}
+		default:
+			if err != nil || r.Code != 0 {
+				t.Errorf("control (%s): the write through the volume did not land in %s: %v (run %d: %s)", rt, dir, err, r.Code, r.Stderr)
+			}
+		}
+	}
 }
 
 // countingListener accepts on network/addr and counts the connections.

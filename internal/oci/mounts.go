@@ -116,8 +116,14 @@ func mapBind(mt specs.Mount, dst string, ro bool, field string, m *Mapped, volum
 	// the image's ids: the provider maps it as the image's root. The
 	// provider opens the path without following a symlink, so what is
 	// bound is below the root as written.
-	imageIDs := slices.ContainsFunc(volumeRoots, func(r string) bool { return strings.HasPrefix(src, r+"/") })
-	m.Spec.Binds = append(m.Spec.Binds, sandbox.Bind{Source: src, Target: dst, Writable: !ro, ImageIDs: imageIDs})
+	// The longest root wins: it may be a mount of its own.
+	root := ""
+	for _, r := range volumeRoots {
+		if strings.HasPrefix(src, r+"/") && len(r) > len(root) {
+			root = r
+		}
+	}
+	m.Spec.Binds = append(m.Spec.Binds, sandbox.Bind{Source: src, Target: dst, Writable: !ro, ImageIDs: root != "", VolumeRoot: root})
 	return nil
 }
 

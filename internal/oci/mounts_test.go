@@ -145,7 +145,8 @@ func TestMapDropsCordonAnnotations(t *testing.T) {
 // TestMapVolumeRoots: a bind strictly below a volume root the operator
 // declared holds the image's ids (Bind.ImageIDs); the root itself, a
 // sibling with the root's name as a prefix, a path that climbs out with
-// "..", and any bind without declared roots do not.
+// "..", and any bind without declared roots do not. The bind carries the
+// root (Bind.VolumeRoot), the longest of nested ones.
 func TestMapVolumeRoots(t *testing.T) {
 	roots := []string{"/var/lib/docker/volumes"}
 	for _, c := range []struct {
@@ -159,6 +160,7 @@ func TestMapVolumeRoots(t *testing.T) {
 		{"/var/lib/docker/volumes-other/v1", roots, false},
 		{"/var/lib/docker/volumes/../../../etc", roots, false},
 		{"/srv/data", roots, false},
+		{"/var/lib/docker/volumes/v1/_data", []string{"/var/lib/docker", "/var/lib/docker/volumes"}, true},
 	} {
 		s, raw := load(t, "docker-config.json")
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: "/data", Type: "bind", Source: c.src, Options: []string{"rbind"}})
@@ -174,6 +176,11 @@ func TestMapVolumeRoots(t *testing.T) {
 		}
 		if got := m.Spec.Binds[i].ImageIDs; got != c.want {
 			t.Errorf("bind of %s with roots %v: ImageIDs %v, want %v", c.src, c.roots, got, c.want)
+		}
+		// The provider resolves the source beneath the root (the longest
+		// that holds it: a root may be a mount of its own).
+		if want := map[bool]string{true: "/var/lib/docker/volumes"}[c.want]; m.Spec.Binds[i].VolumeRoot != want {
+			t.Errorf("bind of %s with roots %v: VolumeRoot %q, want %q", c.src, c.roots, m.Spec.Binds[i].VolumeRoot, want)
 		}
 	}
 }

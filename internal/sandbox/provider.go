@@ -47,6 +47,13 @@ type Bind struct {
 	// sources under a directory the host operator declared
 	// (--volume-root), never from a bundle.
 	ImageIDs bool `json:"image_ids,omitempty"`
+	// VolumeRoot, with ImageIDs, is the directory the host operator
+	// declared (--volume-root) that Source is strictly below. The
+	// provider resolves Source beneath it, following no symlink and
+	// crossing no mount: a source on a mount of its own below the root
+	// (a local volume driver's bind of a host directory, a share) is not
+	// known to hold the image's ids and is bound as any other bind is.
+	VolumeRoot string `json:"volume_root,omitempty"`
 }
 
 // Limits bound the sandbox's resources. Zero means the provider default.

@@ -13,7 +13,31 @@ var (
 	ErrNotNetNS     = errors.New("not a network namespace file")
 	ErrHostNetNS    = errors.New("the host's own network namespace")
 	ErrForeignOwner = errors.New("owned by another user namespace than the host's (another tenant's, e.g. another sandbox's)")
+	ErrHostUnknown  = errors.New("the host's network namespace cannot be read (neither PID 1's nor kthreadd's): cannot tell whether this is it")
 )
+
+// initPidNSIno is the initial PID namespace's inode (PROC_PID_INIT_INO):
+// there PID 2 is kthreadd.
+const initPidNSIno = 0xEFFFFFFC
+
+// hostNetRefs are the files of the host's network namespace this process
+// can read: PID 1's, and in the initial PID namespace kthreadd's (PID 2,
+// a kernel thread, which is always in the initial network namespace and
+// can be read where PID 1's cannot, as on a host whose PID 1 is guarded).
+func hostNetRefs() []unix.Stat_t {
+	var refs []unix.Stat_t
+	var st unix.Stat_t
+	if unix.Stat("/proc/1/ns/net", &st) == nil {
+		refs = append(refs, st)
+	}
+	var pidns unix.Stat_t
+	comm, err := os.ReadFile("/proc/2/comm")
+	if err == nil && string(comm) == "kthreadd\n" && unix.Stat("/proc/self/ns/pid", &pidns) == nil && pidns.Ino == initPidNSIno &&
+		unix.Stat("/proc/2/ns/net", &st) == nil {
+		refs = append(refs, st)
+	}
+	return refs
+}
 
 // OpenEngineNet opens the network namespace file at path — one an engine
 // made for a container (a CRI pod's /var/run/netns/cni-…) — without side
@@ -48,10 +72,10 @@ func OpenEngineNet(path string) (*os.File, error) {
 
 // CheckEngineNet fails unless f is a network namespace that a sandbox
 // may join in place of its own: an nsfs file of type net, neither the
-// host's (PID 1's) nor the calling thread's own, and owned by this
-// process's user namespace (the host's): a namespace owned by another
-// user namespace belongs to someone else's sandbox, and its owner could
-// reconfigure it at will.
+// host's (PID 1's or kthreadd's; refused when neither can be read) nor
+// the calling thread's own, and owned by this process's user namespace
+// (the host's): a namespace owned by another user namespace belongs to
+// someone else's sandbox, and its owner could reconfigure it at will.
 func CheckEngineNet(f *os.File) error {
 	fd := int(f.Fd())
 	var fs unix.Statfs_t
@@ -72,10 +96,19 @@ func CheckEngineNet(f *os.File) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
-	for _, ref := range []string{"/proc/1/ns/net", "/proc/thread-self/ns/net"} {
-		if same(ref, st) {
+	// The host's, even when the runtime runs in another namespace; and
+	// the runtime's own.
+	refs := hostNetRefs()
+	if len(refs) == 0 {
+		return ErrHostUnknown
+	}
+	for _, r := range refs {
+		if r.Dev == st.Dev && r.Ino == st.Ino {
 			return ErrHostNetNS
 		}
+	}
+	if same("/proc/thread-self/ns/net", st) {
+		return ErrHostNetNS
 	}
 	ufd, err := unix.IoctlRetInt(fd, unix.NS_GET_USERNS)
 	if err != nil {
@@ -94,7 +127,7 @@ func CheckEngineNet(f *os.File) error {
 }
 
 // same reports whether the namespace file ref is st's namespace. An
-// unreadable ref (PID 1 out of reach) is not st.
+// unreadable ref is not st.
 func same(ref string, st unix.Stat_t) bool {
 	var r unix.Stat_t
 	return unix.Stat(ref, &r) == nil && r.Dev == st.Dev && r.Ino == st.Ino

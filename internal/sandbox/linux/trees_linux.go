@@ -51,6 +51,47 @@ func openNoFollow(p string) (int, error) {
 	return fd, nil
 }
 
+// openSource opens a bind's source path without following a symlink.
+// An engine's volume (ImageIDs) is opened beneath its volume root, on the
+// root's own mount: imageIDs says whether it is. A source on a mount of
+// its own below the root (a volume driver's bind of a host directory such
+// as /etc, a share) holds the host's files, not what the engine copied
+// from the image: it is opened as any other bind, without image ids.
+func openSource(b sandbox.Bind, src string) (fd int, imageIDs bool, err error) {
+	if !b.ImageIDs {
+		fd, err = openNoFollow(src)
+		if err != nil {
+			return -1, false, failure.Fail(failure.KindUsage, "bind", err)
+		}
+		return fd, false, nil
+	}
+	root := filepath.Clean(b.VolumeRoot)
+	if !filepath.IsAbs(b.VolumeRoot) || root == "/" || !under(src, root) || src == root {
+		return -1, false, failure.Failf(failure.KindUsage, "bind", "%s: image ids (an engine's volume) need a volume root the source is strictly below (volume root %q)", src, b.VolumeRoot)
+	}
+	rfd, err := openNoFollow(root)
+	if err != nil {
+		return -1, false, failure.Fail(failure.KindUsage, "bind: the volume root", err)
+	}
+	defer unix.Close(rfd)
+	fd, err = unix.Openat2(rfd, src[len(root)+1:], &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	switch {
+	case err == nil:
+		return fd, true, nil
+	case errors.Is(err, unix.EXDEV):
+		if fd, err = openNoFollow(src); err != nil {
+			return -1, false, failure.Fail(failure.KindUsage, "bind", err)
+		}
+		return fd, false, nil
+	case errors.Is(err, unix.ELOOP):
+		return -1, false, failure.Failf(failure.KindUsage, "bind", "%s: a symlink is in the path (symlinks are not followed)", src)
+	}
+	return -1, false, failure.Failf(failure.KindUsage, "bind", "open %s beneath the volume root %s: %v", src, root, err)
+}
+
 // hostPath is a validated, opened host path to bind.
 type hostPath struct {
 	fd       int
@@ -109,13 +150,18 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 		closeFD()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "target %s is reserved by cordon", dst)
 	}
+	imageIDs, ownMount := b.ImageIDs, false
 	if b.File == nil {
 		var err error
-		if fd, err = openNoFollow(src); err != nil {
-			return nil, failure.Fail(failure.KindUsage, "bind", err)
+		if fd, imageIDs, err = openSource(b, src); err != nil {
+			return nil, err
 		}
+		ownMount = b.ImageIDs && !imageIDs
+	} else if b.ImageIDs {
+		closeFD()
+		return nil, failure.Failf(failure.KindUsage, "bind", "%s: image ids (an engine's volume) need a source path below the volume root, not a descriptor", src)
 	}
-	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst, imageIDs: b.ImageIDs}
+	h := &hostPath{fd: fd, path: src, writable: b.Writable, target: dst, imageIDs: imageIDs}
 	if err := unix.Fstat(fd, &h.st); err != nil {
 		h.close()
 		return nil, failure.Fail(failure.KindUsage, "bind", err)
@@ -125,6 +171,13 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 		h.close()
 		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is neither a directory nor a regular file", src)
 	}
+	// An engine keeps its volumes as directories; a regular file below
+	// the volume root is the engine's own (Docker's volumes/metadata.db,
+	// kubelet's vol_data.json): bound as any other file.
+	engineFile := h.imageIDs && mode != unix.S_IFDIR
+	if engineFile {
+		h.imageIDs = false
+	}
 	// A writable bind maps the directory's owner AND group to the program:
 	// a system group (e.g. a "chown alice" directory left as alice:root)
 	// would hand the program that group's files and let it create files in
@@ -132,9 +185,9 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 	// An engine's volume (ImageIDs) holds the image's ids and is mapped
 	// as the image's root is: what the sandbox's uid k writes is the
 	// image's uid k's, as in the image's own layer.
-	if b.Writable && !b.ImageIDs && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
+	if b.Writable && !h.imageIDs && (h.st.Uid < minUserUID || h.st.Gid < minUserUID) && !unsafeRoot {
 		h.close()
-		return nil, failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, h.st.Uid, h.st.Gid, minUserUID, src)
+		return nil, rootOwnedRefusal(b, src, h.st, engineFile, ownMount)
 	}
 	if mode == unix.S_IFDIR {
 		if sock, err := findSocketFD(h.fd, 200000); err != nil {
@@ -146,6 +199,20 @@ func openBind(b sandbox.Bind, stateDir string, unsafeRoot bool, targets []string
 		}
 	}
 	return h, nil
+}
+
+// rootOwnedRefusal is the refusal of a writable bind of a directory or
+// file a system account owns; below a volume root it says why the bind
+// got no image ids (engineFile: a file, not a volume directory; ownMount:
+// on a mount of its own).
+func rootOwnedRefusal(b sandbox.Bind, src string, st unix.Stat_t, engineFile, ownMount bool) error {
+	switch {
+	case engineFile:
+		return failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d and is a file below the volume root %s, not a volume directory (the engine's own file): bound as any other bind, and a writable bind of a root-owned file is refused", src, st.Uid, st.Gid, b.VolumeRoot)
+	case ownMount:
+		return failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d and is on a mount of its own below the volume root %s (e.g. a volume driver's bind of a host directory): not known to hold the image's ids, so bound as any other bind, and a writable bind of a root-owned directory is refused", src, st.Uid, st.Gid, b.VolumeRoot)
+	}
+	return failure.Failf(failure.KindPolicyRejected, "bind", "%s is owned by %d:%d (root or a system account or group); a writable bind needs a user's uid and gid >= %d (chown USER:GROUP %s) or --unsafe-root-workspace", src, st.Uid, st.Gid, minUserUID, src)
 }
 
 // findSocketFD walks the directory open at fd — the very tree that will

@@ -258,17 +258,36 @@ func assertNoCaps() error {
 func restrictLandlock(cfg *Config, abi int) error {
 	c := landlock.V6.BestEffort()
 	c = landlock.Config{HandledAccessFS: c.HandledAccessFS, Scoped: c.Scoped}.BestEffort()
-	writable := landlock.RWDirs(cfg.WritablePaths...)
+	dirs, files := splitWritable(cfg.WritablePaths)
+	writable := landlock.RWDirs(dirs...)
 	if abi >= 2 {
 		writable = writable.WithRefer()
 	}
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
 		writable.IgnoreIfMissing(),
+		// A writable file bind: the kernel refuses directory rights on
+		// a file (EINVAL for the whole ruleset).
+		landlock.RWFiles(files...).IgnoreIfMissing(),
 		landlock.RWDirs("/dev/shm", "/dev/pts").WithIoctlDev().IgnoreIfMissing(),
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty").WithIoctlDev().IgnoreIfMissing(),
 	}
 	return c.Restrict(rules...)
+}
+
+// splitWritable sorts the writable paths into directories and the rest
+// (a file bound writable), as mounted now, before the program runs. A
+// path that cannot be read stays with the directories (the rule ignores
+// it if missing).
+func splitWritable(paths []string) (dirs, files []string) {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		dirs = append(dirs, p)
+	}
+	return dirs, files
 }
 
 // installSeccomp installs the trusted side's compiled filter on every
