@@ -221,6 +221,11 @@ func statusChild(args []string, stdio bool) (*exec.Cmd, *os.File, error) {
 	}
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if os.Getenv("CORDON_TRACE") == "1" {
+		// The keeper's phases, as `cordon run`'s: one JSON line in the
+		// keeper's log (bench/ reads it for the per-phase breakdown).
+		cmd.Env = append(cmd.Env, "CORDON_TRACE=1")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	pw.Close()

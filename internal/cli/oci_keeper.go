@@ -124,6 +124,12 @@ func (k *keeper) logError(err error) {
 // socket. The program has not run.
 func (k *keeper) create(ctx context.Context, bundle, console string) error {
 	o := k.o
+	tr := newTracer(time.Now())
+	defer func() {
+		if k.logf != nil {
+			tr.flush(k.logf)
+		}
+	}()
 	var err error
 	if k.root, err = o.openRoot(); err != nil {
 		return err
@@ -144,9 +150,11 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 	if k.m, err = oci.Map(s, raw, bundle, opts); err != nil {
 		return err
 	}
+	tr.mark("load_map")
 	if k.st, err = o.g.openStore(); err != nil {
 		return err
 	}
+	tr.mark("store_open")
 	prov, err := o.g.newProvider(registry.Options{Store: k.st, Logger: o.g.logger(), CordonSHA256: binaryDigest(o.g.stateDir), TestSkip: o.g.testSkip})
 	if err != nil {
 		return err
@@ -156,6 +164,7 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 			o.g.logger().Warn("reclaim residue", "err", err)
 		}
 	}
+	tr.mark("reclaim")
 	plan, err := k.plan()
 	if err != nil {
 		return err
@@ -174,17 +183,21 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 	}
 	host := &launch.Host{Provider: prov, Store: k.st, StateDir: o.g.stateDir, Logger: o.g.logger(), Version: Version,
 		ToolStderr: k.logf, GatewayStderr: k.logf, CheckpointEvery: checkpointEvery}
+	tr.mark("plan")
 	if k.l, err = launch.Provision(ctx, host, spec, plan); err != nil {
 		return err
 	}
+	tr.mark("provision")
 	if err := k.l.Start(ctx, func(r *evidence.Record) { k.note(r) }, true); err != nil {
 		k.writeEvidence()
 		return err
 	}
+	tr.sub(k.l.Sandbox(), "start")
 	rc, err := sessionreceipt.Sign(ctx, k.st, o.g.stateDir, k.l.Record, binaryDigest(o.g.stateDir), k.m.Digest)
 	if err != nil {
 		return failure.Failf(failure.KindStore, "session receipt", "%v; the container was not created", err)
 	}
+	tr.mark("receipt")
 	if err := k.l.StartGateway(ctx); err != nil {
 		return err
 	}
@@ -194,6 +207,7 @@ func (k *keeper) create(ctx context.Context, bundle, console string) error {
 	if err := k.saveCreated(bundle, rc.Digest); err != nil {
 		return err
 	}
+	tr.mark("gateway_evidence_state")
 	if console != "" {
 		if err := k.sendConsole(console); err != nil {
 			return err
