@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -146,19 +145,7 @@ type keeperState struct {
 
 func (e *engine) cordonState(t testing.TB, id string) keeperState {
 	t.Helper()
-	out, err := exec.Command(cordonBin, "oci", "--root", e.runtimeRoot("cordon"), "state", id).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			err = fmt.Errorf("%w: %s", err, ee.Stderr)
-		}
-		t.Fatalf("cordon oci state %s: %v", id, err)
-	}
-	var s keeperState
-	if err := json.Unmarshal(out, &s); err != nil {
-		t.Fatalf("cordon oci state %s: %v\n%s", id, err, out)
-	}
-	return s
+	return e.stateUnder(t, "cordon", id)
 }
 
 // probeReport is the JSON line `cordon __probe OP` prints.
