@@ -227,6 +227,35 @@ func newAPIOverlay(t *testing.T) string {
 	return merged
 }
 
+// engineRoot opens the engine's merged root as the provider does.
+func engineRoot(t *testing.T, l engineLayers) *hostPath {
+	t.Helper()
+	fd, err := openNoFollow(l.merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hostPath{fd: fd, path: l.merged}
+	t.Cleanup(h.close)
+	return h
+}
+
+// sameViewOf builds cordon's overlay of o (unmapped) and compares it
+// with the engine's root.
+func sameViewOf(t *testing.T, engine *hostPath, o overlayOpts) error {
+	t.Helper()
+	layers, err := openOverlayLayers(o, "/nonexistent-state", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layers.close()
+	m, err := mountOverlay(o, layers, 0, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(m)
+	return sameView(engine, m)
+}
+
 // TestOverlaySameView is sameView's positive control: cordon's overlay of
 // the engine's layers passes; the same overlay over another upper layer
 // (an empty directory: what a misread path could name) or without a
@@ -237,12 +266,7 @@ func TestOverlaySameView(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(l.merged, "etc", "engine-wrote"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fd, err := openNoFollow(l.merged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := &hostPath{fd: fd, path: l.merged}
-	defer engine.close()
+	engine := engineRoot(t, l)
 	other := t.TempDir()
 	for _, d := range []string{"diff", "work"} {
 		if err := os.Mkdir(filepath.Join(other, d), 0o755); err != nil {
@@ -259,17 +283,7 @@ func TestOverlaySameView(t *testing.T) {
 		{"a lower missing", overlayOpts{Lower: []string{l.lower}, Upper: l.upper, Work: l.work}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			layers, err := openOverlayLayers(tc.o, "/nonexistent-state", -1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer layers.close()
-			m, err := mountOverlay(tc.o, layers, 0, 0, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(m)
-			err = sameView(engine, m)
+			err := sameViewOf(t, engine, tc.o)
 			if tc.same && err != nil {
 				t.Fatalf("sameView = %v, want the same tree", err)
 			}
@@ -353,12 +367,7 @@ func TestOverlaySameViewLargeDirectory(t *testing.T) {
 		f.Close()
 	}
 	l.remount(t)
-	fd, err := openNoFollow(l.merged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := &hostPath{fd: fd, path: l.merged}
-	defer engine.close()
+	engine := engineRoot(t, l)
 	other := t.TempDir()
 	for _, d := range []string{"diff/data", "work"} {
 		if err := os.MkdirAll(filepath.Join(other, d), 0o755); err != nil {
@@ -374,17 +383,7 @@ func TestOverlaySameViewLargeDirectory(t *testing.T) {
 		{"another upper", filepath.Join(other, "diff"), false},
 	} {
 		o := overlayOpts{Lower: []string{l.lower2, l.lower}, Upper: tc.upper, Work: filepath.Join(filepath.Dir(tc.upper), "work")}
-		layers, err := openOverlayLayers(o, "/nonexistent-state", -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := mountOverlay(o, layers, 0, 0, false)
-		layers.close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = sameView(engine, m)
-		unix.Close(m)
+		err := sameViewOf(t, engine, o)
 		if tc.same && err != nil {
 			t.Errorf("%s: sameView = %v, want the same tree", tc.name, err)
 		}
