@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -483,6 +484,26 @@ func engineUpper(engine *hostPath, l *overlayLayers, o overlayOpts) error {
 	return nil
 }
 
+// readEngineOverlay reads, for an image's root, the engine overlay it is
+// the root of: nil when the root is not on an overlayfs.
+func readEngineOverlay(h *hostPath) (*overlayOpts, error) {
+	overlay, err := isOverlay(h.fd)
+	if err != nil {
+		return nil, failure.Fail(failure.KindProvision, "rootfs", fmt.Errorf("%s: %w", h.path, err))
+	}
+	if !overlay {
+		return nil, nil
+	}
+	o, err := engineOverlay(h)
+	if err != nil && !slices.Contains([]failure.Kind{failure.KindUnsupported, failure.KindPolicyRejected}, failure.KindOf(err)) {
+		return nil, failure.Fail(failure.KindProvision, "rootfs", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
 // rootTreeFD is the detached mount of the sandbox's root: the root
 // cloned (idmapped through ns in image mode), or, for an image whose root
 // is an engine's overlayfs mount, cordon's own overlay of its layers.
@@ -490,17 +511,10 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 	if sb.spec.Image == nil {
 		return detachedTreeNS(sb.rootfs, ns)
 	}
-	overlay, err := isOverlay(sb.rootfs.fd)
-	if err != nil {
-		return -1, fmt.Errorf("%s: %w", sb.rootfs.path, err)
-	}
-	if !overlay {
+	if sb.rootOverlay == nil {
 		return detachedTreeNS(sb.rootfs, ns)
 	}
-	o, err := engineOverlay(sb.rootfs)
-	if err != nil {
-		return -1, err
-	}
+	o := *sb.rootOverlay
 	if o.Upper == "" && sb.rootfs.writable {
 		return -1, overlayRefusal("%s: the engine's overlay has no upper layer, and the root is to be writable", sb.rootfs.path)
 	}
@@ -531,7 +545,6 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 		unix.Close(m)
 		return -1, err
 	}
-	sb.rootOverlay = &o
 	return m, nil
 }
 
@@ -544,19 +557,11 @@ func (sb *linuxSandbox) rootTreeFD(ns int) (int, error) {
 // anywhere else in the root still refuse it.
 type upperSockets struct{ fd int }
 
-// engineUpperSockets opens the upper layer of the engine overlay whose
-// root is h; for anything else (not an overlay, no upper layer, options
-// cordon cannot read — refused later, by rootTreeFD) it skips nothing.
-func engineUpperSockets(h *hostPath) *upperSockets {
+// openUpperSockets opens an engine overlay's upper layer (followed as
+// openLayer does); one that does not open skips nothing.
+func openUpperSockets(upper string) *upperSockets {
 	u := &upperSockets{fd: -1}
-	if overlay, err := isOverlay(h.fd); err != nil || !overlay {
-		return u
-	}
-	o, err := engineOverlay(h)
-	if err != nil || o.Upper == "" {
-		return u
-	}
-	fd, err := unix.Openat2(unix.AT_FDCWD, o.Upper, &unix.OpenHow{
+	fd, err := unix.Openat2(unix.AT_FDCWD, upper, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_MAGICLINKS,
 	})

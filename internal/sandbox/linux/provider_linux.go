@@ -363,7 +363,20 @@ func (sb *linuxSandbox) openBinds() error {
 		if err := unix.Fstat(fd, &sb.rootfs.st); err != nil || sb.rootfs.st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			return failure.Failf(failure.KindUsage, "rootfs", "%s is not a directory", r)
 		}
-		return checkRootfsTree(sb.rootfs, spec.Image != nil)
+		upper := ""
+		if spec.Image != nil {
+			// An engine's overlay is read from the mount table once,
+			// here: its upper layer for the socket scan, its layers for
+			// rootTreeFD.
+			var err error
+			if sb.rootOverlay, err = readEngineOverlay(sb.rootfs); err != nil {
+				return err
+			}
+			if sb.rootOverlay != nil {
+				upper = sb.rootOverlay.Upper
+			}
+		}
+		return checkRootfsTree(sb.rootfs, spec.Image != nil, upper)
 	}
 	return nil
 }
@@ -375,8 +388,10 @@ func (sb *linuxSandbox) openBinds() error {
 // namespace.
 //
 // In image mode a root under /run or /var/run is accepted when it is the
-// root of a mount of its own (rootfsUnderRun: an engine's overlay).
-func checkRootfsTree(h *hostPath, image bool) error {
+// root of a mount of its own (rootfsUnderRun: an engine's overlay); upper
+// is the engine overlay's upper layer ("" for none), whose own sockets do
+// not refuse the root (upperSockets).
+func checkRootfsTree(h *hostPath, image bool, upper string) error {
 	engineMount := false
 	if image {
 		var err error
@@ -393,10 +408,10 @@ func checkRootfsTree(h *hostPath, image bool) error {
 		}
 	}
 	var skip func(string) bool
-	if image {
-		upper := engineUpperSockets(h)
-		defer upper.close()
-		skip = upper.own
+	if upper != "" {
+		u := openUpperSockets(upper)
+		defer u.close()
+		skip = u.own
 	}
 	sock, err := findSocketSkip(h.fd, 200000, skip)
 	if err != nil {

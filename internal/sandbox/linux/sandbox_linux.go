@@ -55,8 +55,10 @@ type linuxSandbox struct {
 	idm      *idmapper
 	trees    []tree
 	rootTree int
-	// rootOverlay: the root is cordon's overlay of an engine's layers
-	// (overlay_linux.go), nil otherwise.
+	// rootOverlay: an image's root is an engine's overlay, read once
+	// from the mount table (readEngineOverlay); the sandbox's root is
+	// then cordon's overlay of its layers (overlay_linux.go). nil
+	// otherwise.
 	rootOverlay *overlayOpts
 	cg          *cgroup.Group
 	gwcg        *cgroup.Group // the gateway's group, beside cg (gatewaycg_linux.go)
