@@ -351,18 +351,8 @@ func holdStopped(uids, gids []syscall.SysProcIDMap) (int, error) {
 	// the child is reaped.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cmd := &exec.Cmd{
-		Path: "/proc/self/exe",
-		Args: []string{sbinit.HoldArgv0},
-		Env:  []string{},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: uids,
-			GidMappings: gids,
-			Pdeathsig:   syscall.SIGKILL,
-			Ptrace:      true,
-		},
-	}
+	cmd := holdCmd(uids, gids)
+	cmd.SysProcAttr.Ptrace = true
 	if err := cmd.Start(); err != nil {
 		return -1, fmt.Errorf("start idmap helper: %w", err)
 	}
@@ -375,6 +365,22 @@ func holdStopped(uids, gids []syscall.SysProcIDMap) (int, error) {
 	return fd, nil
 }
 
+// holdCmd is the holder child: cordon's helper in a new user namespace
+// with these maps.
+func holdCmd(uids, gids []syscall.SysProcIDMap) *exec.Cmd {
+	return &exec.Cmd{
+		Path: "/proc/self/exe",
+		Args: []string{sbinit.HoldArgv0},
+		Env:  []string{},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: uids,
+			GidMappings: gids,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+}
+
 // holdRunning is holdUserns's child running the helper that waits on
 // its stdin.
 func holdRunning(uids, gids []syscall.SysProcIDMap) (int, error) {
@@ -383,18 +389,8 @@ func holdRunning(uids, gids []syscall.SysProcIDMap) (int, error) {
 		return -1, err
 	}
 	defer r.Close()
-	cmd := &exec.Cmd{
-		Path:  "/proc/self/exe",
-		Args:  []string{sbinit.HoldArgv0},
-		Env:   []string{},
-		Stdin: r,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  syscall.CLONE_NEWUSER,
-			UidMappings: uids,
-			GidMappings: gids,
-			Pdeathsig:   syscall.SIGKILL,
-		},
-	}
+	cmd := holdCmd(uids, gids)
+	cmd.Stdin = r
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return -1, fmt.Errorf("start idmap helper: %w", err)
